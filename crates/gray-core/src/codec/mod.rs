@@ -1,0 +1,409 @@
+//! Wire codecs: how a [`Context`] travels in HTTP headers.
+//!
+//! Three carriers are available, each configured by header name:
+//!
+//! | carrier | example | carries |
+//! |---|---|---|
+//! | [`PlainHeader::flag`] | `gray: true` (seed 000) | one lane, as a lenient boolean |
+//! | [`PlainHeader::lane`] | `x-gray-lane: canary-2` | a lane name |
+//! | [`PlainHeader::version`] | `version: 2.0` (seed 001) | a version pinned for all services |
+//! | [`RouteHeader`] | `x-gray-info: {"all":"v2","custom":{"svc-b":"v3"}}` (seed 002) | version pins |
+//! | [`BaggageMember`] | `baggage: gray.lane=canary,userId=42` (W3C) | a lane, beside other members |
+//!
+//! [`Carriers`] bundles the ones a service uses. Reading is lenient: a carrier that is
+//! absent, malformed, oversized or duplicated contributes nothing (the request stays
+//! unstained unless another carrier stains it) and a `tracing` event at debug level, target
+//! `gray::codec`, says why. Nothing on this path panics or fails the request.
+//!
+//! When several carriers are present, the first one in the list that yields a lane (or an
+//! explicit baseline, such as `gray: false`) decides the lane, and the first one that yields
+//! version pins decides the pins.
+//!
+//! ```
+//! use gray_core::{Carriers, Context, Lane, codec::{BaggageMember, PlainHeader}};
+//! use http::{HeaderMap, HeaderName, HeaderValue};
+//!
+//! let carriers = Carriers::new()
+//!     .with(PlainHeader::lane(HeaderName::from_static("x-gray-lane")))
+//!     .with(BaggageMember::new("gray.lane").unwrap());
+//!
+//! let mut inbound = HeaderMap::new();
+//! inbound.insert("baggage", HeaderValue::from_static("userId=42,gray.lane=canary"));
+//! let ctx = carriers.extract(&inbound).unwrap_or_default();
+//! assert_eq!(ctx.lane().unwrap(), "canary");
+//!
+//! let mut outbound = HeaderMap::new();
+//! outbound.insert("baggage", HeaderValue::from_static("tenant=acme"));
+//! carriers.inject(&ctx, &mut outbound);
+//! assert_eq!(outbound["x-gray-lane"], "canary");
+//! assert_eq!(outbound["baggage"], "tenant=acme,gray.lane=canary");
+//! ```
+
+mod baggage;
+mod plain;
+mod route;
+
+use std::{fmt, sync::Arc};
+
+use http::{HeaderMap, HeaderName, HeaderValue};
+
+pub use self::{
+    baggage::{BaggageMember, InvalidBaggageKey, W3C_MIN_BYTES, W3C_MIN_MEMBERS},
+    plain::PlainHeader,
+    route::RouteHeader,
+};
+use crate::{
+    context::{Context, InvalidService, Pins},
+    name::{InvalidName, Lane, Names},
+};
+
+/// The default cap on a plain header value, in bytes.
+pub const DEFAULT_PLAIN_MAX_LEN: usize = 256;
+/// The default cap on a JSON route header value, in bytes.
+pub const DEFAULT_ROUTE_MAX_LEN: usize = 4096;
+
+/// What one carrier found on a request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Stain {
+    /// The request is in this lane.
+    Lane(Lane),
+    /// The request says explicitly that it is baseline (`gray: false`).
+    Baseline,
+    /// The request pins versions.
+    Pins(Arc<Pins>),
+}
+
+/// Why a carrier was ignored. The request is treated as if the carrier were absent.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Rejection {
+    header: HeaderName,
+    reason: Reason,
+}
+
+/// The reason inside a [`Rejection`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Reason {
+    /// The header appeared more than once, so the stain is ambiguous.
+    Duplicated,
+    /// The value is longer than the configured cap.
+    TooLong {
+        /// Length of the value, in bytes.
+        len: usize,
+        /// The configured cap, in bytes.
+        max: usize,
+    },
+    /// The value is not UTF-8 text.
+    NotText,
+    /// The value is empty.
+    Empty,
+    /// A boolean flag holds something other than `true` or `false`.
+    NotABoolean,
+    /// A lane or version name is not a valid token.
+    InvalidName(InvalidName),
+    /// A service name in version pins is invalid.
+    InvalidService(InvalidService),
+    /// The JSON route header does not parse.
+    InvalidJson(String),
+    /// The `baggage` header holds the stain's member more than once.
+    DuplicatedMember,
+}
+
+impl Rejection {
+    pub(crate) fn new(header: &HeaderName, reason: Reason) -> Self {
+        Rejection {
+            header: header.clone(),
+            reason,
+        }
+    }
+
+    /// The header that was ignored.
+    pub fn header(&self) -> &HeaderName {
+        &self.header
+    }
+
+    /// Why it was ignored.
+    pub fn reason(&self) -> &Reason {
+        &self.reason
+    }
+}
+
+impl fmt::Display for Reason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Reason::Duplicated => f.write_str("it appears more than once"),
+            Reason::TooLong { len, max } => {
+                write!(f, "its value is {len} bytes, more than the cap of {max}")
+            }
+            Reason::NotText => f.write_str("its value is not UTF-8 text"),
+            Reason::Empty => f.write_str("its value is empty"),
+            Reason::NotABoolean => f.write_str("its value is neither `true` nor `false`"),
+            Reason::InvalidName(e) => fmt::Display::fmt(e, f),
+            Reason::InvalidService(e) => fmt::Display::fmt(e, f),
+            Reason::InvalidJson(e) => write!(f, "its value is not a valid route rule: {e}"),
+            Reason::DuplicatedMember => f.write_str("it holds the stain's member more than once"),
+        }
+    }
+}
+
+impl fmt::Display for Rejection {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "ignored header `{}`: {}", self.header, self.reason)
+    }
+}
+
+impl std::error::Error for Rejection {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match &self.reason {
+            Reason::InvalidName(e) => Some(e),
+            Reason::InvalidService(e) => Some(e),
+            _ => None,
+        }
+    }
+}
+
+/// Reads the single value of `name`, enforcing the cap and rejecting duplicates.
+pub(crate) fn single_value<'a>(
+    headers: &'a HeaderMap,
+    name: &HeaderName,
+    max_len: usize,
+) -> Result<Option<&'a HeaderValue>, Rejection> {
+    let mut values = headers.get_all(name).iter();
+    let Some(value) = values.next() else {
+        return Ok(None);
+    };
+    if values.next().is_some() {
+        return Err(Rejection::new(name, Reason::Duplicated));
+    }
+    let len = value.len();
+    if len > max_len {
+        return Err(Rejection::new(name, Reason::TooLong { len, max: max_len }));
+    }
+    if len == 0 {
+        return Err(Rejection::new(name, Reason::Empty));
+    }
+    Ok(Some(value))
+}
+
+/// One way of carrying the stain in headers.
+#[derive(Debug, Clone)]
+pub enum Carrier {
+    /// A plain header: a boolean flag, a lane name or a version.
+    Plain(PlainHeader),
+    /// Seed 002's JSON route header.
+    Route(RouteHeader),
+    /// A member of the W3C `baggage` header.
+    Baggage(BaggageMember),
+}
+
+impl From<PlainHeader> for Carrier {
+    fn from(c: PlainHeader) -> Self {
+        Carrier::Plain(c)
+    }
+}
+
+impl From<RouteHeader> for Carrier {
+    fn from(c: RouteHeader) -> Self {
+        Carrier::Route(c)
+    }
+}
+
+impl From<BaggageMember> for Carrier {
+    fn from(c: BaggageMember) -> Self {
+        Carrier::Baggage(c)
+    }
+}
+
+impl Carrier {
+    /// Decodes this carrier from `headers`.
+    ///
+    /// `Ok(None)` means the carrier is absent; an error means it is present but unusable.
+    pub fn decode(&self, headers: &HeaderMap, names: &Names) -> Result<Option<Stain>, Rejection> {
+        match self {
+            Carrier::Plain(c) => c.decode(headers, names),
+            Carrier::Route(c) => c.decode(headers, names),
+            Carrier::Baggage(c) => c.decode(headers, names),
+        }
+    }
+
+    /// Writes `ctx` into `headers` (replacing this carrier's previous value).
+    ///
+    /// A baseline context writes nothing; the carrier's previous value is removed.
+    pub fn encode(&self, ctx: &Context, headers: &mut HeaderMap) {
+        match self {
+            Carrier::Plain(c) => c.encode(ctx, headers),
+            Carrier::Route(c) => c.encode(ctx, headers),
+            Carrier::Baggage(c) => c.encode(ctx, headers),
+        }
+    }
+
+    /// Removes this carrier from `headers` (for `baggage`: only the stain's member).
+    pub fn remove(&self, headers: &mut HeaderMap) {
+        match self {
+            Carrier::Plain(c) => {
+                headers.remove(c.header_name());
+            }
+            Carrier::Route(c) => {
+                headers.remove(c.header_name());
+            }
+            Carrier::Baggage(c) => c.remove(headers),
+        }
+    }
+
+    /// `true` when this carrier is present in `headers`, valid or not.
+    pub fn is_present(&self, headers: &HeaderMap) -> bool {
+        match self {
+            Carrier::Plain(c) => headers.contains_key(c.header_name()),
+            Carrier::Route(c) => headers.contains_key(c.header_name()),
+            Carrier::Baggage(c) => c.is_present(headers),
+        }
+    }
+
+    /// The header this carrier lives in.
+    pub fn header_name(&self) -> &HeaderName {
+        match self {
+            Carrier::Plain(c) => c.header_name(),
+            Carrier::Route(c) => c.header_name(),
+            Carrier::Baggage(_) => &baggage::BAGGAGE,
+        }
+    }
+}
+
+/// The set of carriers a service reads and writes, with the interner they decode into.
+///
+/// [`Carriers::default`] reads and writes `x-gray-lane` (a lane name) and `x-gray-info`
+/// (seed 002's JSON route header).
+#[derive(Debug, Clone)]
+pub struct Carriers {
+    list: Vec<Carrier>,
+    names: Names,
+}
+
+/// The default lane header, `x-gray-lane`.
+pub const X_GRAY_LANE: HeaderName = HeaderName::from_static("x-gray-lane");
+/// Seed 002's route header, `x-gray-info`.
+pub const X_GRAY_INFO: HeaderName = HeaderName::from_static("x-gray-info");
+
+impl Default for Carriers {
+    fn default() -> Self {
+        Carriers::new()
+            .with(PlainHeader::lane(X_GRAY_LANE))
+            .with(RouteHeader::new(X_GRAY_INFO))
+    }
+}
+
+impl Carriers {
+    /// No carriers at all; add them with [`Carriers::with`].
+    pub fn new() -> Self {
+        Carriers {
+            list: Vec::new(),
+            names: Names::new(),
+        }
+    }
+
+    /// Adds a carrier. Earlier carriers win when several are present.
+    pub fn with(mut self, carrier: impl Into<Carrier>) -> Self {
+        let carrier = carrier.into();
+        if let Carrier::Plain(plain) = &carrier {
+            if let Some(lane) = plain.flag_lane() {
+                self.names.insert_lane(lane.clone());
+            }
+        }
+        self.list.push(carrier);
+        self
+    }
+
+    /// Uses `names` to intern decoded lanes and versions (no allocation for known names).
+    pub fn with_names(mut self, names: Names) -> Self {
+        self.names = names;
+        for carrier in &self.list {
+            if let Carrier::Plain(plain) = carrier {
+                if let Some(lane) = plain.flag_lane() {
+                    self.names.insert_lane(lane.clone());
+                }
+            }
+        }
+        self
+    }
+
+    /// The interner used while decoding.
+    pub fn names(&self) -> &Names {
+        &self.names
+    }
+
+    /// The configured carriers, in order.
+    pub fn iter(&self) -> impl Iterator<Item = &Carrier> {
+        self.list.iter()
+    }
+
+    /// Reads the context from `headers`.
+    ///
+    /// Returns `None` when no carrier is present (or every present one was rejected), so the
+    /// caller can apply its own default; `Some(Context::baseline())` when a carrier says
+    /// explicitly that the request is baseline.
+    pub fn extract(&self, headers: &HeaderMap) -> Option<Context> {
+        self.extract_with(headers, |rejection| {
+            tracing::debug!(
+                target: "gray::codec",
+                header = %rejection.header(),
+                reason = %rejection.reason(),
+                "malformed gray carrier ignored; treated as absent",
+            );
+        })
+    }
+
+    /// Like [`Carriers::extract`], handing each rejection to `on_reject` instead of logging it.
+    pub fn extract_with(
+        &self,
+        headers: &HeaderMap,
+        mut on_reject: impl FnMut(&Rejection),
+    ) -> Option<Context> {
+        let mut found = false;
+        let mut lane_decided = false;
+        let mut lane = None;
+        let mut pins = None;
+        for carrier in &self.list {
+            match carrier.decode(headers, &self.names) {
+                Ok(None) => {}
+                Ok(Some(Stain::Lane(l))) => {
+                    found = true;
+                    if !lane_decided {
+                        lane_decided = true;
+                        lane = Some(l);
+                    }
+                }
+                Ok(Some(Stain::Baseline)) => {
+                    found = true;
+                    lane_decided = true;
+                }
+                Ok(Some(Stain::Pins(p))) => {
+                    found = true;
+                    if pins.is_none() {
+                        pins = Some(p);
+                    }
+                }
+                Err(rejection) => on_reject(&rejection),
+            }
+        }
+        found.then(|| Context::baseline().with_lane(lane).with_shared_pins(pins))
+    }
+
+    /// Writes `ctx` into every carrier, replacing what they held.
+    pub fn inject(&self, ctx: &Context, headers: &mut HeaderMap) {
+        for carrier in &self.list {
+            carrier.encode(ctx, headers);
+        }
+    }
+
+    /// Removes every carrier from `headers` (other `baggage` members stay).
+    pub fn strip(&self, headers: &mut HeaderMap) {
+        for carrier in &self.list {
+            carrier.remove(headers);
+        }
+    }
+
+    /// `true` when any carrier is present in `headers`, valid or not.
+    pub fn is_present(&self, headers: &HeaderMap) -> bool {
+        self.list.iter().any(|c| c.is_present(headers))
+    }
+}

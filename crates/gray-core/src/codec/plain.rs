@@ -1,0 +1,237 @@
+use http::{HeaderMap, HeaderName, HeaderValue};
+
+use super::{DEFAULT_PLAIN_MAX_LEN, Reason, Rejection, Stain, single_value};
+use crate::{
+    context::{Context, Pins},
+    name::{Lane, Names},
+};
+
+/// A plain header that carries the stain: a boolean flag, a lane name, or a version.
+///
+/// ```
+/// use gray_core::{Carriers, Lane, codec::PlainHeader};
+/// use http::{HeaderMap, HeaderName, HeaderValue};
+///
+/// // Seed 000: `gray: true`, case-insensitive; anything else is unstained.
+/// let carriers = Carriers::new().with(PlainHeader::flag(
+///     HeaderName::from_static("gray"),
+///     Lane::new("gray").unwrap(),
+/// ));
+/// let mut headers = HeaderMap::new();
+/// headers.insert("gray", HeaderValue::from_static("TRUE"));
+/// assert_eq!(carriers.extract(&headers).unwrap().lane().unwrap(), "gray");
+/// headers.insert("gray", HeaderValue::from_static("yes"));
+/// assert_eq!(carriers.extract(&headers), None);
+/// ```
+#[derive(Debug, Clone)]
+pub struct PlainHeader {
+    name: HeaderName,
+    form: Form,
+    max_len: usize,
+}
+
+#[derive(Debug, Clone)]
+enum Form {
+    Flag(Lane),
+    Lane,
+    Version,
+}
+
+const TRUE: HeaderValue = HeaderValue::from_static("true");
+
+impl PlainHeader {
+    /// A boolean flag (seed 000, seed 003's `X-Gray-Flag`): `true` puts the request in `lane`,
+    /// `false` marks it baseline explicitly, both case-insensitive; any other value is ignored.
+    ///
+    /// Writing puts `true` when the context is in `lane` and nothing otherwise.
+    pub fn flag(name: HeaderName, lane: Lane) -> Self {
+        PlainHeader {
+            name,
+            form: Form::Flag(lane),
+            max_len: DEFAULT_PLAIN_MAX_LEN,
+        }
+    }
+
+    /// A lane name (`x-gray-lane: canary-2`).
+    pub fn lane(name: HeaderName) -> Self {
+        PlainHeader {
+            name,
+            form: Form::Lane,
+            max_len: DEFAULT_PLAIN_MAX_LEN,
+        }
+    }
+
+    /// A version pinned for every service (seed 001's `version: 2.0`).
+    ///
+    /// Writing puts the context's `all` pin; per-service pins need a [`super::RouteHeader`].
+    pub fn version(name: HeaderName) -> Self {
+        PlainHeader {
+            name,
+            form: Form::Version,
+            max_len: DEFAULT_PLAIN_MAX_LEN,
+        }
+    }
+
+    /// Caps the accepted value length (default 256 bytes); longer values are ignored.
+    pub fn with_max_len(mut self, max_len: usize) -> Self {
+        self.max_len = max_len;
+        self
+    }
+
+    /// The header name.
+    pub fn header_name(&self) -> &HeaderName {
+        &self.name
+    }
+
+    pub(super) fn flag_lane(&self) -> Option<&Lane> {
+        match &self.form {
+            Form::Flag(lane) => Some(lane),
+            _ => None,
+        }
+    }
+
+    pub(super) fn decode(
+        &self,
+        headers: &HeaderMap,
+        names: &Names,
+    ) -> Result<Option<Stain>, Rejection> {
+        let Some(value) = single_value(headers, &self.name, self.max_len)? else {
+            return Ok(None);
+        };
+        let bytes = value.as_bytes();
+        let stain = match &self.form {
+            Form::Flag(lane) => {
+                if bytes.eq_ignore_ascii_case(b"true") {
+                    Stain::Lane(lane.clone())
+                } else if bytes.eq_ignore_ascii_case(b"false") {
+                    Stain::Baseline
+                } else {
+                    return Err(Rejection::new(&self.name, Reason::NotABoolean));
+                }
+            }
+            Form::Lane => Stain::Lane(
+                names
+                    .lane(bytes)
+                    .map_err(|e| Rejection::new(&self.name, Reason::InvalidName(e)))?,
+            ),
+            Form::Version => {
+                let version = names
+                    .version(bytes)
+                    .map_err(|e| Rejection::new(&self.name, Reason::InvalidName(e)))?;
+                Stain::Pins(Pins::all(version).into())
+            }
+        };
+        Ok(Some(stain))
+    }
+
+    pub(super) fn encode(&self, ctx: &Context, headers: &mut HeaderMap) {
+        let value = match &self.form {
+            Form::Flag(lane) => (ctx.lane() == Some(lane)).then_some(TRUE),
+            Form::Lane => ctx.lane().map(|l| l.header_value().clone()),
+            Form::Version => ctx
+                .pins()
+                .and_then(Pins::all_version)
+                .map(|v| v.header_value().clone()),
+        };
+        match value {
+            Some(value) => {
+                headers.insert(&self.name, value);
+            }
+            None => {
+                headers.remove(&self.name);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Carriers;
+
+    fn carriers(plain: PlainHeader) -> Carriers {
+        Carriers::new().with(plain)
+    }
+
+    fn headers(pairs: &[(&'static str, &[u8])]) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        for (k, v) in pairs {
+            h.append(*k, HeaderValue::from_bytes(v).unwrap());
+        }
+        h
+    }
+
+    #[test]
+    fn flag_is_lenient_and_case_insensitive() {
+        let c = carriers(PlainHeader::flag(
+            HeaderName::from_static("gray"),
+            Lane::new("gray").unwrap(),
+        ));
+        for v in [&b"true"[..], b"TRUE", b"True", b"tRuE"] {
+            let ctx = c.extract(&headers(&[("gray", v)])).unwrap();
+            assert_eq!(ctx.lane().unwrap(), "gray");
+        }
+        for v in [&b"false"[..], b"FALSE", b"False"] {
+            let ctx = c.extract(&headers(&[("gray", v)])).unwrap();
+            assert!(ctx.is_baseline());
+        }
+        for v in [&b"yes"[..], b"1", b"truee", b" true x", b"\xff\xfe"] {
+            assert_eq!(c.extract(&headers(&[("gray", v)])), None, "{v:?}");
+        }
+        assert_eq!(c.extract(&HeaderMap::new()), None);
+    }
+
+    #[test]
+    fn flag_writes_true_only_for_its_lane() {
+        let gray = Lane::new("gray").unwrap();
+        let c = carriers(PlainHeader::flag(
+            HeaderName::from_static("gray"),
+            gray.clone(),
+        ));
+        let mut h = HeaderMap::new();
+        c.inject(&Context::in_lane(gray), &mut h);
+        assert_eq!(h["gray"], "true");
+        c.inject(&Context::in_lane(Lane::new("blue").unwrap()), &mut h);
+        assert!(h.get("gray").is_none());
+    }
+
+    #[test]
+    fn rejects_duplicates_oversize_and_bad_names() {
+        let c = carriers(PlainHeader::lane(HeaderName::from_static("x-gray-lane")).with_max_len(8));
+        let mut seen = Vec::new();
+        let dup = headers(&[("x-gray-lane", b"a"), ("x-gray-lane", b"a")]);
+        assert_eq!(
+            c.extract_with(&dup, |r| seen.push(r.reason().clone())),
+            None
+        );
+        let long = headers(&[("x-gray-lane", b"abcdefghij")]);
+        assert_eq!(
+            c.extract_with(&long, |r| seen.push(r.reason().clone())),
+            None
+        );
+        let bad = headers(&[("x-gray-lane", b"a b")]);
+        assert_eq!(
+            c.extract_with(&bad, |r| seen.push(r.reason().clone())),
+            None
+        );
+        let empty = headers(&[("x-gray-lane", b"")]);
+        assert_eq!(
+            c.extract_with(&empty, |r| seen.push(r.reason().clone())),
+            None
+        );
+        assert!(matches!(seen[0], Reason::Duplicated));
+        assert!(matches!(seen[1], Reason::TooLong { len: 10, max: 8 }));
+        assert!(matches!(seen[2], Reason::InvalidName(_)));
+        assert!(matches!(seen[3], Reason::Empty));
+    }
+
+    #[test]
+    fn version_form_pins_all() {
+        let c = carriers(PlainHeader::version(HeaderName::from_static("version")));
+        let ctx = c.extract(&headers(&[("version", b"2.0")])).unwrap();
+        assert_eq!(ctx.version_for("anything").unwrap(), "2.0");
+        let mut out = HeaderMap::new();
+        c.inject(&ctx, &mut out);
+        assert_eq!(out["version"], "2.0");
+    }
+}

@@ -1,0 +1,276 @@
+//! The gray context a request carries: an optional lane plus optional version pins.
+//!
+//! No lane means *baseline*. Version pins follow seed 002's route header: `all` pins one
+//! version for every service, and a per-service entry wins over `all`.
+//!
+//! ```
+//! use gray_core::{Context, Lane, Pins, Version};
+//!
+//! let ctx = Context::baseline();
+//! assert!(ctx.is_baseline());
+//!
+//! let pins = Pins::new(Some(Version::new("v2")?), [("svc-b", Version::new("v3")?)])?;
+//! let ctx = Context::in_lane(Lane::new("gray")?).with_pins(pins);
+//! assert_eq!(ctx.lane().map(|l| l.as_str()), Some("gray"));
+//! assert_eq!(ctx.version_for("svc-a").map(|v| v.as_str()), Some("v2"));
+//! assert_eq!(ctx.version_for("svc-b").map(|v| v.as_str()), Some("v3"));
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+use std::{collections::BTreeMap, fmt, sync::Arc};
+
+use http::HeaderValue;
+
+use crate::name::{Lane, Version};
+
+/// The longest service name accepted in version pins, in bytes.
+pub const MAX_SERVICE_LEN: usize = 128;
+
+/// What a request is stained with. Cloning costs at most two `Arc` increments.
+#[derive(Clone, Default, PartialEq, Eq)]
+pub struct Context {
+    lane: Option<Lane>,
+    pins: Option<Arc<Pins>>,
+}
+
+impl Context {
+    /// An unstained context: baseline traffic.
+    pub const fn baseline() -> Self {
+        Context {
+            lane: None,
+            pins: None,
+        }
+    }
+
+    /// A context in `lane`, without version pins.
+    pub fn in_lane(lane: Lane) -> Self {
+        Context {
+            lane: Some(lane),
+            pins: None,
+        }
+    }
+
+    /// A context with only version pins.
+    pub fn pinned(pins: Pins) -> Self {
+        Context::baseline().with_pins(pins)
+    }
+
+    /// This context with its lane replaced.
+    pub fn with_lane(mut self, lane: Option<Lane>) -> Self {
+        self.lane = lane;
+        self
+    }
+
+    /// This context with its version pins replaced. Empty pins are dropped.
+    pub fn with_pins(mut self, pins: Pins) -> Self {
+        self.pins = (!pins.is_empty()).then(|| Arc::new(pins));
+        self
+    }
+
+    /// This context with shared version pins replaced.
+    pub fn with_shared_pins(mut self, pins: Option<Arc<Pins>>) -> Self {
+        self.pins = pins.filter(|p| !p.is_empty());
+        self
+    }
+
+    /// The lane, or `None` for baseline.
+    pub fn lane(&self) -> Option<&Lane> {
+        self.lane.as_ref()
+    }
+
+    /// The version pins, if any.
+    pub fn pins(&self) -> Option<&Pins> {
+        self.pins.as_deref()
+    }
+
+    /// The version pins as the shared handle (cheap to clone).
+    pub fn shared_pins(&self) -> Option<&Arc<Pins>> {
+        self.pins.as_ref()
+    }
+
+    /// `true` when the context carries neither a lane nor a version pin.
+    pub fn is_baseline(&self) -> bool {
+        self.lane.is_none() && self.pins.is_none()
+    }
+
+    /// The version pinned for `service`: its own entry first, else `all`.
+    pub fn version_for(&self, service: &str) -> Option<&Version> {
+        self.pins.as_deref().and_then(|p| p.version_for(service))
+    }
+}
+
+impl fmt::Debug for Context {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut d = f.debug_struct("Context");
+        match &self.lane {
+            Some(lane) => d.field("lane", lane),
+            None => d.field("lane", &"baseline"),
+        };
+        if let Some(pins) = &self.pins {
+            d.field("pins", pins);
+        }
+        d.finish()
+    }
+}
+
+/// A name that is not a valid service name in version pins.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InvalidService {
+    reason: &'static str,
+}
+
+impl fmt::Display for InvalidService {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "invalid service name in version pins: {}", self.reason)
+    }
+}
+
+impl std::error::Error for InvalidService {}
+
+pub(crate) fn validate_service(name: &str) -> Result<(), InvalidService> {
+    if name.is_empty() {
+        return Err(InvalidService {
+            reason: "it is empty",
+        });
+    }
+    if name.len() > MAX_SERVICE_LEN {
+        return Err(InvalidService {
+            reason: "it is longer than 128 bytes",
+        });
+    }
+    if name.bytes().any(|b| b.is_ascii_control()) {
+        return Err(InvalidService {
+            reason: "it contains a control character",
+        });
+    }
+    Ok(())
+}
+
+/// Version pins: one version for all services and/or one per service (custom wins).
+///
+/// Pins are immutable once built; they keep their encoded route-header form so that
+/// re-emitting them copies nothing.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Pins {
+    all: Option<Version>,
+    services: BTreeMap<Box<str>, Version>,
+    encoded: HeaderValue,
+}
+
+impl Pins {
+    /// Builds pins from `all` and per-service entries.
+    pub fn new<S: AsRef<str>>(
+        all: Option<Version>,
+        services: impl IntoIterator<Item = (S, Version)>,
+    ) -> Result<Self, InvalidService> {
+        let mut map = BTreeMap::new();
+        for (service, version) in services {
+            let service = service.as_ref();
+            validate_service(service)?;
+            map.insert(Box::<str>::from(service), version);
+        }
+        Ok(Self::from_parts(all, map, None))
+    }
+
+    /// Pins one version for every service.
+    pub fn all(version: Version) -> Self {
+        Self::from_parts(Some(version), BTreeMap::new(), None)
+    }
+
+    pub(crate) fn from_parts(
+        all: Option<Version>,
+        services: BTreeMap<Box<str>, Version>,
+        encoded: Option<HeaderValue>,
+    ) -> Self {
+        let encoded = encoded.unwrap_or_else(|| encode_route(&all, &services));
+        Pins {
+            all,
+            services,
+            encoded,
+        }
+    }
+
+    /// The version pinned for every service without its own entry.
+    pub fn all_version(&self) -> Option<&Version> {
+        self.all.as_ref()
+    }
+
+    /// The per-service entries, sorted by service name.
+    pub fn services(&self) -> impl Iterator<Item = (&str, &Version)> {
+        self.services.iter().map(|(k, v)| (&**k, v))
+    }
+
+    /// The version pinned for `service`: its own entry first, else `all`.
+    pub fn version_for(&self, service: &str) -> Option<&Version> {
+        self.services.get(service).or(self.all.as_ref())
+    }
+
+    /// `true` when nothing is pinned.
+    pub fn is_empty(&self) -> bool {
+        self.all.is_none() && self.services.is_empty()
+    }
+
+    /// The pins in seed 002's JSON route-header form, `{"all":"v2","custom":{"svc-b":"v3"}}`.
+    pub fn route_header_value(&self) -> &HeaderValue {
+        &self.encoded
+    }
+}
+
+impl fmt::Debug for Pins {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Pins")
+            .field("all", &self.all)
+            .field("custom", &self.services)
+            .finish()
+    }
+}
+
+fn encode_route(all: &Option<Version>, services: &BTreeMap<Box<str>, Version>) -> HeaderValue {
+    #[derive(serde::Serialize)]
+    struct Route<'a> {
+        #[serde(skip_serializing_if = "Option::is_none")]
+        all: Option<&'a str>,
+        #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+        custom: BTreeMap<&'a str, &'a str>,
+    }
+    let route = Route {
+        all: all.as_ref().map(Version::as_str),
+        custom: services.iter().map(|(k, v)| (&**k, v.as_str())).collect(),
+    };
+    // Versions are tokens and service names have no control characters, so the JSON is
+    // a valid header value; serde_json escapes everything else.
+    let json = serde_json::to_vec(&route).unwrap_or_else(|_| b"{}".to_vec());
+    HeaderValue::from_bytes(&json).unwrap_or_else(|_| HeaderValue::from_static("{}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn v(s: &str) -> Version {
+        Version::new(s).unwrap()
+    }
+
+    #[test]
+    fn custom_wins_over_all() {
+        let pins = Pins::new(Some(v("v2")), [("svc-b", v("v3"))]).unwrap();
+        assert_eq!(pins.version_for("svc-b").unwrap(), "v3");
+        assert_eq!(pins.version_for("svc-c").unwrap(), "v2");
+        assert_eq!(
+            pins.route_header_value(),
+            r#"{"all":"v2","custom":{"svc-b":"v3"}}"#
+        );
+    }
+
+    #[test]
+    fn empty_pins_are_dropped() {
+        let pins = Pins::new::<&str>(None, []).unwrap();
+        assert!(Context::pinned(pins).is_baseline());
+    }
+
+    #[test]
+    fn bad_service_names_are_rejected() {
+        assert!(Pins::new(None, [("", v("1"))]).is_err());
+        assert!(Pins::new(None, [("a\nb", v("1"))]).is_err());
+    }
+}

@@ -1,0 +1,73 @@
+//! Instance labels, as a registry reports them (`gray=true`, `lane=canary`, `version=2.0`).
+//!
+//! Labels are plain strings; what they mean for routing is decided by the matching policy.
+//!
+//! ```
+//! use gray_core::Labels;
+//!
+//! let labels = Labels::from_iter([("gray", "true"), ("version", "2.0")]);
+//! assert_eq!(labels.get("gray"), Some("true"));
+//! assert_eq!(labels.get("zone"), None);
+//! let json = serde_json::to_string(&labels).unwrap();
+//! assert_eq!(json, r#"{"gray":"true","version":"2.0"}"#);
+//! ```
+
+use std::collections::BTreeMap;
+
+/// The string labels of one instance, sorted by key.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(transparent)]
+pub struct Labels(BTreeMap<String, String>);
+
+impl Labels {
+    /// No labels.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The value of label `key`.
+    pub fn get(&self, key: &str) -> Option<&str> {
+        self.0.get(key).map(String::as_str)
+    }
+
+    /// Sets label `key`, returning the previous value.
+    pub fn insert(&mut self, key: impl Into<String>, value: impl Into<String>) -> Option<String> {
+        self.0.insert(key.into(), value.into())
+    }
+
+    /// Removes label `key`, returning its value.
+    pub fn remove(&mut self, key: &str) -> Option<String> {
+        self.0.remove(key)
+    }
+
+    /// All labels, sorted by key.
+    pub fn iter(&self) -> impl Iterator<Item = (&str, &str)> {
+        self.0.iter().map(|(k, v)| (k.as_str(), v.as_str()))
+    }
+
+    /// The number of labels.
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    /// `true` when there are no labels.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+impl<K: Into<String>, V: Into<String>> FromIterator<(K, V)> for Labels {
+    fn from_iter<I: IntoIterator<Item = (K, V)>>(iter: I) -> Self {
+        Labels(
+            iter.into_iter()
+                .map(|(k, v)| (k.into(), v.into()))
+                .collect(),
+        )
+    }
+}
+
+impl From<BTreeMap<String, String>> for Labels {
+    fn from(map: BTreeMap<String, String>) -> Self {
+        Labels(map)
+    }
+}

@@ -1,0 +1,37 @@
+//! The context model and wire codecs of **gray**: gray (canary) releases across a whole
+//! chain of services, as tower middleware.
+//!
+//! A request is *stained* once at the edge; the stain ([`Context`]: an optional [`Lane`]
+//! plus optional version [`Pins`]) then travels in headers through every hop. This crate
+//! holds what every other gray crate shares and nothing that needs a runtime:
+//!
+//! - [`name`]: [`Lane`] and [`Version`] names, interned by [`Names`];
+//! - [`context`]: the [`Context`] and its [`Pins`];
+//! - [`labels`]: the [`Labels`] a registry reports for an instance;
+//! - [`codec`]: how a context is read from and written to headers ([`Carriers`]): a plain
+//!   header, seed 002's JSON route header, or a member of the W3C `baggage` header.
+//!
+//! ```
+//! use gray_core::{Carriers, Context, Lane};
+//! use http::{HeaderMap, HeaderValue};
+//!
+//! let carriers = Carriers::default(); // x-gray-lane + x-gray-info
+//! let mut inbound = HeaderMap::new();
+//! inbound.insert("x-gray-lane", HeaderValue::from_static("canary"));
+//! let ctx = carriers.extract(&inbound).unwrap_or_default();
+//! assert_eq!(ctx, Context::in_lane(Lane::new("canary").unwrap()));
+//!
+//! let mut outbound = HeaderMap::new();
+//! carriers.inject(&ctx, &mut outbound);
+//! assert_eq!(outbound["x-gray-lane"], "canary");
+//! ```
+
+pub mod codec;
+pub mod context;
+pub mod labels;
+pub mod name;
+
+pub use codec::{Carrier, Carriers};
+pub use context::{Context, Pins};
+pub use labels::Labels;
+pub use name::{Lane, Names, Version};

@@ -1,0 +1,181 @@
+//! The task-local context, and the carriers that take it across task boundaries.
+//!
+//! [`ExtractContext`](crate::ExtractContext) sets the context for the whole handling of a
+//! request: the synchronous `call()` and every poll of the response future. Code running
+//! there reads it with [`current`]; [`PropagateContext`](crate::PropagateContext) writes it
+//! onto outbound requests.
+//!
+//! A tokio task-local lives in one task. It does **not** reach:
+//!
+//! | where | why | what to use |
+//! |---|---|---|
+//! | `tokio::spawn(fut)` | a new task | [`spawn`], or `tokio::spawn(fut.in_current_context())` ([`ContextExt`]) |
+//! | `tokio::task::spawn_blocking(f)` | a pool thread | [`spawn_blocking`] |
+//! | a service behind `tower::buffer::Buffer` (tonic's `Channel` is one) | the inner `call()` runs in the buffer's worker task | put [`PropagateContext`](crate::PropagateContext) outside the `Buffer`, or [`CaptureContext`](crate::CaptureContext) outside it so inner layers read the request extensions |
+//! | `std::thread::spawn` | a plain thread | capture with [`current`], then [`sync_scope`] inside the thread |
+//! | `JoinSet::spawn`, `LocalSet::spawn_local` | new tasks | wrap the future with [`ContextExt::in_current_context`] |
+//!
+//! ```
+//! use gray_core::{Context, Lane};
+//! use gray_tower::task::{self, ContextExt};
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() {
+//! let ctx = Context::in_lane(Lane::new("gray").unwrap());
+//! async {
+//!     // A bare tokio::spawn loses the context...
+//!     let lost = tokio::spawn(async { task::current() }).await.unwrap();
+//!     assert_eq!(lost, None);
+//!     // ...the carriers keep it.
+//!     let kept = task::spawn(async { task::current() }).await.unwrap();
+//!     assert_eq!(kept.unwrap().lane().unwrap(), "gray");
+//!     let kept = task::spawn_blocking(task::current).await.unwrap();
+//!     assert_eq!(kept.unwrap().lane().unwrap(), "gray");
+//! }
+//! .with_context(ctx)
+//! .await;
+//! # }
+//! ```
+
+use std::{
+    future::Future,
+    pin::Pin,
+    task::{Context as TaskCx, Poll},
+};
+
+use gray_core::Context;
+use pin_project_lite::pin_project;
+use tokio::task::{JoinHandle, futures::TaskLocalFuture};
+
+tokio::task_local! {
+    static CURRENT: Context;
+}
+
+/// The context of the current task, if one was set.
+///
+/// Cloning a context costs at most two `Arc` increments.
+pub fn current() -> Option<Context> {
+    CURRENT.try_with(Context::clone).ok()
+}
+
+/// Runs `fut` with `ctx` as the current context.
+pub fn scope<F: Future>(ctx: Context, fut: F) -> TaskLocalFuture<Context, F> {
+    CURRENT.scope(ctx, fut)
+}
+
+/// Runs the closure `f` with `ctx` as the current context (for synchronous code and
+/// plain threads).
+pub fn sync_scope<R>(ctx: Context, f: impl FnOnce() -> R) -> R {
+    CURRENT.sync_scope(ctx, f)
+}
+
+/// `tokio::spawn`, carrying the current context into the new task.
+pub fn spawn<F>(fut: F) -> JoinHandle<F::Output>
+where
+    F: Future + Send + 'static,
+    F::Output: Send + 'static,
+{
+    tokio::spawn(fut.in_current_context())
+}
+
+/// `tokio::task::spawn_blocking`, carrying the current context to the blocking thread.
+pub fn spawn_blocking<F, R>(f: F) -> JoinHandle<R>
+where
+    F: FnOnce() -> R + Send + 'static,
+    R: Send + 'static,
+{
+    match current() {
+        Some(ctx) => tokio::task::spawn_blocking(move || sync_scope(ctx, f)),
+        None => tokio::task::spawn_blocking(f),
+    }
+}
+
+/// Attaches a context to any future, so that it travels into `spawn`, `JoinSet`, a
+/// `select!` arm or a stream combinator.
+pub trait ContextExt: Future + Sized {
+    /// Runs this future with `ctx` as its current context.
+    fn with_context(self, ctx: Context) -> WithContext<Self> {
+        WithContext {
+            inner: Inner::Scoped {
+                fut: CURRENT.scope(ctx, self),
+            },
+        }
+    }
+
+    /// Runs this future with the context that is current *now*, when this is called
+    /// (or without one, if none is set).
+    fn in_current_context(self) -> WithContext<Self> {
+        match current() {
+            Some(ctx) => self.with_context(ctx),
+            None => WithContext {
+                inner: Inner::Bare { fut: self },
+            },
+        }
+    }
+}
+
+impl<F: Future> ContextExt for F {}
+
+pin_project! {
+    /// A future that runs with a captured context; see [`ContextExt`].
+    #[derive(Debug)]
+    #[must_use = "futures do nothing unless polled"]
+    pub struct WithContext<F: Future> {
+        #[pin]
+        inner: Inner<F>,
+    }
+}
+
+pin_project! {
+    #[project = InnerProj]
+    #[derive(Debug)]
+    enum Inner<F: Future> {
+        Scoped { #[pin] fut: TaskLocalFuture<Context, F> },
+        Bare { #[pin] fut: F },
+    }
+}
+
+impl<F: Future> Future for WithContext<F> {
+    type Output = F::Output;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut TaskCx<'_>) -> Poll<Self::Output> {
+        match self.project().inner.project() {
+            InnerProj::Scoped { fut } => fut.poll(cx),
+            InnerProj::Bare { fut } => fut.poll(cx),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use gray_core::Lane;
+
+    use super::*;
+
+    fn gray() -> Context {
+        Context::in_lane(Lane::new("gray").unwrap())
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn carriers_keep_the_context_and_bare_spawn_does_not() {
+        async {
+            assert_eq!(current(), Some(gray()));
+            assert_eq!(tokio::spawn(async { current() }).await.unwrap(), None);
+            assert_eq!(tokio::task::spawn_blocking(current).await.unwrap(), None);
+            assert_eq!(spawn(async { current() }).await.unwrap(), Some(gray()));
+            assert_eq!(spawn_blocking(current).await.unwrap(), Some(gray()));
+            let thread_ctx = current();
+            let from_thread = std::thread::spawn(move || match thread_ctx {
+                Some(ctx) => sync_scope(ctx, current),
+                None => None,
+            })
+            .join()
+            .unwrap();
+            assert_eq!(from_thread, Some(gray()));
+        }
+        .with_context(gray())
+        .await;
+        assert_eq!(current(), None);
+        assert_eq!(async { current() }.in_current_context().await, None);
+    }
+}
