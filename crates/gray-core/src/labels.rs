@@ -71,3 +71,16 @@ impl From<BTreeMap<String, String>> for Labels {
         Labels(map)
     }
 }
+
+/// Anything that knows its instance labels: a registry instance, or an endpoint service
+/// built from one. The balancer reads labels through this trait.
+pub trait Labelled {
+    /// The labels of this instance.
+    fn labels(&self) -> &Labels;
+}
+
+impl Labelled for Labels {
+    fn labels(&self) -> &Labels {
+        self
+    }
+}

@@ -33,5 +33,5 @@ pub mod name;
 
 pub use codec::{Carrier, Carriers};
 pub use context::{Context, Pins};
-pub use labels::Labels;
+pub use labels::{Labelled, Labels};
 pub use name::{Lane, Names, Version};
