@@ -29,9 +29,11 @@
 pub mod codec;
 pub mod context;
 pub mod labels;
+pub mod matching;
 pub mod name;
 
 pub use codec::{Carrier, Carriers};
 pub use context::{Context, Pins};
 pub use labels::{Labelled, Labels};
+pub use matching::{Fallback, Policy, Unlabelled, Unroutable};
 pub use name::{Lane, Names, Version};

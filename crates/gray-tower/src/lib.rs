@@ -1,5 +1,67 @@
 //! Tower layers that carry a gray stain from every inbound request to every outbound call.
+//!
+//! ```text
+//! inbound ──► ExtractContext ──► handler ──► PropagateContext ──► client ──► next service
+//!              reads carriers     task-local    writes carriers
+//!              into extensions    + extensions
+//!              and task-local
+//! ```
+//!
+//! | module | what |
+//! |---|---|
+//! | [`extract`] | server layer: reads the stain into the request extensions and a task-local |
+//! | [`propagate`] | client layer for any `tower::Service<http::Request<B>>` (hyper-util, tonic) |
+//! | [`capture`] | copies the task-local into the extensions, for stacks with a `Buffer` |
+//! | [`task`] | the task-local, and `spawn` / `spawn_blocking` / future carriers |
+//! | `reqwest` | the client side as a `reqwest-middleware` middleware (feature `reqwest`) |
+//!
+//! # Cargo features
+//!
+//! | feature | default | what |
+//! |---|---|---|
+//! | `reqwest` | no | [`reqwest::PropagateMiddleware`](crate::reqwest) for `reqwest-middleware` |
+//!
+//! The layers work unchanged on tonic servers (`Server::builder().layer(..)`) and around a
+//! tonic `Channel`: both speak `http::Request`.
+//!
+//! ```
+//! use gray_core::Context;
+//! use gray_tower::{ExtractContextLayer, PropagateContextLayer, task};
+//! use http::{Request, Response};
+//! use tower::{Service, ServiceBuilder, ServiceExt, service_fn};
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), tower::BoxError> {
+//! // The outbound client: stands in for hyper-util's Client, echoes the header it got.
+//! let client = ServiceBuilder::new()
+//!     .layer(PropagateContextLayer::new())
+//!     .service(service_fn(|req: Request<()>| async move {
+//!         Ok::<_, tower::BoxError>(Response::new(req.headers().get("x-gray-lane").cloned()))
+//!     }));
+//!
+//! // The inbound service: its handler calls the client without passing any context.
+//! let server = ServiceBuilder::new()
+//!     .layer(ExtractContextLayer::new())
+//!     .service(service_fn(move |_req: Request<()>| {
+//!         let client = client.clone();
+//!         async move { client.oneshot(Request::new(())).await }
+//!     }));
+//!
+//! let inbound = Request::builder().header("x-gray-lane", "gray").body(())?;
+//! let res = server.oneshot(inbound).await?;
+//! assert_eq!(res.body().as_ref().unwrap(), "gray");
+//! # Ok(())
+//! # }
+//! ```
 
+pub mod capture;
+pub mod extract;
+pub mod propagate;
+#[cfg(feature = "reqwest")]
+pub mod reqwest;
 pub mod task;
 
+pub use capture::{CaptureContext, CaptureContextLayer};
+pub use extract::{ExtractContext, ExtractContextLayer};
+pub use propagate::{Existing, PropagateContext, PropagateContextLayer};
 pub use task::{ContextExt, current};

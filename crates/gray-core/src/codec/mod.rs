@@ -11,9 +11,9 @@
 //! | [`BaggageMember`] | `baggage: gray.lane=canary,userId=42` (W3C) | a lane, beside other members |
 //!
 //! [`Carriers`] bundles the ones a service uses. Reading is lenient: a carrier that is
-//! absent, malformed, oversized or duplicated contributes nothing (the request stays
-//! unstained unless another carrier stains it) and a `tracing` event at debug level, target
-//! `gray::codec`, says why. Nothing on this path panics or fails the request.
+//! malformed, oversized or duplicated contributes no stain (the request is unstained unless
+//! another carrier stains it) and a `tracing` event at debug level, target `gray::codec`,
+//! says why. Nothing on this path panics or fails the request.
 //!
 //! When several carriers are present, the first one in the list that yields a lane (or an
 //! explicit baseline, such as `gray: false`) decides the lane, and the first one that yields
@@ -338,9 +338,9 @@ impl Carriers {
 
     /// Reads the context from `headers`.
     ///
-    /// Returns `None` when no carrier is present (or every present one was rejected), so the
-    /// caller can apply its own default; `Some(Context::baseline())` when a carrier says
-    /// explicitly that the request is baseline.
+    /// Returns `None` when no carrier is present at all, so the caller can apply its own
+    /// default. A carrier that is present but malformed counts as present and unstained
+    /// (seed 000: "anything else is false"), as does an explicit `gray: false`.
     pub fn extract(&self, headers: &HeaderMap) -> Option<Context> {
         self.extract_with(headers, |rejection| {
             tracing::debug!(
@@ -382,7 +382,10 @@ impl Carriers {
                         pins = Some(p);
                     }
                 }
-                Err(rejection) => on_reject(&rejection),
+                Err(rejection) => {
+                    found = true;
+                    on_reject(&rejection);
+                }
             }
         }
         found.then(|| Context::baseline().with_lane(lane).with_shared_pins(pins))

@@ -1,0 +1,125 @@
+//! Copy the task-local context into the request extensions, for layers that run elsewhere.
+//!
+//! A service behind `tower::buffer::Buffer` (tonic's `Channel` is one) runs its `call()` in
+//! the buffer's worker task, where the caller's task-local context is not set. Put
+//! [`CaptureContextLayer`] *outside* the buffer: it stores the caller's context in the
+//! request extensions, which travel with the request, so that [`PropagateContext`] or a
+//! balancer inside the buffer still sees it. A request that already has a context in its
+//! extensions keeps it.
+//!
+//! This costs one small allocation per request (the extensions map); when you can, put
+//! [`PropagateContext`] outside the buffer instead, which needs no capture.
+//!
+//! [`PropagateContext`]: crate::PropagateContext
+//!
+//! ```
+//! use gray_core::{Context, Lane};
+//! use gray_tower::{CaptureContextLayer, ContextExt, PropagateContextLayer};
+//! use http::{Request, Response};
+//! use tower::{ServiceBuilder, ServiceExt, buffer::Buffer, service_fn};
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), tower::BoxError> {
+//! let inner = ServiceBuilder::new()
+//!     .layer(PropagateContextLayer::new())
+//!     .service(service_fn(|req: Request<()>| async move {
+//!         Ok::<_, tower::BoxError>(Response::new(req.headers().get("x-gray-lane").cloned()))
+//!     }));
+//! // The buffer's worker task runs `inner`; the capture layer runs in the caller's task.
+//! let client = ServiceBuilder::new()
+//!     .layer(CaptureContextLayer::new())
+//!     .service(Buffer::new(inner, 16));
+//!
+//! let ctx = Context::in_lane(Lane::new("gray")?);
+//! let res = client.oneshot(Request::new(())).with_context(ctx).await?;
+//! assert_eq!(res.body().as_ref().unwrap(), "gray");
+//! # Ok(())
+//! # }
+//! ```
+
+use std::task::{Context as TaskCx, Poll};
+
+use gray_core::Context;
+use http::Request;
+use tower_layer::Layer;
+use tower_service::Service;
+
+use crate::task;
+
+/// Builds [`CaptureContext`].
+#[derive(Debug, Clone, Copy, Default)]
+pub struct CaptureContextLayer {
+    _priv: (),
+}
+
+impl CaptureContextLayer {
+    /// A new capture layer.
+    pub fn new() -> Self {
+        Self::default()
+    }
+}
+
+impl<S> Layer<S> for CaptureContextLayer {
+    type Service = CaptureContext<S>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        CaptureContext { inner }
+    }
+}
+
+/// Stores the task-local context in the request extensions, unless one is there already.
+///
+/// Built by [`CaptureContextLayer`].
+#[derive(Debug, Clone)]
+pub struct CaptureContext<S> {
+    inner: S,
+}
+
+impl<S> CaptureContext<S> {
+    /// Wraps `inner`.
+    pub fn new(inner: S) -> Self {
+        CaptureContext { inner }
+    }
+
+    /// A layer that builds this service.
+    pub fn layer() -> CaptureContextLayer {
+        CaptureContextLayer::new()
+    }
+
+    /// The inner service.
+    pub fn get_ref(&self) -> &S {
+        &self.inner
+    }
+
+    /// The inner service, mutably.
+    pub fn get_mut(&mut self) -> &mut S {
+        &mut self.inner
+    }
+
+    /// Unwraps the inner service.
+    pub fn into_inner(self) -> S {
+        self.inner
+    }
+}
+
+impl<S, B> Service<Request<B>> for CaptureContext<S>
+where
+    S: Service<Request<B>>,
+{
+    type Response = S::Response;
+    type Error = S::Error;
+    type Future = S::Future;
+
+    fn poll_ready(&mut self, cx: &mut TaskCx<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, mut req: Request<B>) -> Self::Future {
+        if req.extensions().get::<Context>().is_none() {
+            if let Some(ctx) = task::current() {
+                req.extensions_mut().insert(ctx);
+            }
+        }
+        self.inner.call(req)
+    }
+}

@@ -1,0 +1,278 @@
+//! Server side: read the stain of every inbound request.
+//!
+//! [`ExtractContextLayer`] reads the configured [`Carriers`] of each request, puts the
+//! resulting [`Context`] into the request extensions, and makes it the task-local context
+//! (see [`crate::task`]) for both the synchronous `call()` of the inner service and every
+//! poll of its response future. A request without any carrier gets the layer's default
+//! context: baseline, unless [`ExtractContextLayer::with_default`] says otherwise (seed 000:
+//! a gray instance treats an unstained request as its own lane).
+//!
+//! Malformed carriers never fail the request: they are ignored, with a `tracing` event.
+//!
+//! ```
+//! use gray_core::Context;
+//! use gray_tower::{ExtractContextLayer, task};
+//! use http::{Request, Response};
+//! use tower::{ServiceBuilder, ServiceExt, service_fn};
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), tower::BoxError> {
+//! let svc = ServiceBuilder::new()
+//!     .layer(ExtractContextLayer::new())
+//!     .service(service_fn(|req: Request<()>| async move {
+//!         let from_extensions = req.extensions().get::<Context>().cloned();
+//!         let from_task = task::current();
+//!         assert_eq!(from_extensions, from_task);
+//!         let lane = from_task.and_then(|c| c.lane().map(|l| l.to_string()));
+//!         Ok::<_, tower::BoxError>(Response::new(lane.unwrap_or_default()))
+//!     }));
+//!
+//! let req = Request::builder().header("x-gray-lane", "canary").body(())?;
+//! let res = svc.oneshot(req).await?;
+//! assert_eq!(res.body(), "canary");
+//! # Ok(())
+//! # }
+//! ```
+
+use std::{
+    future::Future,
+    pin::Pin,
+    sync::Arc,
+    task::{Context as TaskCx, Poll},
+};
+
+use gray_core::{Carriers, Context};
+use http::Request;
+use pin_project_lite::pin_project;
+use tokio::task::futures::TaskLocalFuture;
+use tower_layer::Layer;
+use tower_service::Service;
+
+use crate::task;
+
+#[derive(Debug)]
+struct Config {
+    carriers: Carriers,
+    default: Context,
+}
+
+/// Builds [`ExtractContext`]: reads the stain of each inbound request.
+#[derive(Debug, Clone)]
+pub struct ExtractContextLayer {
+    config: Arc<Config>,
+}
+
+impl Default for ExtractContextLayer {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl ExtractContextLayer {
+    /// Reads the default carriers (`x-gray-lane` and `x-gray-info`).
+    pub fn new() -> Self {
+        Self::with_carriers(Carriers::default())
+    }
+
+    /// Reads `carriers`.
+    pub fn with_carriers(carriers: Carriers) -> Self {
+        ExtractContextLayer {
+            config: Arc::new(Config {
+                carriers,
+                default: Context::baseline(),
+            }),
+        }
+    }
+
+    /// Uses `ctx` for requests that carry no stain at all (an explicit `gray: false` still
+    /// means baseline). Seed 000 sets this to the instance's own lane on gray instances.
+    pub fn with_default(self, ctx: Context) -> Self {
+        let carriers = self.config.carriers.clone();
+        ExtractContextLayer {
+            config: Arc::new(Config {
+                carriers,
+                default: ctx,
+            }),
+        }
+    }
+
+    /// The carriers this layer reads.
+    pub fn carriers(&self) -> &Carriers {
+        &self.config.carriers
+    }
+}
+
+impl<S> Layer<S> for ExtractContextLayer {
+    type Service = ExtractContext<S>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        ExtractContext {
+            inner,
+            config: self.config.clone(),
+        }
+    }
+}
+
+/// Reads the stain of each inbound request into its extensions and the task-local context.
+///
+/// Built by [`ExtractContextLayer`].
+#[derive(Debug, Clone)]
+pub struct ExtractContext<S> {
+    inner: S,
+    config: Arc<Config>,
+}
+
+impl<S> ExtractContext<S> {
+    /// Wraps `inner`, reading the default carriers.
+    pub fn new(inner: S) -> Self {
+        ExtractContextLayer::new().layer(inner)
+    }
+
+    /// A layer that reads the default carriers.
+    pub fn layer() -> ExtractContextLayer {
+        ExtractContextLayer::new()
+    }
+
+    /// The inner service.
+    pub fn get_ref(&self) -> &S {
+        &self.inner
+    }
+
+    /// The inner service, mutably.
+    pub fn get_mut(&mut self) -> &mut S {
+        &mut self.inner
+    }
+
+    /// Unwraps the inner service.
+    pub fn into_inner(self) -> S {
+        self.inner
+    }
+}
+
+impl<S, B> Service<Request<B>> for ExtractContext<S>
+where
+    S: Service<Request<B>>,
+{
+    type Response = S::Response;
+    type Error = S::Error;
+    type Future = ResponseFuture<S::Future>;
+
+    fn poll_ready(&mut self, cx: &mut TaskCx<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, mut req: Request<B>) -> Self::Future {
+        let ctx = self
+            .config
+            .carriers
+            .extract(req.headers())
+            .unwrap_or_else(|| self.config.default.clone());
+        req.extensions_mut().insert(ctx.clone());
+        ResponseFuture::scoped(ctx, req, &mut self.inner)
+    }
+}
+
+pin_project! {
+    /// The response future of [`ExtractContext`]: the inner future, polled with the
+    /// request's context as the task-local context.
+    #[derive(Debug)]
+    pub struct ResponseFuture<F> {
+        #[pin]
+        inner: TaskLocalFuture<Context, F>,
+    }
+}
+
+impl<F: Future> ResponseFuture<F> {
+    /// Calls `inner` with `ctx` as the task-local context, and keeps it set for every poll
+    /// of the returned future.
+    pub fn scoped<S, R>(ctx: Context, req: R, inner: &mut S) -> Self
+    where
+        S: Service<R, Future = F>,
+    {
+        let fut = task::sync_scope(ctx.clone(), || inner.call(req));
+        ResponseFuture {
+            inner: task::scope(ctx, fut),
+        }
+    }
+}
+
+impl<F: Future> Future for ResponseFuture<F> {
+    type Output = F::Output;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut TaskCx<'_>) -> Poll<Self::Output> {
+        self.project().inner.poll(cx)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use gray_core::{
+        Lane,
+        codec::{PlainHeader, RouteHeader},
+    };
+    use http::{HeaderName, Response};
+    use tower::{ServiceExt, service_fn};
+
+    use super::*;
+
+    async fn lane_seen(layer: ExtractContextLayer, req: Request<()>) -> Option<String> {
+        let svc = layer.layer(service_fn(|req: Request<()>| async move {
+            // The future is polled after an await point: the scope must still hold.
+            tokio::task::yield_now().await;
+            let ext = req.extensions().get::<Context>().cloned();
+            assert_eq!(ext, task::current());
+            Ok::<_, std::convert::Infallible>(Response::new(
+                task::current().and_then(|c| c.lane().map(ToString::to_string)),
+            ))
+        }));
+        svc.oneshot(req).await.unwrap().into_body()
+    }
+
+    #[tokio::test]
+    async fn stained_and_unstained_requests() {
+        let req = Request::builder()
+            .header("x-gray-lane", "gray")
+            .body(())
+            .unwrap();
+        assert_eq!(
+            lane_seen(ExtractContextLayer::new(), req).await.as_deref(),
+            Some("gray")
+        );
+        let req = Request::new(());
+        assert_eq!(lane_seen(ExtractContextLayer::new(), req).await, None);
+    }
+
+    #[tokio::test]
+    async fn malformed_inputs_are_unstained() {
+        let carriers = Carriers::new()
+            .with(PlainHeader::lane(HeaderName::from_static("x-gray-lane")))
+            .with(RouteHeader::new(HeaderName::from_static("x-gray-info")));
+        for (name, value) in [
+            ("x-gray-lane", &b"\xff\xfe"[..]),
+            ("x-gray-lane", &[b'a'; 300][..]),
+            ("x-gray-info", b"{not json"),
+        ] {
+            let mut req = Request::new(());
+            req.headers_mut()
+                .insert(name, http::HeaderValue::from_bytes(value).unwrap());
+            let layer = ExtractContextLayer::with_carriers(carriers.clone());
+            assert_eq!(lane_seen(layer, req).await, None);
+        }
+    }
+
+    #[tokio::test]
+    async fn default_applies_only_without_a_carrier() {
+        let gray = Lane::new("gray").unwrap();
+        let layer = ExtractContextLayer::with_carriers(Carriers::new().with(PlainHeader::flag(
+            HeaderName::from_static("gray"),
+            gray.clone(),
+        )))
+        .with_default(Context::in_lane(gray));
+        assert_eq!(
+            lane_seen(layer.clone(), Request::new(())).await.as_deref(),
+            Some("gray")
+        );
+        let explicit = Request::builder().header("gray", "False").body(()).unwrap();
+        assert_eq!(lane_seen(layer, explicit).await, None);
+    }
+}

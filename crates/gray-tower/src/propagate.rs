@@ -1,0 +1,195 @@
+//! Client side: write the stain onto every outbound request.
+//!
+//! [`PropagateContextLayer`] wraps any `tower::Service<http::Request<B>>` client: the
+//! hyper-util `Client`, a tonic `Channel`, a balancer. For each request it takes the context
+//! from the request extensions first, else from the task-local context (see
+//! [`crate::task`]), and writes it into the configured [`Carriers`]. A request with neither
+//! is sent as it is.
+//!
+//! # A request that already carries a stain
+//!
+//! [`Existing::Keep`] (the default): when any configured carrier is already present on the
+//! outbound request, for example because the handler set it on purpose or copied the inbound
+//! headers, the request is sent untouched. [`Existing::Replace`]: the carriers are removed
+//! (for `baggage`, only the stain's member) and rewritten from the context.
+//!
+//! ```
+//! use gray_core::{Context, Lane};
+//! use gray_tower::{ContextExt, PropagateContextLayer};
+//! use http::{Request, Response};
+//! use tower::{ServiceBuilder, ServiceExt, service_fn};
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), tower::BoxError> {
+//! // A stand-in for an HTTP client: answers with the lane header it was sent.
+//! let client = ServiceBuilder::new()
+//!     .layer(PropagateContextLayer::new())
+//!     .service(service_fn(|req: Request<()>| async move {
+//!         let sent = req.headers().get("x-gray-lane").cloned();
+//!         Ok::<_, tower::BoxError>(Response::new(sent))
+//!     }));
+//!
+//! let ctx = Context::in_lane(Lane::new("canary")?);
+//! let res = client.oneshot(Request::new(())).with_context(ctx).await?;
+//! assert_eq!(res.body().as_ref().unwrap(), "canary");
+//! # Ok(())
+//! # }
+//! ```
+
+use std::{
+    sync::Arc,
+    task::{Context as TaskCx, Poll},
+};
+
+use gray_core::{Carriers, Context};
+use http::{HeaderMap, Request};
+use tower_layer::Layer;
+use tower_service::Service;
+
+use crate::task;
+
+/// What to do with an outbound request that already carries a stain carrier.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Existing {
+    /// Send the request untouched (the caller's explicit stain wins).
+    #[default]
+    Keep,
+    /// Remove the carriers and write the current context instead.
+    Replace,
+}
+
+/// How a context is written onto outbound headers; shared by [`PropagateContext`] and the
+/// reqwest middleware.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Propagator {
+    pub(crate) carriers: Carriers,
+    pub(crate) existing: Existing,
+}
+
+impl Propagator {
+    /// Writes `ctx` (or, without one, the task-local context) into `headers`.
+    pub(crate) fn apply(&self, ctx: Option<&Context>, headers: &mut HeaderMap) {
+        let current;
+        let ctx = match ctx {
+            Some(ctx) => ctx,
+            None => match task::current() {
+                Some(ctx) => {
+                    current = ctx;
+                    &current
+                }
+                None => return,
+            },
+        };
+        match self.existing {
+            Existing::Keep => {
+                if !self.carriers.is_present(headers) {
+                    self.carriers.inject(ctx, headers);
+                }
+            }
+            Existing::Replace => {
+                self.carriers.strip(headers);
+                self.carriers.inject(ctx, headers);
+            }
+        }
+    }
+}
+
+/// Builds [`PropagateContext`]: writes the stain onto each outbound request.
+#[derive(Debug, Clone, Default)]
+pub struct PropagateContextLayer {
+    propagator: Arc<Propagator>,
+}
+
+impl PropagateContextLayer {
+    /// Writes the default carriers (`x-gray-lane` and `x-gray-info`), keeping existing ones.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Writes `carriers`, keeping existing ones.
+    pub fn with_carriers(carriers: Carriers) -> Self {
+        PropagateContextLayer {
+            propagator: Arc::new(Propagator {
+                carriers,
+                existing: Existing::Keep,
+            }),
+        }
+    }
+
+    /// Sets the rule for a request that already carries a stain.
+    pub fn existing(self, existing: Existing) -> Self {
+        PropagateContextLayer {
+            propagator: Arc::new(Propagator {
+                carriers: self.propagator.carriers.clone(),
+                existing,
+            }),
+        }
+    }
+}
+
+impl<S> Layer<S> for PropagateContextLayer {
+    type Service = PropagateContext<S>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        PropagateContext {
+            inner,
+            propagator: self.propagator.clone(),
+        }
+    }
+}
+
+/// Writes the stain of the request (extensions first, else the task-local context) onto it.
+///
+/// Built by [`PropagateContextLayer`]. Adds nothing to the response future.
+#[derive(Debug, Clone)]
+pub struct PropagateContext<S> {
+    inner: S,
+    propagator: Arc<Propagator>,
+}
+
+impl<S> PropagateContext<S> {
+    /// Wraps `inner`, writing the default carriers.
+    pub fn new(inner: S) -> Self {
+        PropagateContextLayer::new().layer(inner)
+    }
+
+    /// A layer that writes the default carriers.
+    pub fn layer() -> PropagateContextLayer {
+        PropagateContextLayer::new()
+    }
+
+    /// The inner service.
+    pub fn get_ref(&self) -> &S {
+        &self.inner
+    }
+
+    /// The inner service, mutably.
+    pub fn get_mut(&mut self) -> &mut S {
+        &mut self.inner
+    }
+
+    /// Unwraps the inner service.
+    pub fn into_inner(self) -> S {
+        self.inner
+    }
+}
+
+impl<S, B> Service<Request<B>> for PropagateContext<S>
+where
+    S: Service<Request<B>>,
+{
+    type Response = S::Response;
+    type Error = S::Error;
+    type Future = S::Future;
+
+    fn poll_ready(&mut self, cx: &mut TaskCx<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, mut req: Request<B>) -> Self::Future {
+        // Cloning a context is at most two `Arc` increments.
+        let ctx = req.extensions().get::<Context>().cloned();
+        self.propagator.apply(ctx.as_ref(), req.headers_mut());
+        self.inner.call(req)
+    }
+}
