@@ -1,0 +1,125 @@
+//! Shared pieces of the real-network test suite: servers on 127.0.0.1 ports, the echo
+//! handler that reports the stain a service saw, and the gRPC test protocol.
+
+use std::net::SocketAddr;
+
+use axum::{Router, http::HeaderMap};
+use tokio::{net::TcpListener, task::JoinHandle};
+
+/// The gRPC test protocol (`proto/chain.proto`).
+#[allow(missing_docs, unreachable_pub, clippy::all)]
+pub mod proto {
+    tonic::include_proto!("chain");
+}
+
+/// A server running on a loopback port; stopped when dropped.
+#[derive(Debug)]
+pub struct Server {
+    addr: SocketAddr,
+    handle: JoinHandle<()>,
+}
+
+impl Server {
+    /// The address it listens on.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// `http://127.0.0.1:port` followed by `path`.
+    pub fn url(&self, path: &str) -> String {
+        format!("http://{}{}", self.addr, path)
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.handle.abort();
+    }
+}
+
+/// Binds a free port on 127.0.0.1.
+pub async fn loopback_listener() -> TcpListener {
+    TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind a loopback port")
+}
+
+/// Serves `router` on a free loopback port.
+pub async fn serve(router: Router) -> Server {
+    let listener = loopback_listener().await;
+    let addr = listener.local_addr().expect("local address");
+    let handle = tokio::spawn(async move {
+        axum::serve(
+            listener,
+            router.into_make_service_with_connect_info::<SocketAddr>(),
+        )
+        .await
+        .expect("serve");
+    });
+    Server { addr, handle }
+}
+
+/// What the last service of a chain saw, as reported by [`echo`].
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Seen {
+    /// The lane of the task-local context (`None` when baseline).
+    pub lane: Option<String>,
+    /// The lane in the request extensions; must equal `lane`.
+    pub extension_lane: Option<String>,
+    /// The raw `x-gray-info` header.
+    pub route: Option<String>,
+    /// The raw `baggage` header.
+    pub baggage: Option<String>,
+}
+
+impl Seen {
+    /// Parses an [`echo`] body.
+    pub fn parse(body: &str) -> Seen {
+        let mut seen = Seen::default();
+        for line in body.lines() {
+            let Some((key, value)) = line.split_once('=') else {
+                continue;
+            };
+            let value = (!value.is_empty()).then(|| value.to_string());
+            match key {
+                "lane" => seen.lane = value,
+                "ext" => seen.extension_lane = value,
+                "route" => seen.route = value,
+                "baggage" => seen.baggage = value,
+                _ => {}
+            }
+        }
+        seen
+    }
+}
+
+/// The handler of the last service: reports the stain it saw, one `key=value` a line.
+pub async fn echo(ctx: Option<axum::Extension<gray_core::Context>>, headers: HeaderMap) -> String {
+    let lane = gray_tower::task::current()
+        .and_then(|c| c.lane().map(ToString::to_string))
+        .unwrap_or_default();
+    let ext = ctx
+        .and_then(|axum::Extension(c)| c.lane().map(ToString::to_string))
+        .unwrap_or_default();
+    let header = |name: &str| {
+        headers
+            .get_all(name)
+            .iter()
+            .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned())
+            .collect::<Vec<_>>()
+            .join(",")
+    };
+    format!(
+        "lane={lane}\next={ext}\nroute={}\nbaggage={}\n",
+        header("x-gray-info"),
+        header("baggage")
+    )
+}
+
+impl Server {
+    /// A server already running in `handle`, listening on `addr` (for servers other than
+    /// axum's, such as a tonic gRPC server); aborted when dropped.
+    pub fn running(addr: SocketAddr, handle: JoinHandle<()>) -> Server {
+        Server { addr, handle }
+    }
+}
