@@ -25,9 +25,9 @@ async fn lane_header(headers: HeaderMap) -> String {
 async fn main() -> Result<(), BoxError> {
     let listener = TcpListener::bind("127.0.0.1:0").await?;
     let url = format!("http://{}/", listener.local_addr()?);
-    tokio::spawn(async move {
-        axum::serve(listener, Router::new().route("/", get(lane_header))).await
-    });
+    tokio::spawn(
+        async move { axum::serve(listener, Router::new().route("/", get(lane_header))).await },
+    );
 
     let client = ClientBuilder::new(reqwest::Client::new())
         .with(PropagateMiddleware::new())
@@ -69,7 +69,12 @@ async fn main() -> Result<(), BoxError> {
     println!("task::spawn from job -> {spawned}");
     println!("request extension    -> {explicit}");
     assert_eq!(
-        (plain.as_str(), direct.as_str(), spawned.as_str(), explicit.as_str()),
+        (
+            plain.as_str(),
+            direct.as_str(),
+            spawned.as_str(),
+            explicit.as_str()
+        ),
         ("baseline", "canary", "canary", "blue")
     );
     Ok(())

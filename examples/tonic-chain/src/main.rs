@@ -108,11 +108,15 @@ async fn main() -> Result<(), BoxError> {
             .await?,
     );
     let unstained = entry
-        .greet(GreetRequest { name: "plain".into() })
+        .greet(GreetRequest {
+            name: "plain".into(),
+        })
         .await?
         .into_inner()
         .hops;
-    let mut stained = Request::new(GreetRequest { name: "gray".into() });
+    let mut stained = Request::new(GreetRequest {
+        name: "gray".into(),
+    });
     stained
         .metadata_mut()
         .insert("x-gray-lane", "gray".parse()?);
