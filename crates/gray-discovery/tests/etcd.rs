@@ -1,0 +1,359 @@
+//! gray-discovery against a real etcd server (started by `support::etcd`; needs the `etcd`
+//! binary, Debian package `etcd-server`).
+
+mod support;
+
+use std::time::Duration;
+
+use etcd_client::{Client, CompactionOptions};
+use gray_core::Labels;
+use gray_discovery::{Instance, etcd::EtcdRegistry};
+use support::{
+    assert_quiet,
+    etcd::{Etcd, Proxy, connect},
+    next, take,
+};
+
+const PREFIX: &str = "/gray";
+
+fn registry(client: Client) -> EtcdRegistry {
+    EtcdRegistry::new(client, PREFIX)
+        .with_backoff(Duration::from_millis(20), Duration::from_millis(300))
+        .with_request_timeout(Duration::from_secs(2))
+}
+
+async fn put(client: &mut Client, id: &str, value: &str) -> i64 {
+    client
+        .put(format!("{PREFIX}/orders/{id}"), value, None)
+        .await
+        .expect("put")
+        .header()
+        .expect("header")
+        .revision()
+}
+
+async fn del(client: &mut Client, id: &str) -> i64 {
+    client
+        .delete(format!("{PREFIX}/orders/{id}"), None)
+        .await
+        .expect("delete")
+        .header()
+        .expect("header")
+        .revision()
+}
+
+fn record(port: u16, labels: &str) -> String {
+    format!(r#"{{"address": "127.0.0.1:{port}", "labels": {{{labels}}}}}"#)
+}
+
+async fn put_abc(client: &mut Client) {
+    put(client, "a", &record(1, "")).await;
+    put(client, "b", &record(2, r#""version": "1.0""#)).await;
+    put(client, "c", &record(3, r#""gray": "true""#)).await;
+}
+
+/// Puts `w` and waits for it on the stream: from then on the stream is watching, not just
+/// serving its first list.
+async fn until_watching<S>(client: &mut Client, stream: &mut S)
+where
+    S: futures_util::Stream<
+            Item = Result<
+                tower::discover::Change<gray_discovery::InstanceId, Instance>,
+                gray_discovery::Error,
+            >,
+        > + Unpin,
+{
+    put(client, "w", &record(23, "")).await;
+    assert_eq!(next(stream).await, "+w http://127.0.0.1:23 {}");
+}
+
+const ABC: [&str; 3] = [
+    "+a http://127.0.0.1:1 {}",
+    "+b http://127.0.0.1:2 {version=1.0}",
+    "+c http://127.0.0.1:3 {gray=true}",
+];
+
+#[tokio::test]
+async fn three_registered_instances_appear() {
+    let etcd = Etcd::start().await;
+    let mut client = etcd.client().await;
+    let registry = registry(client.clone());
+
+    // Two before the stream starts (the list), one after (the watch).
+    put(&mut client, "a", &record(1, "")).await;
+    put(&mut client, "b", &record(2, r#""version": "1.0""#)).await;
+    // Another service under the same prefix is not part of this stream.
+    client
+        .put(format!("{PREFIX}/payments/p"), record(9, ""), None)
+        .await
+        .unwrap();
+    let mut orders = registry.service("orders").unwrap();
+    assert_eq!(take(&mut orders, 2).await, ABC[..2]);
+    put(&mut client, "c", &record(3, r#""gray": "true""#)).await;
+    assert_eq!(next(&mut orders).await, ABC[2]);
+
+    let mut payments = registry.service("payments").unwrap();
+    assert_eq!(next(&mut payments).await, "+p http://127.0.0.1:9 {}");
+}
+
+#[tokio::test]
+async fn label_change_is_one_insert_that_replaces() {
+    let etcd = Etcd::start().await;
+    let mut client = etcd.client().await;
+    put_abc(&mut client).await;
+    let mut orders = registry(client.clone()).service("orders").unwrap();
+    assert_eq!(take(&mut orders, 3).await, ABC);
+
+    put(
+        &mut client,
+        "b",
+        &record(2, r#""version": "2.0", "gray": "true""#),
+    )
+    .await;
+    // Same id, no Remove first: the balancer replaces the instance in place.
+    assert_eq!(
+        next(&mut orders).await,
+        "+b http://127.0.0.1:2 {gray=true,version=2.0}"
+    );
+    // A put that changes nothing yields nothing; the next change is the sentinel.
+    put(
+        &mut client,
+        "b",
+        &record(2, r#""gray": "true", "version": "2.0""#),
+    )
+    .await;
+    put(&mut client, "z", &record(26, "")).await;
+    assert_eq!(next(&mut orders).await, "+z http://127.0.0.1:26 {}");
+}
+
+#[tokio::test]
+async fn delete_is_a_remove() {
+    let etcd = Etcd::start().await;
+    let mut client = etcd.client().await;
+    put_abc(&mut client).await;
+    let mut orders = registry(client.clone()).service("orders").unwrap();
+    assert_eq!(take(&mut orders, 3).await, ABC);
+
+    del(&mut client, "b").await;
+    assert_eq!(next(&mut orders).await, "-b");
+    del(&mut client, "nothing-here").await;
+    put(&mut client, "z", &record(26, "")).await;
+    assert_eq!(next(&mut orders).await, "+z http://127.0.0.1:26 {}");
+}
+
+#[tokio::test]
+async fn malformed_values_are_skipped() {
+    let etcd = Etcd::start().await;
+    let mut client = etcd.client().await;
+    put(&mut client, "a", &record(1, "")).await;
+    put(&mut client, "bad-json", "not json").await;
+    put(
+        &mut client,
+        "bad-address",
+        r#"{"address": "127.0.0.1:port"}"#,
+    )
+    .await;
+    put(&mut client, "bad-field", r#"{"adress": "127.0.0.1:5"}"#).await;
+    put(&mut client, "d", &record(4, "")).await;
+    client
+        .put(format!("{PREFIX}/orders/nested/key"), record(7, ""), None)
+        .await
+        .unwrap();
+    let mut orders = registry(client.clone()).service("orders").unwrap();
+    assert_eq!(
+        take(&mut orders, 2).await,
+        ["+a http://127.0.0.1:1 {}", "+d http://127.0.0.1:4 {}"]
+    );
+
+    // While watching: a malformed put of a new key is skipped; one over a valid instance
+    // removes it (a list would not include it either); the others are unaffected.
+    put(&mut client, "e", "{").await;
+    put(&mut client, "a", r#"{"address": ""}"#).await;
+    assert_eq!(next(&mut orders).await, "-a");
+    put(&mut client, "z", &record(26, "")).await;
+    assert_eq!(next(&mut orders).await, "+z http://127.0.0.1:26 {}");
+}
+
+#[tokio::test]
+async fn etcd_killed_mid_watch_and_restarted() {
+    let mut etcd = Etcd::start().await;
+    let mut client = etcd.client().await;
+    put_abc(&mut client).await;
+    let mut orders = registry(client.clone()).service("orders").unwrap();
+    assert_eq!(take(&mut orders, 3).await, ABC);
+    until_watching(&mut client, &mut orders).await;
+
+    etcd.kill().await;
+    // While etcd is down, the stream yields nothing: no error, no Remove. The balancer keeps
+    // serving a, b and c.
+    assert_quiet(&mut orders, Duration::from_secs(1)).await;
+
+    etcd.restart().await;
+    let mut writer = etcd.client().await;
+    put(&mut writer, "d", &record(4, "")).await;
+    del(&mut writer, "a").await;
+    put(&mut writer, "b", &record(2, r#""version": "2.0""#)).await;
+    // In the order made, once each: a resumed watch, not a re-list (which would yield
+    // "-a" first) and not a replay of a, b and c.
+    assert_eq!(
+        take(&mut orders, 3).await,
+        [
+            "+d http://127.0.0.1:4 {}",
+            "-a",
+            "+b http://127.0.0.1:2 {version=2.0}"
+        ]
+    );
+    put(&mut writer, "z", &record(26, "")).await;
+    assert_eq!(next(&mut orders).await, "+z http://127.0.0.1:26 {}");
+}
+
+#[tokio::test]
+async fn changes_made_while_disconnected_arrive_once_in_order() {
+    let etcd = Etcd::start().await;
+    let proxy = Proxy::start(etcd.addr()).await;
+    let mut writer = etcd.client().await;
+    put_abc(&mut writer).await;
+    let mut orders = registry(connect(&proxy.endpoint()).await)
+        .service("orders")
+        .unwrap();
+    assert_eq!(take(&mut orders, 3).await, ABC);
+    until_watching(&mut writer, &mut orders).await;
+
+    // The source's connection is closed; these writes cannot reach it by a live watch.
+    proxy.cut();
+    put(&mut writer, "d", &record(4, "")).await;
+    put(&mut writer, "a", &record(1, r#""gray": "true""#)).await;
+    del(&mut writer, "b").await;
+    put(&mut writer, "e", &record(5, "")).await;
+    del(&mut writer, "e").await;
+    assert_quiet(&mut orders, Duration::from_millis(500)).await;
+
+    proxy.restore();
+    assert_eq!(
+        take(&mut orders, 5).await,
+        [
+            "+d http://127.0.0.1:4 {}",
+            "+a http://127.0.0.1:1 {gray=true}",
+            "-b",
+            "+e http://127.0.0.1:5 {}",
+            "-e",
+        ]
+    );
+    put(&mut writer, "z", &record(26, "")).await;
+    assert_eq!(next(&mut orders).await, "+z http://127.0.0.1:26 {}");
+}
+
+#[tokio::test]
+async fn compacted_revision_forces_a_relist_with_the_difference() {
+    let etcd = Etcd::start().await;
+    let proxy = Proxy::start(etcd.addr()).await;
+    let mut writer = etcd.client().await;
+    put_abc(&mut writer).await;
+    let mut orders = registry(connect(&proxy.endpoint()).await)
+        .service("orders")
+        .unwrap();
+    assert_eq!(take(&mut orders, 3).await, ABC);
+    until_watching(&mut writer, &mut orders).await;
+
+    proxy.cut();
+    put(&mut writer, "d", &record(4, "")).await;
+    put(&mut writer, "a", &record(1, r#""gray": "true""#)).await;
+    del(&mut writer, "b").await;
+    put(&mut writer, "e", &record(5, "")).await;
+    let revision = del(&mut writer, "e").await;
+    writer
+        .compact(revision, Some(CompactionOptions::new().with_physical()))
+        .await
+        .expect("compact");
+
+    proxy.restore();
+    // The history is gone: the source lists again and yields the difference, removals
+    // first, then inserts, each sorted by id. `e` came and went: nothing for it.
+    assert_eq!(
+        take(&mut orders, 3).await,
+        [
+            "-b",
+            "+a http://127.0.0.1:1 {gray=true}",
+            "+d http://127.0.0.1:4 {}",
+        ]
+    );
+    // And then it watches from the listed revision.
+    put(&mut writer, "z", &record(26, "")).await;
+    assert_eq!(next(&mut orders).await, "+z http://127.0.0.1:26 {}");
+}
+
+fn instance(id: &str, port: u16, gray: bool) -> Instance {
+    let labels = if gray {
+        Labels::from_iter([("gray", "true")])
+    } else {
+        Labels::new()
+    };
+    Instance::new(
+        id.parse().unwrap(),
+        format!("127.0.0.1:{port}").parse().unwrap(),
+        labels,
+    )
+}
+
+#[tokio::test]
+async fn registration_disappears_when_its_keep_alive_stops_and_comes_back() {
+    let etcd = Etcd::start().await;
+    let proxy = Proxy::start(etcd.addr()).await;
+    let watcher = registry(etcd.client().await);
+    let mut orders = watcher.service("orders").unwrap();
+
+    let registrar = registry(connect(&proxy.endpoint()).await).with_ttl(Duration::from_secs(2));
+    let registration = registrar
+        .register("orders", &instance("r", 7, true))
+        .await
+        .expect("register");
+    assert_eq!(registration.key(), "/gray/orders/r");
+    assert_eq!(next(&mut orders).await, "+r http://127.0.0.1:7 {gray=true}");
+
+    // The registering process is cut off from etcd: its keep-alives stop, the lease
+    // expires, and etcd deletes the key.
+    proxy.cut();
+    assert_eq!(next(&mut orders).await, "-r");
+
+    // Once etcd is reachable again, the lost lease is replaced and the key written again.
+    proxy.restore();
+    assert_eq!(next(&mut orders).await, "+r http://127.0.0.1:7 {gray=true}");
+
+    registration.deregister().await.expect("deregister");
+    assert_eq!(next(&mut orders).await, "-r");
+}
+
+#[tokio::test]
+async fn a_kept_alive_registration_outlives_its_ttl_until_dropped() {
+    let etcd = Etcd::start().await;
+    let watcher = registry(etcd.client().await);
+    let mut orders = watcher.service("orders").unwrap();
+    let registrar = registry(etcd.client().await).with_ttl(Duration::from_secs(2));
+
+    let registration = registrar
+        .register("orders", &instance("s", 8, false))
+        .await
+        .expect("register");
+    assert_eq!(next(&mut orders).await, "+s http://127.0.0.1:8 {}");
+    // Three TTLs: the keep-alive must have renewed the lease.
+    assert_quiet(&mut orders, Duration::from_secs(6)).await;
+
+    drop(registration);
+    assert_eq!(next(&mut orders).await, "-s");
+}
+
+#[tokio::test]
+async fn invalid_service_names_are_rejected() {
+    let etcd = Etcd::start().await;
+    let registry = registry(etcd.client().await);
+    let err = registry.service("a/b").unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "invalid service name `a/b`: it contains `/`"
+    );
+    let err = registry
+        .register("", &instance("x", 1, false))
+        .await
+        .unwrap_err();
+    assert_eq!(err.to_string(), "invalid service name ``: it is empty");
+}
