@@ -6,8 +6,9 @@
 //! `baggage` value without escaping. Each keeps its encoded [`HeaderValue`], so writing it
 //! to an outbound request copies nothing.
 //!
-//! [`Names`] is the interner that codecs use while decoding: a name it already knows is
-//! returned as a clone of the known one (no allocation); an unknown one is built on the spot.
+//! [`Names`] is the interner that codecs use while decoding: a name it already knows, or
+//! has learned from an earlier request, is returned as a clone of the known one (no
+//! allocation); an unknown one is built on the spot and learned, up to a cap.
 //!
 //! ```
 //! use gray_core::{Lane, Names};
@@ -19,6 +20,8 @@
 //! ```
 
 use std::{borrow::Borrow, collections::HashMap, fmt, hash::Hash, sync::Arc};
+
+use arc_swap::ArcSwap;
 
 use http::HeaderValue;
 
@@ -229,31 +232,106 @@ name_type!(
 /// The interner codecs use while decoding: known names come back as clones, without
 /// allocating; unknown names are built on the spot.
 ///
-/// Fill it at configuration time with every lane and version your rules and registry use.
-#[derive(Debug, Clone, Default)]
+/// Names come from two places. Those given at configuration time ([`Names::with_lanes`],
+/// [`Names::with_versions`]) are always known. Beyond them, an interner *learns* the names it
+/// decodes, up to a cap ([`DEFAULT_LEARNED_NAMES`], [`Names::with_learning_cap`]): the
+/// first request in a new lane builds it, every later one clones it. Learning is lock-free
+/// for readers (an `arc-swap` snapshot); once the cap is reached, further unknown names are
+/// built per request and never retained, so names sent by clients cannot grow memory without
+/// bound. Clones of a `Names` share what they learn.
+#[derive(Debug, Clone)]
 pub struct Names {
     lanes: HashMap<Box<str>, Lane>,
     versions: HashMap<Box<str>, Version>,
+    learned: Arc<Learned>,
+}
+
+/// How many names an interner learns by default (lanes and versions counted apart).
+pub const DEFAULT_LEARNED_NAMES: usize = 1024;
+
+#[derive(Debug)]
+struct Learned {
+    cap: usize,
+    lanes: ArcSwap<HashMap<Box<str>, Lane>>,
+    versions: ArcSwap<HashMap<Box<str>, Version>>,
+}
+
+impl Learned {
+    fn new(cap: usize) -> Self {
+        Learned {
+            cap,
+            lanes: ArcSwap::default(),
+            versions: ArcSwap::default(),
+        }
+    }
+}
+
+/// Looks `bytes` up in the fixed map, then in the learned one; builds and (under the cap)
+/// learns it otherwise.
+fn intern<T: Clone>(
+    fixed: &HashMap<Box<str>, T>,
+    learned: &ArcSwap<HashMap<Box<str>, T>>,
+    cap: usize,
+    bytes: &[u8],
+    build: impl FnOnce(&[u8]) -> Result<T, InvalidName>,
+) -> Result<T, InvalidName> {
+    let Ok(s) = std::str::from_utf8(bytes) else {
+        return build(bytes);
+    };
+    if let Some(found) = fixed.get(s) {
+        return Ok(found.clone());
+    }
+    if let Some(found) = learned.load().get(s) {
+        return Ok(found.clone());
+    }
+    let built = build(bytes)?;
+    if cap > 0 && learned.load().len() < cap {
+        learned.rcu(|map| {
+            let mut map = HashMap::clone(map);
+            if map.len() < cap {
+                map.entry(s.into()).or_insert_with(|| built.clone());
+            }
+            map
+        });
+    }
+    Ok(built)
+}
+
+impl Default for Names {
+    fn default() -> Self {
+        Self::new()
+    }
 }
 
 impl Names {
-    /// An empty interner: every decoded name is built on the spot.
+    /// An interner that knows no name yet and learns up to [`DEFAULT_LEARNED_NAMES`].
     pub fn new() -> Self {
-        Self::default()
+        Names {
+            lanes: HashMap::new(),
+            versions: HashMap::new(),
+            learned: Arc::new(Learned::new(DEFAULT_LEARNED_NAMES)),
+        }
     }
 
-    /// Adds lanes that decode without allocating.
+    /// Sets how many decoded names this interner learns (`0`: none). Forgets what it had
+    /// learned.
+    pub fn with_learning_cap(mut self, cap: usize) -> Self {
+        self.learned = Arc::new(Learned::new(cap));
+        self
+    }
+
+    /// Adds lanes that always decode without allocating.
     pub fn with_lanes(mut self, lanes: impl IntoIterator<Item = Lane>) -> Self {
         for lane in lanes {
-            self.lanes.insert(lane.as_str().into(), lane);
+            self.insert_lane(lane);
         }
         self
     }
 
-    /// Adds versions that decode without allocating.
+    /// Adds versions that always decode without allocating.
     pub fn with_versions(mut self, versions: impl IntoIterator<Item = Version>) -> Self {
         for version in versions {
-            self.versions.insert(version.as_str().into(), version);
+            self.insert_version(version);
         }
         self
     }
@@ -268,26 +346,28 @@ impl Names {
         self.versions.insert(version.as_str().into(), version);
     }
 
-    /// The lane named by `bytes`: the interned one when known, a new one otherwise.
+    /// The lane named by `bytes`: a known or learned one when there is one, a new one
+    /// otherwise.
     pub fn lane(&self, bytes: &[u8]) -> Result<Lane, InvalidName> {
-        match std::str::from_utf8(bytes)
-            .ok()
-            .and_then(|s| self.lanes.get(s))
-        {
-            Some(lane) => Ok(lane.clone()),
-            None => Lane::from_bytes(bytes),
-        }
+        intern(
+            &self.lanes,
+            &self.learned.lanes,
+            self.learned.cap,
+            bytes,
+            Lane::from_bytes,
+        )
     }
 
-    /// The version named by `bytes`: the interned one when known, a new one otherwise.
+    /// The version named by `bytes`: a known or learned one when there is one, a new one
+    /// otherwise.
     pub fn version(&self, bytes: &[u8]) -> Result<Version, InvalidName> {
-        match std::str::from_utf8(bytes)
-            .ok()
-            .and_then(|s| self.versions.get(s))
-        {
-            Some(version) => Ok(version.clone()),
-            None => Version::from_bytes(bytes),
-        }
+        intern(
+            &self.versions,
+            &self.learned.versions,
+            self.learned.cap,
+            bytes,
+            Version::from_bytes,
+        )
     }
 }
 
@@ -317,6 +397,27 @@ mod tests {
         let other = names.lane(b"blue").unwrap();
         assert_eq!(other, "blue");
         assert!(names.lane(b"\xff").is_err());
+        assert!(names.lane(b"a b").is_err());
+    }
+
+    #[test]
+    fn learns_up_to_the_cap_and_shares_with_clones() {
+        let names = Names::new().with_learning_cap(2);
+        let first = names.lane(b"blue").unwrap();
+        let clone = names.clone();
+        let again = clone.lane(b"blue").unwrap();
+        assert!(Arc::ptr_eq(&(first.0).0, &(again.0).0), "learned once, shared");
+        let _ = names.lane(b"green").unwrap();
+        let red = names.lane(b"red").unwrap();
+        let red_again = names.lane(b"red").unwrap();
+        assert_eq!(red, red_again);
+        assert!(!Arc::ptr_eq(&(red.0).0, &(red_again.0).0), "over the cap: not retained");
+        let off = Names::new().with_learning_cap(0);
+        let a = off.lane(b"blue").unwrap();
+        let b = off.lane(b"blue").unwrap();
+        assert!(!Arc::ptr_eq(&(a.0).0, &(b.0).0));
+        // Invalid names are never learned.
+        assert!(names.version(b"").is_err());
     }
 
     #[test]

@@ -1,0 +1,281 @@
+//! Heap allocations on the request path, counted by a global allocator.
+//!
+//! A lane stain must cost no allocation once the lane is interned (`Carriers::with_names`):
+//! reading it, scoping it as the task-local context, reading it back and writing it onto an
+//! outbound request only clone `Arc`s and `Bytes`. The one allocation source left on the
+//! full `ExtractContext` → handler → `PropagateContext` path is `http::Extensions`, which
+//! boxes its map and each value; it is measured on its own and the full path must cost
+//! exactly that much, no more.
+//!
+//! The allocator counts per thread, so the test harness's other threads do not disturb a
+//! measurement; every measured closure runs on the test's own thread (the futures are
+//! polled by hand with a no-op waker, no runtime involved).
+#![allow(unsafe_code)] // a `GlobalAlloc` impl is `unsafe` by definition; only in this test
+
+use std::{
+    alloc::{GlobalAlloc, Layout, System},
+    cell::Cell,
+    convert::Infallible,
+    future::Future,
+    pin::pin,
+    task::{Context as TaskCx, Poll, Waker},
+};
+
+use gray_core::{Carriers, Context, Lane, Names};
+use gray_tower::{ExtractContextLayer, PropagateContextLayer, task};
+use http::{HeaderMap, HeaderValue, Request, Response};
+use tower::{Layer, Service, ServiceExt, service_fn};
+
+/// `System`, counting the allocations (and reallocations) made by each thread.
+struct Counting;
+
+thread_local! {
+    // Const-initialised and without a destructor: touching it never allocates.
+    static ALLOCATIONS: Cell<usize> = const { Cell::new(0) };
+}
+
+fn note_allocation() {
+    // `try_with`: the thread may be tearing its thread-locals down.
+    let _ = ALLOCATIONS.try_with(|n| n.set(n.get() + 1));
+}
+
+// SAFETY: every method forwards to `System` with the caller's arguments unchanged; the
+// counting touches only a const-initialised thread-local `Cell` and never allocates.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        note_allocation();
+        // SAFETY: forwarded unchanged; the caller upholds `GlobalAlloc::alloc`'s contract.
+        unsafe { System.alloc(layout) }
+    }
+
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        note_allocation();
+        // SAFETY: as above.
+        unsafe { System.alloc_zeroed(layout) }
+    }
+
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        note_allocation();
+        // SAFETY: as above; `ptr` was allocated by `System` through this wrapper.
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        // SAFETY: as above.
+        unsafe { System.dealloc(ptr, layout) }
+    }
+}
+
+#[global_allocator]
+static ALLOCATOR: Counting = Counting;
+
+fn allocations() -> usize {
+    ALLOCATIONS.with(Cell::get)
+}
+
+/// Runs `f` a few times to warm up (first-use thread-locals, one-time `Bytes` promotion),
+/// then returns its result and the allocations the current thread made during one more run.
+fn measure<R>(mut f: impl FnMut() -> R) -> (R, usize) {
+    for _ in 0..8 {
+        drop(f());
+    }
+    let before = allocations();
+    let out = f();
+    let after = allocations();
+    (out, after - before)
+}
+
+/// Polls `fut` once with a no-op waker; everything under test is ready at once.
+fn poll_once<F: Future>(fut: F) -> F::Output {
+    let mut fut = pin!(fut);
+    match fut.as_mut().poll(&mut TaskCx::from_waker(Waker::noop())) {
+        Poll::Ready(out) => out,
+        Poll::Pending => panic!("the future under test is not ready at its first poll"),
+    }
+}
+
+fn gray() -> Lane {
+    Lane::new("gray").expect("valid lane")
+}
+
+/// The default carriers (`x-gray-lane`, `x-gray-info`), with `gray` interned.
+fn carriers(gray: &Lane) -> Carriers {
+    Carriers::default().with_names(Names::new().with_lanes([gray.clone()]))
+}
+
+fn inbound_headers() -> HeaderMap {
+    let mut headers = HeaderMap::with_capacity(8);
+    headers.insert("x-gray-lane", HeaderValue::from_static("gray"));
+    headers
+}
+
+#[test]
+fn codec_and_task_local_steps_allocate_nothing() {
+    let gray = gray();
+    let carriers = carriers(&gray);
+    let inbound = inbound_headers();
+
+    // 1. Extract: the interned lane comes back as an `Arc` clone.
+    let (ctx, n) = measure(|| carriers.extract(&inbound));
+    let ctx = ctx.expect("a stain");
+    assert_eq!(ctx.lane(), Some(&gray));
+    assert_eq!(
+        n, 0,
+        "Carriers::extract of an interned lane allocated {n} times"
+    );
+
+    // 2. The synchronous scope around `call()`, and reading the context back in it.
+    let (seen, n) = measure(|| task::sync_scope(ctx.clone(), task::current));
+    assert_eq!(seen.as_ref(), Some(&ctx));
+    assert_eq!(n, 0, "task::sync_scope + task::current allocated {n} times");
+
+    // 3. The scope around the response future, polled by hand.
+    let (seen, n) = measure(|| poll_once(task::scope(ctx.clone(), async { task::current() })));
+    assert_eq!(seen.as_ref(), Some(&ctx));
+    assert_eq!(n, 0, "task::scope + task::current allocated {n} times");
+
+    // 4. Inject into an outbound map that already has room: remove, then write again.
+    let mut outbound = HeaderMap::with_capacity(8);
+    outbound.insert("accept", HeaderValue::from_static("*/*"));
+    let ((), n) = measure(|| {
+        carriers.strip(&mut outbound);
+        carriers.inject(&ctx, &mut outbound);
+    });
+    assert_eq!(outbound["x-gray-lane"], "gray");
+    assert_eq!(outbound["accept"], "*/*");
+    assert_eq!(n, 0, "Carriers::inject allocated {n} times");
+}
+
+#[test]
+fn default_carriers_learn_a_lane_on_first_sight() {
+    // `Carriers::default()` knows no lane in advance: the first request in `gray` builds
+    // the name and the interner learns it; after warm-up, extraction allocates nothing.
+    let carriers = Carriers::default();
+    let inbound = inbound_headers();
+    let (ctx, n) = measure(|| carriers.extract(&inbound));
+    assert_eq!(ctx.expect("a stain").lane(), Some(&gray()));
+    assert_eq!(n, 0, "extract of a learned lane allocated {n} times");
+}
+
+#[test]
+fn an_unknown_lane_is_built_on_the_heap() {
+    // The counter-example that keeps the tests above honest: with learning switched off
+    // and no interned name, decoding a lane builds a new name every time (a `Box<str>`,
+    // its `HeaderValue` bytes and the `Arc`).
+    let carriers = Carriers::default().with_names(Names::new().with_learning_cap(0));
+    let inbound = inbound_headers();
+    let (ctx, n) = measure(|| carriers.extract(&inbound));
+    assert_eq!(ctx.expect("a stain").lane(), Some(&gray()));
+    println!("extract of a lane that is not interned: {n} allocations");
+    assert!(
+        n > 0,
+        "decoding a lane that is not interned allocated nothing"
+    );
+}
+
+/// The allocations of one `http::Extensions::insert` of a context, as `ExtractContext`
+/// makes for every inbound request; `existing` other entries are in the map already.
+fn extensions_insert_cost(ctx: &Context, existing: bool) -> usize {
+    /// Stands for what a server puts there before the layer runs (peer address, ...).
+    #[derive(Clone)]
+    struct Earlier;
+
+    let mut requests: Vec<Request<()>> = (0..9)
+        .map(|_| {
+            let mut req = Request::new(());
+            if existing {
+                req.extensions_mut().insert(Earlier);
+            }
+            req
+        })
+        .collect();
+    let mut done = Vec::with_capacity(requests.len());
+    let ((), n) = measure(|| {
+        let mut req = requests.pop().expect("a request per run");
+        req.extensions_mut().insert(ctx.clone());
+        done.push(req);
+    });
+    assert_eq!(done.len(), 9);
+    n
+}
+
+#[test]
+fn the_extensions_insert_costs_three_allocations_or_one() {
+    // `http::Extensions` is `Option<Box<HashMap<TypeId, Box<dyn Any..>>>>`: the first insert
+    // allocates the box, the hash table and the boxed value; a later one only the value
+    // (while the table has room). Every other step of the path allocates nothing, so
+    // this is the whole per-request cost of the layers; see the next test.
+    let ctx = Context::in_lane(gray());
+    assert_eq!(extensions_insert_cost(&ctx, false), 3);
+    assert_eq!(extensions_insert_cost(&ctx, true), 1);
+    assert_eq!(extensions_insert_cost(&Context::baseline(), false), 3);
+}
+
+/// Sends a request (stained `x-gray-lane: gray` or not) through `ExtractContext`, a
+/// handler, `PropagateContext` and a client stand-in, polled by hand. Returns the lane
+/// header the client was sent and the allocations of one run after warm-up.
+fn full_path(stained: bool) -> (Option<HeaderValue>, usize) {
+    let gray = gray();
+    let carriers = carriers(&gray);
+
+    // The outbound client: a stand-in answering with the lane header it was sent.
+    let client = PropagateContextLayer::with_carriers(carriers.clone()).layer(service_fn(
+        |req: Request<()>| {
+            let sent = req.headers().get("x-gray-lane").cloned();
+            std::future::ready(Ok::<_, Infallible>(Response::new(sent)))
+        },
+    ));
+    // The handler sends the inbound request on, after dropping its stain (headers and
+    // extensions) by hand: what reaches the client comes from the task-local context.
+    let handler = service_fn(move |mut req: Request<()>| {
+        let mut client = client.clone();
+        let from_extensions = req.extensions_mut().remove::<Context>();
+        req.headers_mut().remove("x-gray-lane");
+        async move {
+            assert_eq!(from_extensions, task::current());
+            client.ready().await?.call(req).await
+        }
+    });
+    let mut server = ExtractContextLayer::with_carriers(carriers).layer(handler);
+
+    // Requests are built outside the measured window: they are the caller's cost.
+    let mut requests: Vec<Request<()>> = (0..9)
+        .map(|_| {
+            let mut req = Request::new(());
+            *req.headers_mut() = if stained {
+                inbound_headers()
+            } else {
+                HeaderMap::with_capacity(8)
+            };
+            req
+        })
+        .collect();
+    let (res, n) = measure(|| {
+        let req = requests.pop().expect("a request per run");
+        poll_once(async {
+            let res = server.ready().await?.call(req).await;
+            res.map(Response::into_body)
+        })
+    });
+    (res.expect("answered"), n)
+}
+
+#[test]
+fn the_full_service_path_allocates_only_the_extensions_entry() {
+    let insert = extensions_insert_cost(&Context::in_lane(gray()), false);
+
+    let (sent, stained) = full_path(true);
+    assert_eq!(sent.expect("a lane header"), "gray");
+    assert_eq!(
+        stained, insert,
+        "a stained request allocated {stained} times; the extensions insert alone {insert}"
+    );
+
+    // An unstained request pays the same: the layer stores the baseline context too.
+    let (sent, unstained) = full_path(false);
+    assert_eq!(sent, None);
+    assert_eq!(
+        unstained, insert,
+        "an unstained request allocated {unstained} times; the extensions insert alone {insert}"
+    );
+}
