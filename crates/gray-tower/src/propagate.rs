@@ -81,6 +81,8 @@ impl Propagator {
             },
         };
         match self.existing {
+            // Writing a baseline context only removes absent carriers: nothing to do.
+            Existing::Keep if ctx.is_baseline() => {}
             Existing::Keep => {
                 if !self.carriers.is_present(headers) {
                     self.carriers.inject(ctx, headers);

@@ -1,0 +1,109 @@
+use std::{fmt, hash::Hash, marker::PhantomData, sync::Arc};
+
+use gray_core::Policy;
+use tower::discover::Discover;
+use tower_layer::Layer;
+
+use crate::{
+    Balance, Pick,
+    health::{Classifier, Ejection, is_connection_error},
+};
+
+/// Builds a [`Balance`] over a discover stream: `layer.layer(discover)`.
+///
+/// Holds the target service's name, its [`Policy`], how to [`Pick`] among ready
+/// endpoints, when to [eject](Ejection) endpoints and how to recognise a connection error
+/// ([`Classifier`]).
+pub struct BalanceLayer<Req> {
+    service: Arc<str>,
+    policy: Policy,
+    pick: Pick,
+    ejection: Ejection,
+    classify: Classifier,
+    _req: PhantomData<fn(Req)>,
+}
+
+impl<Req> BalanceLayer<Req> {
+    /// A layer for calls to `service` routed by `policy`, with Peak-EWMA p2c, the
+    /// default [`Ejection`] and [`is_connection_error`].
+    pub fn new(service: impl AsRef<str>, policy: Policy) -> Self {
+        BalanceLayer {
+            service: service.as_ref().into(),
+            policy,
+            pick: Pick::default(),
+            ejection: Ejection::default(),
+            classify: is_connection_error,
+            _req: PhantomData,
+        }
+    }
+
+    /// How to pick among the ready endpoints of a subset.
+    pub fn with_pick(mut self, pick: Pick) -> Self {
+        self.pick = pick;
+        self
+    }
+
+    /// When and for how long to eject endpoints.
+    pub fn with_ejection(mut self, ejection: Ejection) -> Self {
+        self.ejection = ejection;
+        self
+    }
+
+    /// How to recognise a connection error.
+    pub fn with_classifier(mut self, classify: Classifier) -> Self {
+        self.classify = classify;
+        self
+    }
+
+    /// Builds the balancer over `discover` (the same as [`Layer::layer`]).
+    pub fn build<D>(&self, discover: D) -> Balance<D, Req>
+    where
+        D: Discover,
+        D::Key: Hash + Eq + Clone,
+    {
+        Balance::from_parts(
+            discover,
+            self.service.clone(),
+            self.policy.clone(),
+            self.pick,
+            self.ejection,
+            self.classify,
+        )
+    }
+}
+
+impl<Req> Clone for BalanceLayer<Req> {
+    fn clone(&self) -> Self {
+        BalanceLayer {
+            service: self.service.clone(),
+            policy: self.policy.clone(),
+            pick: self.pick,
+            ejection: self.ejection,
+            classify: self.classify,
+            _req: PhantomData,
+        }
+    }
+}
+
+impl<Req> fmt::Debug for BalanceLayer<Req> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("BalanceLayer")
+            .field("service", &self.service)
+            .field("policy", &self.policy)
+            .field("pick", &self.pick)
+            .field("ejection", &self.ejection)
+            .finish()
+    }
+}
+
+impl<D, Req> Layer<D> for BalanceLayer<Req>
+where
+    D: Discover,
+    D::Key: Hash + Eq + Clone,
+{
+    type Service = Balance<D, Req>;
+
+    fn layer(&self, discover: D) -> Self::Service {
+        self.build(discover)
+    }
+}

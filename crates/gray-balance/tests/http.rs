@@ -1,0 +1,159 @@
+//! End to end: real HTTP instances on loopback, fed to the balancer by gray-discovery's
+//! static source and HTTP endpoints, with one gray instance that refuses connections.
+
+use std::{convert::Infallible, net::SocketAddr, time::Duration};
+
+use bytes::Bytes;
+use gray_balance::{BalanceLayer, error::Unroutable, health::Ejection};
+use gray_core::{Context, Labels, Lane, Policy};
+use gray_discovery::{Instance, StaticDiscover, http::HttpEndpoints};
+use http_body_util::{BodyExt, Full};
+use hyper_util::rt::TokioIo;
+use tokio::net::TcpListener;
+use tower::{BoxError, Layer, Service, ServiceExt};
+
+/// An HTTP server on a loopback port that answers every request with `name`.
+async fn serve(name: &'static str) -> SocketAddr {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let svc = hyper::service::service_fn(move |_req| async move {
+                    Ok::<_, Infallible>(http::Response::new(Full::new(Bytes::from_static(
+                        name.as_bytes(),
+                    ))))
+                });
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(TokioIo::new(stream), svc)
+                    .await;
+            });
+        }
+    });
+    addr
+}
+
+/// A loopback port nobody listens on.
+async fn dead_port() -> SocketAddr {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    listener.local_addr().unwrap()
+    // The listener is dropped here: connections are refused.
+}
+
+fn instance(id: &str, addr: SocketAddr, labels: &[(&str, &str)]) -> Instance {
+    Instance::new(
+        id.parse().unwrap(),
+        addr.to_string().parse().unwrap(),
+        Labels::from_iter(labels.iter().copied()),
+    )
+}
+
+fn request(ctx: Option<Context>) -> http::Request<Full<Bytes>> {
+    let mut req = http::Request::get("/hello")
+        .body(Full::new(Bytes::new()))
+        .unwrap();
+    if let Some(ctx) = ctx {
+        req.extensions_mut().insert(ctx);
+    }
+    req
+}
+
+async fn send<S>(svc: &mut S, ctx: Option<Context>) -> Result<String, BoxError>
+where
+    S: Service<
+            http::Request<Full<Bytes>>,
+            Response = http::Response<hyper::body::Incoming>,
+            Error = BoxError,
+        >,
+{
+    let response = svc.ready().await?.call(request(ctx)).await?;
+    let body = response.into_body().collect().await?.to_bytes();
+    Ok(String::from_utf8_lossy(&body).into_owned())
+}
+
+#[tokio::test]
+async fn routes_real_http_by_lane_and_ejects_a_dead_gray_instance() {
+    let base1 = serve("base-1").await;
+    let base2 = serve("base-2").await;
+    let gray1 = serve("gray-1").await;
+    let dead = dead_port().await;
+
+    let instances = StaticDiscover::new([
+        instance("base-1", base1, &[]),
+        instance("base-2", base2, &[("gray", "false")]),
+        instance("gray-1", gray1, &[("gray", "true")]),
+        instance("gray-dead", dead, &[("gray", "TRUE")]),
+    ]);
+    let endpoints = HttpEndpoints::<_, Full<Bytes>>::new().discover(instances);
+    let ejection = Ejection {
+        consecutive: 2,
+        base: Duration::from_secs(60),
+        max: Duration::from_secs(60),
+    };
+    let mut balance = BalanceLayer::new("svc-b", Policy::seed_000())
+        .with_ejection(ejection)
+        .layer(endpoints);
+    let gray = Context::in_lane(Lane::new("gray").unwrap());
+
+    // Baseline traffic reaches both baseline instances and never a gray one.
+    let mut seen = std::collections::BTreeSet::new();
+    for _ in 0..40 {
+        seen.insert(send(&mut balance, Some(Context::baseline())).await.unwrap());
+    }
+    assert_eq!(seen.into_iter().collect::<Vec<_>>(), ["base-1", "base-2"]);
+
+    // Gray traffic reaches the gray instances; the dead one fails to connect until it
+    // has failed twice in a row, then it is ejected.
+    let mut errors = 0;
+    for _ in 0..200 {
+        match send(&mut balance, Some(gray.clone())).await {
+            Ok(name) => assert_eq!(name, "gray-1"),
+            Err(e) => {
+                assert!(gray_balance::health::is_connection_error(&*e), "{e}");
+                errors += 1;
+            }
+        }
+        if errors == 2 {
+            break;
+        }
+    }
+    assert_eq!(errors, 2, "the dead instance was picked and failed twice");
+    for _ in 0..20 {
+        assert_eq!(
+            send(&mut balance, Some(gray.clone())).await.unwrap(),
+            "gray-1"
+        );
+    }
+    // Explanations report the endpoints as of the last poll_ready.
+    ServiceExt::<http::Request<Full<Bytes>>>::ready(&mut balance)
+        .await
+        .unwrap();
+    let decision = balance.explain(Some(&gray));
+    let dead_step = decision.steps.first().unwrap();
+    assert_eq!(
+        dead_step.present, 1,
+        "the ejected instance counts as absent"
+    );
+    assert_eq!(decision.candidates().unwrap().len(), 1);
+
+    // No context at all and no own lane: baseline.
+    let name = send(&mut balance, None).await.unwrap();
+    assert!(name.starts_with("base-"), "{name}");
+}
+
+#[tokio::test]
+async fn unroutable_names_service_lane_and_policy() {
+    let base1 = serve("base-1").await;
+    let instances = StaticDiscover::new([instance("base-1", base1, &[])]);
+    let endpoints = HttpEndpoints::<_, Full<Bytes>>::new().discover(instances);
+    let mut balance =
+        BalanceLayer::new("svc-b", Policy::new().with_name("strict")).layer(endpoints);
+    let canary = Context::in_lane(Lane::new("canary").unwrap());
+    let err = send(&mut balance, Some(canary)).await.unwrap_err();
+    let err = err.downcast::<Unroutable>().unwrap();
+    assert_eq!(
+        err.to_string(),
+        "no instance of `svc-b` fits lane `canary` (policy `strict`, fallback `none`)"
+    );
+    assert_eq!(send(&mut balance, None).await.unwrap(), "base-1");
+}
