@@ -20,6 +20,7 @@ pub struct BalanceLayer<Req> {
     pick: Pick,
     ejection: Ejection,
     classify: Classifier,
+    routed: bool,
     _req: PhantomData<fn(Req)>,
 }
 
@@ -33,6 +34,7 @@ impl<Req> BalanceLayer<Req> {
             pick: Pick::default(),
             ejection: Ejection::default(),
             classify: is_connection_error,
+            routed: false,
             _req: PhantomData,
         }
     }
@@ -55,6 +57,15 @@ impl<Req> BalanceLayer<Req> {
         self
     }
 
+    /// Records on each request how it was routed ([`Routed`](crate::Routed), in the
+    /// request extensions for `http::Request`), so the endpoint service or a layer around
+    /// it can report the subset and whether a fallback was taken. Off by default: it costs
+    /// one extensions insert per request.
+    pub fn with_routed(mut self, record: bool) -> Self {
+        self.routed = record;
+        self
+    }
+
     /// Builds the balancer over `discover` (the same as [`Layer::layer`]).
     pub fn build<D>(&self, discover: D) -> Balance<D, Req>
     where
@@ -68,6 +79,7 @@ impl<Req> BalanceLayer<Req> {
             self.pick,
             self.ejection,
             self.classify,
+            self.routed,
         )
     }
 }
@@ -80,6 +92,7 @@ impl<Req> Clone for BalanceLayer<Req> {
             pick: self.pick,
             ejection: self.ejection,
             classify: self.classify,
+            routed: self.routed,
             _req: PhantomData,
         }
     }

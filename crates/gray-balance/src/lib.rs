@@ -108,7 +108,7 @@ pub mod health;
 
 pub use self::{
     layer::BalanceLayer,
-    service::{Balance, Pick, RequestContext},
+    service::{Balance, Pick, RequestContext, Routed},
 };
 
 #[cfg(test)]

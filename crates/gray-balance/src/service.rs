@@ -17,7 +17,7 @@ use std::{
 use futures_util::task::AtomicWaker;
 use gray_core::{
     Context, Labelled, Labels, Policy, Unroutable,
-    matching::{Availability, Candidate, Decision, Key, Miss},
+    matching::{Availability, Candidate, Decision, Key, Miss, OwnedSubset},
 };
 use tokio::time::{Instant, Sleep};
 use tower::{
@@ -41,11 +41,44 @@ use crate::{
 pub trait RequestContext {
     /// The context the request carries, if any.
     fn gray_context(&self) -> Option<&Context>;
+
+    /// Records on the request how it was routed, when the balancer was built with
+    /// [`BalanceLayer::with_routed`](crate::BalanceLayer::with_routed). Does nothing by
+    /// default.
+    fn record_routed(&mut self, routed: Routed) {
+        let _ = routed;
+    }
 }
 
 impl<B> RequestContext for http::Request<B> {
     fn gray_context(&self) -> Option<&Context> {
         self.extensions().get::<Context>()
+    }
+
+    /// Inserts `routed` into the request extensions, where the endpoint service (and,
+    /// if it copies it, the caller, from the response) can read it.
+    fn record_routed(&mut self, routed: Routed) {
+        self.extensions_mut().insert(routed);
+    }
+}
+
+/// How one request was routed: the subset it was picked from and whether that subset was
+/// a fallback. Recorded on the request with [`RequestContext::record_routed`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Routed {
+    subset: OwnedSubset,
+    fallback: bool,
+}
+
+impl Routed {
+    /// The subset the endpoint was picked from.
+    pub fn subset(&self) -> &OwnedSubset {
+        &self.subset
+    }
+
+    /// `true` when that subset is not the request's primary one.
+    pub fn fallback(&self) -> bool {
+        self.fallback
     }
 }
 
@@ -190,6 +223,7 @@ impl Rng {
 struct Core<K, S> {
     service: Arc<str>,
     pick: Pick,
+    record: bool,
     ejection: Ejection,
     classify: Classifier,
     index: Index<K, Endpoint<S>>,
@@ -246,6 +280,7 @@ where
         pick: Pick,
         ejection: Ejection,
         classify: Classifier,
+        record: bool,
     ) -> Self {
         let park = Arc::new(Park::default());
         let park_waker = Waker::from(park.clone());
@@ -257,6 +292,7 @@ where
             core: Core {
                 service,
                 pick,
+                record,
                 ejection,
                 classify,
                 index: Index::new(wildcard),
@@ -444,7 +480,11 @@ impl<K: Hash + Eq + Clone + fmt::Debug, S> Core<K, S> {
     }
 
     /// Picks a ready endpoint for `key`, ejecting unhealthy picks on the way.
-    fn select(&mut self, policy: &Policy, key: &Key<'_>) -> Result<usize, Unroutable> {
+    fn select(
+        &mut self,
+        policy: &Policy,
+        key: &Key<'_>,
+    ) -> Result<(usize, Option<Routed>), Unroutable> {
         loop {
             let index = &self.index;
             let mut parts = Parts::default();
@@ -521,7 +561,11 @@ impl<K: Hash + Eq + Clone + fmt::Debug, S> Core<K, S> {
                 endpoint = ?s.key,
                 "routed",
             );
-            return Ok(id);
+            let routed = self.record.then(|| Routed {
+                subset: route.subset.to_owned(),
+                fallback: route.fallback,
+            });
+            return Ok((id, routed));
         }
     }
 }
@@ -580,7 +624,7 @@ where
     /// policy's own lane), walks the policy's chain over the subset index, picks a ready
     /// endpoint of the chosen subset and calls it. When no endpoint fits, the future
     /// fails with [`Unroutable`].
-    fn call(&mut self, req: Req) -> Self::Future {
+    fn call(&mut self, mut req: Req) -> Self::Future {
         let chosen = {
             let task_ctx;
             let ctx = match req.gray_context() {
@@ -595,7 +639,10 @@ where
         };
         let classify = self.core.classify;
         match chosen {
-            Ok(slot) => {
+            Ok((slot, routed)) => {
+                if let Some(routed) = routed {
+                    req.record_routed(routed);
+                }
                 self.core.index.set_unready(slot);
                 let Some(s) = self.core.index.slot_mut(slot) else {
                     return ResponseFuture::failed("endpoint vanished".into(), classify);

@@ -385,3 +385,66 @@ fn balance_and_its_future_are_send_for_buffer() {
     assert_send::<crate::future::ResponseFuture<mock::future::ResponseFuture<&'static str>>>();
     assert_send::<BalanceLayer<Req>>();
 }
+
+#[tokio::test]
+async fn routed_is_recorded_only_when_asked() {
+    use std::{
+        convert::Infallible,
+        future::{Ready, ready},
+        task::{Context as TaskCx, Poll},
+    };
+
+    use gray_core::{Context, Labelled, Labels, Lane, Policy, matching::OwnedSubset};
+    use tower::{Layer, Service, ServiceExt, discover::Change};
+
+    use crate::{BalanceLayer, Routed};
+
+    /// Answers with the `Routed` its request carried.
+    struct Echo(Labels);
+    impl Labelled for Echo {
+        fn labels(&self) -> &Labels {
+            &self.0
+        }
+    }
+    impl Service<http::Request<()>> for Echo {
+        type Response = Option<Routed>;
+        type Error = Infallible;
+        type Future = Ready<Result<Option<Routed>, Infallible>>;
+        fn poll_ready(&mut self, _: &mut TaskCx<'_>) -> Poll<Result<(), Infallible>> {
+            Poll::Ready(Ok(()))
+        }
+        fn call(&mut self, req: http::Request<()>) -> Self::Future {
+            ready(Ok(req.extensions().get::<Routed>().cloned()))
+        }
+    }
+    let endpoints = || {
+        futures_util::stream::iter([Ok::<_, Infallible>(Change::Insert(
+            1,
+            Echo(Labels::new()),
+        ))])
+    };
+    let gray = Context::in_lane(Lane::new("gray").unwrap());
+    let request = || {
+        let mut req = http::Request::new(());
+        req.extensions_mut().insert(gray.clone());
+        req
+    };
+    let policy = Policy::seed_000();
+
+    let mut plain = BalanceLayer::new("svc", policy.clone()).layer(endpoints());
+    assert_eq!(plain.ready().await.unwrap().call(request()).await.unwrap(), None);
+
+    let mut recording = BalanceLayer::new("svc", policy)
+        .with_routed(true)
+        .layer(endpoints());
+    let routed = recording
+        .ready()
+        .await
+        .unwrap()
+        .call(request())
+        .await
+        .unwrap()
+        .expect("recorded");
+    assert_eq!(routed.subset(), &OwnedSubset::Baseline);
+    assert!(routed.fallback(), "a gray request served by baseline is a fallback");
+}
