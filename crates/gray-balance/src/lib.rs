@@ -98,6 +98,8 @@
 //! # }
 //! ```
 
+#![forbid(unsafe_code)]
+
 mod index;
 mod layer;
 mod service;

@@ -418,10 +418,7 @@ async fn routed_is_recorded_only_when_asked() {
         }
     }
     let endpoints = || {
-        futures_util::stream::iter([Ok::<_, Infallible>(Change::Insert(
-            1,
-            Echo(Labels::new()),
-        ))])
+        futures_util::stream::iter([Ok::<_, Infallible>(Change::Insert(1, Echo(Labels::new())))])
     };
     let gray = Context::in_lane(Lane::new("gray").unwrap());
     let request = || {
@@ -432,7 +429,10 @@ async fn routed_is_recorded_only_when_asked() {
     let policy = Policy::seed_000();
 
     let mut plain = BalanceLayer::new("svc", policy.clone()).layer(endpoints());
-    assert_eq!(plain.ready().await.unwrap().call(request()).await.unwrap(), None);
+    assert_eq!(
+        plain.ready().await.unwrap().call(request()).await.unwrap(),
+        None
+    );
 
     let mut recording = BalanceLayer::new("svc", policy)
         .with_routed(true)
@@ -446,5 +446,8 @@ async fn routed_is_recorded_only_when_asked() {
         .unwrap()
         .expect("recorded");
     assert_eq!(routed.subset(), &OwnedSubset::Baseline);
-    assert!(routed.fallback(), "a gray request served by baseline is a fallback");
+    assert!(
+        routed.fallback(),
+        "a gray request served by baseline is a fallback"
+    );
 }

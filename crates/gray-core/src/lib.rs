@@ -9,7 +9,15 @@
 //! - [`context`]: the [`Context`] and its [`Pins`];
 //! - [`labels`]: the [`Labels`] a registry reports for an instance;
 //! - [`codec`]: how a context is read from and written to headers ([`Carriers`]): a plain
-//!   header, seed 002's JSON route header, or a member of the W3C `baggage` header.
+//!   header, seed 002's JSON route header, or a member of the W3C `baggage` header;
+//! - [`rules`]: the staining rules the edge decides by ([`RuleSet`]), from TOML, YAML or JSON.
+//!
+//! # Cargo features
+//!
+//! | feature | default | what |
+//! |---|---|---|
+//! | `toml` | no | rule sets in TOML ([`rules::Format::Toml`]) |
+//! | `yaml` | no | rule sets in YAML, through `serde_norway` ([`rules::Format::Yaml`]) |
 //!
 //! ```
 //! use gray_core::{Carriers, Context, Lane};
@@ -26,14 +34,18 @@
 //! assert_eq!(outbound["x-gray-lane"], "canary");
 //! ```
 
+#![forbid(unsafe_code)]
+
 pub mod codec;
 pub mod context;
 pub mod labels;
 pub mod matching;
 pub mod name;
+pub mod rules;
 
 pub use codec::{Carrier, Carriers};
 pub use context::{Context, Pins};
 pub use labels::{Labelled, Labels};
 pub use matching::{Fallback, Policy, Unlabelled, Unroutable};
 pub use name::{Lane, Names, Version};
+pub use rules::{RequestView, RuleSet, RulesError};

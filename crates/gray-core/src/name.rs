@@ -406,12 +406,18 @@ mod tests {
         let first = names.lane(b"blue").unwrap();
         let clone = names.clone();
         let again = clone.lane(b"blue").unwrap();
-        assert!(Arc::ptr_eq(&(first.0).0, &(again.0).0), "learned once, shared");
+        assert!(
+            Arc::ptr_eq(&(first.0).0, &(again.0).0),
+            "learned once, shared"
+        );
         let _ = names.lane(b"green").unwrap();
         let red = names.lane(b"red").unwrap();
         let red_again = names.lane(b"red").unwrap();
         assert_eq!(red, red_again);
-        assert!(!Arc::ptr_eq(&(red.0).0, &(red_again.0).0), "over the cap: not retained");
+        assert!(
+            !Arc::ptr_eq(&(red.0).0, &(red_again.0).0),
+            "over the cap: not retained"
+        );
         let off = Names::new().with_learning_cap(0);
         let a = off.lane(b"blue").unwrap();
         let b = off.lane(b"blue").unwrap();

@@ -74,6 +74,7 @@
 //! # }).unwrap();
 //! ```
 
+#![forbid(unsafe_code)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 #[cfg(feature = "etcd")]

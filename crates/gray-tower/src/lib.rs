@@ -9,6 +9,7 @@
 //!
 //! | module | what |
 //! |---|---|
+//! | [`edge`] | edge layer: decides the stain by rules, strips untrusted stains, live rules |
 //! | [`extract`] | server layer: reads the stain into the request extensions and a task-local |
 //! | [`propagate`] | client layer for any `tower::Service<http::Request<B>>` (hyper-util, tonic) |
 //! | [`capture`] | copies the task-local into the extensions, for stacks with a `Buffer` |
@@ -20,6 +21,8 @@
 //! | feature | default | what |
 //! |---|---|---|
 //! | `reqwest` | no | [`reqwest::PropagateMiddleware`](crate::reqwest) for `reqwest-middleware` |
+//! | `etcd` | no | live edge rules from an etcd key (`edge::EtcdSource`, etcd-client 0.21) |
+//! | `axum` | no | the edge reads the peer address from axum's `ConnectInfo<SocketAddr>` |
 //!
 //! The layers work unchanged on tonic servers (`Server::builder().layer(..)`) and around a
 //! tonic `Channel`: both speak `http::Request`.
@@ -54,7 +57,10 @@
 //! # }
 //! ```
 
+#![forbid(unsafe_code)]
+
 pub mod capture;
+pub mod edge;
 pub mod extract;
 pub mod propagate;
 #[cfg(feature = "reqwest")]
@@ -62,6 +68,7 @@ pub mod reqwest;
 pub mod task;
 
 pub use capture::{CaptureContext, CaptureContextLayer};
+pub use edge::{LiveRules, Stain, StainLayer};
 pub use extract::{ExtractContext, ExtractContextLayer};
 pub use propagate::{Existing, PropagateContext, PropagateContextLayer};
 pub use task::{ContextExt, current};

@@ -8,7 +8,10 @@
 //! - `x-seen-path`: the path and query it received (to check the `/svc` prefix was stripped).
 //!
 //! Options: `--listen ADDR` (required), `--id NAME` (required), `--threads N` (tokio worker
-//! threads, default 1: a current-thread runtime).
+//! threads, default 1: a current-thread runtime). `--listen ADDR --id NAME` may be repeated to
+//! serve several instances from one process (the n-th `--id` names the n-th `--listen`): the
+//! bench runs its four upstreams that way, so that the CPU it shares with the load generator
+//! switches between two processes rather than five.
 
 use std::{convert::Infallible, net::SocketAddr, process::ExitCode, time::Duration};
 
@@ -25,17 +28,18 @@ const X_SEEN_LANE: HeaderName = HeaderName::from_static("x-seen-lane");
 const X_SEEN_PATH: HeaderName = HeaderName::from_static("x-seen-path");
 const NO_LANE: HeaderValue = HeaderValue::from_static("-");
 
-const USAGE: &str = "usage: upstream --listen ADDR --id NAME [--threads N]";
+const USAGE: &str =
+    "usage: upstream --listen ADDR --id NAME [--listen ADDR --id NAME ...] [--threads N]";
 
 #[derive(Debug)]
 struct Options {
-    listen: SocketAddr,
-    id: String,
+    /// Each listener with the id it answers.
+    instances: Vec<(SocketAddr, String)>,
     threads: usize,
 }
 
 fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Options, String> {
-    let (mut listen, mut id, mut threads) = (None, None, 1);
+    let (mut listen, mut id, mut threads) = (Vec::new(), Vec::new(), 1);
     while let Some(flag) = args.next() {
         let mut value = || {
             args.next()
@@ -47,7 +51,7 @@ fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Options, String>
                 let addr = raw
                     .parse()
                     .map_err(|e| format!("`--listen {raw}`: expected IP:PORT ({e})"))?;
-                listen = Some(addr);
+                listen.push(addr);
             }
             "--id" => {
                 let raw = value()?;
@@ -56,7 +60,7 @@ fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Options, String>
                         "`--id {raw}`: expected a non-empty printable ASCII name"
                     ));
                 }
-                id = Some(raw);
+                id.push(raw);
             }
             "--threads" => {
                 let raw = value()?;
@@ -68,9 +72,15 @@ fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Options, String>
             other => return Err(format!("unknown option `{other}`")),
         }
     }
+    if listen.is_empty() || listen.len() != id.len() {
+        return Err(format!(
+            "expected one `--id NAME` per `--listen ADDR`, got {} `--listen` and {} `--id`",
+            listen.len(),
+            id.len()
+        ));
+    }
     Ok(Options {
-        listen: listen.ok_or("missing `--listen ADDR`")?,
-        id: id.ok_or("missing `--id NAME`")?,
+        instances: listen.into_iter().zip(id).collect(),
         threads,
     })
 }
@@ -106,12 +116,26 @@ fn main() -> ExitCode {
 }
 
 async fn serve(options: Options) -> Result<(), String> {
-    let listener = TcpListener::bind(options.listen)
-        .await
-        .map_err(|e| format!("cannot listen on {}: {e}", options.listen))?;
+    // Bind every listener before serving any, so a taken port fails the whole process.
+    let mut listeners = Vec::with_capacity(options.instances.len());
+    for (addr, id) in options.instances {
+        let listener = TcpListener::bind(addr)
+            .await
+            .map_err(|e| format!("cannot listen on {addr}: {e}"))?;
+        listeners.push((listener, id));
+    }
+    let mut instances = tokio::task::JoinSet::new();
+    for (listener, id) in listeners {
+        instances.spawn(serve_instance(listener, id));
+    }
+    while instances.join_next().await.is_some() {}
+    Ok(())
+}
+
+async fn serve_instance(listener: TcpListener, id: String) {
     // Validated in `parse_args`; built once, cloned per response (a refcount, no copy).
-    let instance = HeaderValue::from_str(&options.id).map_err(|e| e.to_string())?;
-    let body = Bytes::from(options.id);
+    let instance = HeaderValue::from_str(&id).unwrap_or(NO_LANE);
+    let body = Bytes::from(id);
 
     loop {
         let stream = match listener.accept().await {

@@ -1,0 +1,21 @@
+#![doc = include_str!("../../docs/edge.md")]
+
+pub mod client_ip;
+mod error;
+#[cfg(feature = "etcd")]
+pub mod etcd;
+pub mod file;
+mod layer;
+pub mod live;
+mod service;
+
+#[cfg(feature = "etcd")]
+pub use self::etcd::EtcdSource;
+pub use self::{
+    client_ip::{ClientIpResolver, ForwardedHeader, PeerAddr, TrustedProxies, peer_ip},
+    error::SourceError,
+    file::{FileSource, WatchHandle},
+    layer::{Precedence, StainLayer, X_GRAY_FLAG, X_GRAY_IP},
+    live::{LiveRules, Revision, Snapshot, SnapshotGuard, Status},
+    service::{DecidedBy, EdgeDecision, Stain},
+};

@@ -1,0 +1,184 @@
+use std::{
+    net::IpAddr,
+    sync::Arc,
+    task::{Context as TaskCx, Poll},
+};
+
+use gray_core::{
+    Context,
+    rules::{Decision, RequestView},
+};
+use http::{HeaderValue, Request};
+use tower_service::Service;
+
+use super::{
+    client_ip::peer_ip,
+    layer::{Config, Precedence, StainLayer, X_GRAY_FLAG, X_GRAY_IP},
+};
+use crate::extract::ResponseFuture;
+
+/// What decided a request's stain at the edge.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DecidedBy {
+    /// A rule matched.
+    Rule,
+    /// A trusted client's own stain.
+    Inbound,
+    /// Nothing: baseline.
+    Default,
+}
+
+/// The edge's decision for one request, in the request extensions (beside the
+/// [`Context`]): for handlers, logs and admin endpoints.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EdgeDecision {
+    /// What decided.
+    pub decided_by: DecidedBy,
+    /// The index of the rule that fired.
+    pub rule_index: Option<usize>,
+    /// The name of the rule that fired.
+    pub rule_name: Option<Arc<str>>,
+    /// The generation of the rule set that decided (see [`LiveRules`](super::LiveRules)).
+    pub generation: u64,
+    /// The resolved client IP.
+    pub client_ip: Option<IpAddr>,
+    /// Whether the client is trusted (its stain was honoured rather than stripped).
+    pub trusted: bool,
+}
+
+/// The edge layer's service: decides the stain by the rules, strips untrusted stains,
+/// writes the decided stain for downstream. Built by [`StainLayer`].
+#[derive(Debug, Clone)]
+pub struct Stain<S> {
+    inner: S,
+    config: Arc<Config>,
+}
+
+impl<S> Stain<S> {
+    pub(crate) fn from_parts(inner: S, config: Arc<Config>) -> Self {
+        Stain { inner, config }
+    }
+
+    /// A layer deciding by `rules`.
+    pub fn layer(rules: impl Into<super::LiveRules>) -> StainLayer {
+        StainLayer::new(rules)
+    }
+
+    /// The inner service.
+    pub fn get_ref(&self) -> &S {
+        &self.inner
+    }
+
+    /// The inner service, mutably.
+    pub fn get_mut(&mut self) -> &mut S {
+        &mut self.inner
+    }
+
+    /// Unwraps the inner service.
+    pub fn into_inner(self) -> S {
+        self.inner
+    }
+}
+
+fn from_rule(d: Decision<'_>, e: &mut EdgeDecision) -> Context {
+    e.decided_by = DecidedBy::Rule;
+    e.rule_index = Some(d.rule().index());
+    e.rule_name = d.rule().shared_name().cloned();
+    d.into_context()
+}
+
+impl<S, B> Service<Request<B>> for Stain<S>
+where
+    S: Service<Request<B>>,
+{
+    type Response = S::Response;
+    type Error = S::Error;
+    type Future = ResponseFuture<S::Future>;
+
+    fn poll_ready(&mut self, cx: &mut TaskCx<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, mut req: Request<B>) -> Self::Future {
+        let config = &*self.config;
+        let client_ip = config
+            .resolver
+            .resolve(peer_ip(req.extensions()), req.headers());
+        let trusted = client_ip.is_some_and(|ip| config.trusted_clients.contains(ip));
+
+        // One snapshot decides the whole request.
+        let snapshot = config.rules.load();
+        let (ctx, decision) = {
+            let view = RequestView::from_request(&req).with_client_ip(client_ip);
+            let inbound = || {
+                if trusted {
+                    config.carriers.extract(req.headers())
+                } else {
+                    None
+                }
+            };
+            let rule = || snapshot.rules().evaluate(&view);
+            let mut decision = EdgeDecision {
+                decided_by: DecidedBy::Default,
+                rule_index: None,
+                rule_name: None,
+                generation: snapshot.generation(),
+                client_ip,
+                trusted,
+            };
+            let ctx = match config.precedence {
+                Precedence::RulesFirst => match rule() {
+                    Some(d) => from_rule(d, &mut decision),
+                    None => match inbound() {
+                        Some(ctx) => {
+                            decision.decided_by = DecidedBy::Inbound;
+                            ctx
+                        }
+                        None => Context::baseline(),
+                    },
+                },
+                Precedence::InboundFirst => match inbound() {
+                    Some(ctx) => {
+                        decision.decided_by = DecidedBy::Inbound;
+                        ctx
+                    }
+                    None => match rule() {
+                        Some(d) => from_rule(d, &mut decision),
+                        None => Context::baseline(),
+                    },
+                },
+            };
+            (ctx, decision)
+        };
+        drop(snapshot);
+
+        let headers = req.headers_mut();
+        if !trusted {
+            config.carriers.strip(headers);
+            for name in &config.strip {
+                headers.remove(name);
+            }
+        }
+        // Rewrites every carrier: the decided stain, or none for baseline.
+        config.carriers.inject(&ctx, headers);
+        if let Some(lane) = &config.seed003 {
+            let flag = if ctx.lane() == Some(lane) {
+                "true"
+            } else {
+                "false"
+            };
+            headers.insert(X_GRAY_FLAG, HeaderValue::from_static(flag));
+            match client_ip.and_then(|ip| HeaderValue::from_str(&ip.to_string()).ok()) {
+                Some(v) => {
+                    headers.insert(X_GRAY_IP, v);
+                }
+                None => {
+                    headers.remove(X_GRAY_IP);
+                }
+            }
+        }
+        req.extensions_mut().insert(ctx.clone());
+        req.extensions_mut().insert(decision);
+        ResponseFuture::scoped(ctx, req, &mut self.inner)
+    }
+}

@@ -1,0 +1,187 @@
+//! The admin endpoint: `/explain`, `/metrics`, `/healthz`.
+//!
+//! `POST /explain` with a JSON body describes a request as the gateway would see it:
+//!
+//! ```json
+//! {"path": "/orders/items", "client_ip": "10.1.2.3",
+//!  "headers": {"x-gray-lane": "gray", "x-forwarded-for": "203.0.113.9"},
+//!  "cookies": {"uid": "42"}}
+//! ```
+//!
+//! and answers which rule fires, which lane and pins result, and, for each service, the
+//! subsets walked and the candidate instances (from the live instance lists; readiness is
+//! not known here, so every instance counts as ready).
+
+use std::{
+    convert::Infallible,
+    net::{IpAddr, SocketAddr},
+    sync::Arc,
+};
+
+use axum::{
+    Router,
+    body::Bytes,
+    extract::State,
+    http::StatusCode,
+    response::{IntoResponse, Response},
+    routing::{get, post},
+};
+use gray_core::{
+    Context,
+    matching::{Availability, Candidate},
+};
+use gray_tower::edge::{EdgeDecision, LiveRules, PeerAddr, StainLayer};
+use http::{HeaderName, HeaderValue, Request};
+use serde::Deserialize;
+use tower::{Layer, ServiceExt, service_fn};
+
+use crate::{metrics::Metrics, proxy::Routes};
+
+/// What the admin endpoint needs.
+#[derive(Debug, Clone)]
+pub struct Admin {
+    /// The routing table (for the instance lists and policies).
+    pub routes: Arc<Routes>,
+    /// The staining rules in force.
+    pub rules: LiveRules,
+    /// The edge layer the proxy runs, to explain its decisions.
+    pub edge: StainLayer,
+    /// The counters.
+    pub metrics: Arc<Metrics>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+struct ExplainRequest {
+    path: Option<String>,
+    client_ip: Option<IpAddr>,
+    headers: std::collections::BTreeMap<String, String>,
+    cookies: std::collections::BTreeMap<String, String>,
+}
+
+/// The admin router.
+pub fn router(admin: Admin) -> Router {
+    Router::new()
+        .route("/healthz", get(|| async { "ok\n" }))
+        .route("/metrics", get(metrics))
+        .route("/explain", post(explain))
+        .with_state(admin)
+}
+
+async fn metrics(State(admin): State<Admin>) -> Response {
+    let status = admin.rules.status();
+    let mut text = admin.metrics.render();
+    text.push_str(
+        "# HELP gray_gateway_rules_generation Generation of the staining rule set in force.\n",
+    );
+    text.push_str("# TYPE gray_gateway_rules_generation gauge\n");
+    text.push_str(&format!(
+        "gray_gateway_rules_generation {}\n",
+        status.generation
+    ));
+    (
+        [(http::header::CONTENT_TYPE, "text/plain; version=0.0.4")],
+        text,
+    )
+        .into_response()
+}
+
+fn bad_request(message: String) -> Response {
+    (
+        StatusCode::BAD_REQUEST,
+        axum::Json(serde_json::json!({ "error": message })),
+    )
+        .into_response()
+}
+
+async fn explain(State(admin): State<Admin>, body: Bytes) -> Response {
+    let ask: ExplainRequest = if body.is_empty() {
+        ExplainRequest::default()
+    } else {
+        match serde_json::from_slice(&body) {
+            Ok(ask) => ask,
+            Err(e) => return bad_request(format!("invalid explain request: {e}")),
+        }
+    };
+    let mut req = Request::new(());
+    let path = ask.path.as_deref().unwrap_or("/");
+    match path.parse() {
+        Ok(uri) => *req.uri_mut() = uri,
+        Err(e) => return bad_request(format!("invalid path `{path}`: {e}")),
+    }
+    for (name, value) in &ask.headers {
+        let (Ok(name), Ok(value)) = (
+            HeaderName::from_bytes(name.as_bytes()),
+            HeaderValue::from_str(value),
+        ) else {
+            return bad_request(format!("invalid header `{name}: {value}`"));
+        };
+        req.headers_mut().append(name, value);
+    }
+    if !ask.cookies.is_empty() {
+        let cookie = ask
+            .cookies
+            .iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect::<Vec<_>>()
+            .join("; ");
+        match HeaderValue::from_str(&cookie) {
+            Ok(v) => {
+                req.headers_mut().append(http::header::COOKIE, v);
+            }
+            Err(_) => return bad_request("invalid cookies".into()),
+        }
+    }
+    let peer = ask.client_ip.unwrap_or(IpAddr::from([127, 0, 0, 1]));
+    req.extensions_mut()
+        .insert(PeerAddr(SocketAddr::new(peer, 0)));
+
+    // The same edge layer the proxy runs, around a service that reports what it decided.
+    let probe = admin.edge.layer(service_fn(|req: Request<()>| async move {
+        Ok::<_, Infallible>((
+            req.extensions()
+                .get::<Context>()
+                .cloned()
+                .unwrap_or_default(),
+            req.extensions().get::<EdgeDecision>().cloned(),
+        ))
+    }));
+    let Ok((ctx, decision)) = probe.oneshot(req).await;
+
+    let services: serde_json::Map<String, serde_json::Value> = admin
+        .routes
+        .services
+        .iter()
+        .map(|(name, upstream)| {
+            let instances = upstream.instances();
+            let decision = upstream.policy.decide(
+                name,
+                Some(&ctx),
+                instances.iter().map(|i| {
+                    Candidate::new(i.id().as_str().to_owned(), i.labels(), Availability::Ready)
+                }),
+            );
+            (
+                name.to_string(),
+                serde_json::to_value(&decision).unwrap_or(serde_json::Value::Null),
+            )
+        })
+        .collect();
+    let rule = decision.as_ref().map(|d| {
+        serde_json::json!({
+            "decided_by": format!("{:?}", d.decided_by).to_lowercase(),
+            "rule_index": d.rule_index,
+            "rule_name": d.rule_name.as_deref(),
+            "generation": d.generation,
+            "client_ip": d.client_ip,
+            "trusted_client": d.trusted,
+        })
+    });
+    axum::Json(serde_json::json!({
+        "edge": rule,
+        "lane": ctx.lane().map(|l| l.as_str()),
+        "pins": ctx.pins().map(|p| p.route_header_value().to_str().unwrap_or_default().to_owned()),
+        "services": services,
+    }))
+    .into_response()
+}

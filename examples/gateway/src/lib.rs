@@ -1,0 +1,272 @@
+//! The gray gateway, as a library: [`Gateway::start`] runs it on the configured
+//! addresses until [`Gateway::shutdown`]. The binary (`src/main.rs`) and the quickstart
+//! use it.
+//!
+//! Per request: [`StainLayer`] resolves the client IP (through trusted proxies), strips
+//! the stain of untrusted clients, decides the lane by the live rules and writes it for
+//! downstream; the proxy routes `/{service}/rest` to `service`'s label-aware balancer
+//! (`gray-balance` over `gray-discovery`), which picks an instance that fits the stain or
+//! applies the service's fallback; the request and response bodies are streamed;
+//! hop-by-hop headers are removed; a 503 with a JSON body names the service, the lane and
+//! the policy when nothing fits.
+
+pub mod admin;
+pub mod config;
+pub mod hop;
+pub mod metrics;
+pub mod proxy;
+pub mod upstream;
+
+use std::{collections::HashMap, net::SocketAddr, sync::Arc};
+
+use gray_core::{Lane, rules::RuleSet};
+use gray_discovery::{WatchedFile, etcd::EtcdRegistry, http::HttpEndpoints};
+use gray_tower::edge::{FileSource, LiveRules, PeerAddr, StainLayer, TrustedProxies, WatchHandle};
+use hyper_util::{
+    rt::{TokioExecutor, TokioIo},
+    server::{conn::auto, graceful::GracefulShutdown},
+    service::TowerToHyperService,
+};
+use tokio::{net::TcpListener, sync::watch, task::JoinHandle};
+use tower::{BoxError, Layer, ServiceExt, service_fn};
+
+use crate::{
+    config::{Config, DEFAULT_INSTANCES, Discovery},
+    metrics::Metrics,
+    proxy::{Proxy, Routes},
+    upstream::{InstanceStream, Upstream},
+};
+
+/// A running gateway.
+#[derive(Debug)]
+pub struct Gateway {
+    addr: SocketAddr,
+    admin: Option<SocketAddr>,
+    rules: LiveRules,
+    stop: watch::Sender<bool>,
+    tasks: Vec<JoinHandle<()>>,
+    _watches: Vec<WatchHandle>,
+    _instances_file: Option<WatchedFile>,
+    _embedded: Option<tempfile_guard::TempFile>,
+}
+
+mod tempfile_guard {
+    use std::path::PathBuf;
+
+    /// A file removed when dropped.
+    #[derive(Debug)]
+    pub(crate) struct TempFile(pub(crate) PathBuf);
+
+    impl Drop for TempFile {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_file(&self.0);
+        }
+    }
+}
+
+impl Gateway {
+    /// Starts the gateway described by `config`: binds its listeners (port 0 picks a free
+    /// one), loads the rules and instances, and serves until [`Gateway::shutdown`].
+    pub async fn start(config: Config) -> Result<Gateway, BoxError> {
+        // Rules: loaded strictly at start, then watched; an invalid edit keeps the
+        // previous version in force.
+        let mut watches = Vec::new();
+        let rules = match &config.rules {
+            Some(path) => {
+                let source = FileSource::new(path);
+                let live = source
+                    .live()
+                    .await
+                    .map_err(|e| format!("rules {}: {e}", path.display()))?;
+                watches.push(source.watch(live.clone()));
+                live
+            }
+            None => LiveRules::new(RuleSet::default()),
+        };
+
+        // Instances: one stream per routed service.
+        let mut embedded = None;
+        let mut instances_file = None;
+        let mut etcd = None;
+        match &config.discovery {
+            Discovery::File(path) => {
+                instances_file = Some(
+                    WatchedFile::open(path)
+                        .await
+                        .map_err(|e| format!("instances: {e}"))?,
+                );
+            }
+            Discovery::Embedded => {
+                let path = std::env::temp_dir().join(format!(
+                    "gray-gateway-instances-{}-{}.toml",
+                    std::process::id(),
+                    config.listen.port()
+                ));
+                std::fs::write(&path, DEFAULT_INSTANCES)?;
+                embedded = Some(tempfile_guard::TempFile(path.clone()));
+                instances_file = Some(WatchedFile::open(&path).await?);
+            }
+            Discovery::Etcd(cfg) => {
+                let client = etcd_client::Client::connect(&cfg.endpoints, None)
+                    .await
+                    .map_err(|e| format!("etcd {:?}: {e}", cfg.endpoints))?;
+                etcd = Some(EtcdRegistry::new(client, cfg.prefix.clone()));
+            }
+        }
+        let pool = HttpEndpoints::new();
+        let mut services = HashMap::new();
+        for service in &config.services {
+            let stream: InstanceStream = match (&instances_file, &etcd) {
+                (Some(file), _) => Box::pin(file.service(&service.name)?),
+                (None, Some(etcd)) => Box::pin(etcd.service(&service.name)?),
+                (None, None) => return Err("no discovery source".into()),
+            };
+            services.insert(
+                service.name.clone().into_boxed_str(),
+                Upstream::new(service, stream, &pool),
+            );
+        }
+        let metrics = Arc::new(Metrics::default());
+        let routes = Arc::new(Routes {
+            services,
+            timeout: config.upstream_timeout,
+            metrics: metrics.clone(),
+        });
+
+        let mut edge = StainLayer::new(rules.clone())
+            .with_trusted_clients(config.trusted_clients.clone())
+            .with_proxies(TrustedProxies::cidrs(config.trusted_proxies.clone()));
+        if config.seed003_headers {
+            edge = edge.with_seed003_headers(Lane::new("gray")?);
+        }
+
+        let (stop, stopped) = watch::channel(false);
+        let mut tasks = Vec::new();
+
+        let listener = TcpListener::bind(config.listen)
+            .await
+            .map_err(|e| format!("listen {}: {e}", config.listen))?;
+        let addr = listener.local_addr()?;
+        let service = edge.layer(Proxy::new(routes.clone()));
+        tasks.push(tokio::spawn(serve(listener, service, stopped.clone())));
+
+        let admin = match config.admin {
+            Some(admin_addr) => {
+                let listener = TcpListener::bind(admin_addr)
+                    .await
+                    .map_err(|e| format!("admin {admin_addr}: {e}"))?;
+                let bound = listener.local_addr()?;
+                let router = admin::router(admin::Admin {
+                    routes: routes.clone(),
+                    rules: rules.clone(),
+                    edge: edge.clone(),
+                    metrics,
+                });
+                let mut stopped = stopped.clone();
+                tasks.push(tokio::spawn(async move {
+                    let shutdown = async move { until_stopped(&mut stopped).await };
+                    if let Err(e) = axum::serve(listener, router)
+                        .with_graceful_shutdown(shutdown)
+                        .await
+                    {
+                        tracing::error!(error = %e, "admin server failed");
+                    }
+                }));
+                Some(bound)
+            }
+            None => None,
+        };
+        tracing::info!(%addr, admin = ?admin, services = routes.services.len(), "gateway started");
+        Ok(Gateway {
+            addr,
+            admin,
+            rules,
+            stop,
+            tasks,
+            _watches: watches,
+            _instances_file: instances_file,
+            _embedded: embedded,
+        })
+    }
+
+    /// The proxy's address.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// The admin endpoint's address.
+    pub fn admin_addr(&self) -> Option<SocketAddr> {
+        self.admin
+    }
+
+    /// The staining rules in force.
+    pub fn rules(&self) -> &LiveRules {
+        &self.rules
+    }
+
+    /// Stops accepting, lets in-flight requests finish, and returns.
+    pub async fn shutdown(self) {
+        let _ = self.stop.send(true);
+        for task in self.tasks {
+            let _ = task.await;
+        }
+    }
+}
+
+/// The accept loop: one hyper connection (HTTP/1.1 or HTTP/2) per TCP connection, each
+/// request tagged with its peer address; on stop, connections finish gracefully.
+async fn serve<S>(listener: TcpListener, service: S, mut stopped: watch::Receiver<bool>)
+where
+    S: tower::Service<
+            http::Request<hyper::body::Incoming>,
+            Response = http::Response<proxy::Body>,
+            Error = std::convert::Infallible,
+        > + Clone
+        + Send
+        + 'static,
+    S::Future: Send + 'static,
+{
+    let graceful = GracefulShutdown::new();
+    let builder = auto::Builder::new(TokioExecutor::new());
+    loop {
+        let (stream, peer) = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok(accepted) => accepted,
+                Err(e) => {
+                    tracing::warn!(error = %e, "accept failed");
+                    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+            () = until_stopped(&mut stopped) => break,
+        };
+        let _ = stream.set_nodelay(true);
+        let service = service.clone();
+        let tagged = service_fn(move |mut req: http::Request<hyper::body::Incoming>| {
+            req.extensions_mut().insert(PeerAddr(peer));
+            service.clone().oneshot(req)
+        });
+        let conn = builder
+            .serve_connection(TokioIo::new(stream), TowerToHyperService::new(tagged))
+            .into_owned();
+        let conn = graceful.watch(conn);
+        tokio::spawn(async move {
+            if let Err(e) = conn.await {
+                tracing::debug!(error = %e, %peer, "connection closed with an error");
+            }
+        });
+    }
+    drop(listener);
+    if tokio::time::timeout(std::time::Duration::from_secs(10), graceful.shutdown())
+        .await
+        .is_err()
+    {
+        tracing::warn!("connections still open after 10 s; closing");
+    }
+}
+
+/// Resolves once the stop flag is set (or its sender is gone).
+async fn until_stopped(stopped: &mut watch::Receiver<bool>) {
+    // The guard `wait_for` returns is dropped at once: it must not live across an await.
+    let _ = stopped.wait_for(|s| *s).await.map(|_| ());
+}

@@ -1,0 +1,192 @@
+//! One routed service: its instances (from the file or etcd), the label-aware balancer
+//! over them, and a view of the instance list for the admin endpoint.
+
+use std::{
+    collections::BTreeMap,
+    future::Future,
+    pin::Pin,
+    sync::{Arc, Mutex},
+    task::{Context as TaskCx, Poll},
+};
+
+use futures_util::{Stream, StreamExt};
+use gray_balance::{BalanceLayer, Routed, future::ResponseFuture as BalanceFuture};
+use gray_core::{Labelled, Labels, Policy};
+use gray_discovery::{Error as DiscoveryError, Instance, InstanceId, http::HttpEndpoints};
+use http::{Request, Response};
+use hyper::body::Incoming;
+use hyper_util::client::legacy::connect::HttpConnector;
+use pin_project_lite::pin_project;
+use tower::{BoxError, Service, buffer::Buffer, discover::Change};
+
+use crate::config::ServiceConfig;
+
+/// The instance stream of one service, whatever the source.
+pub type InstanceStream =
+    Pin<Box<dyn Stream<Item = Result<Change<InstanceId, Instance>, DiscoveryError>> + Send>>;
+
+/// Which instance served a response, and how it was routed.
+#[derive(Debug, Clone)]
+pub struct Served {
+    /// The instance that answered.
+    pub instance: InstanceId,
+    /// How the balancer routed the request.
+    pub routed: Option<Routed>,
+}
+
+/// An endpoint that records on the response which instance served it.
+#[derive(Debug)]
+pub struct Tagged<S> {
+    inner: S,
+    id: InstanceId,
+    labels: Labels,
+}
+
+impl<S> Labelled for Tagged<S> {
+    fn labels(&self) -> &Labels {
+        &self.labels
+    }
+}
+
+impl<S> Service<Request<Incoming>> for Tagged<S>
+where
+    S: Service<Request<Incoming>, Response = Response<Incoming>, Error = BoxError>,
+{
+    type Response = Response<Incoming>;
+    type Error = BoxError;
+    type Future = TaggedFuture<S::Future>;
+
+    fn poll_ready(&mut self, cx: &mut TaskCx<'_>) -> Poll<Result<(), BoxError>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, mut req: Request<Incoming>) -> Self::Future {
+        let routed = req.extensions_mut().remove::<Routed>();
+        TaggedFuture {
+            inner: self.inner.call(req),
+            served: Some(Served {
+                instance: self.id.clone(),
+                routed,
+            }),
+        }
+    }
+}
+
+pin_project! {
+    /// The response future of [`Tagged`].
+    pub struct TaggedFuture<F> {
+        #[pin]
+        inner: F,
+        served: Option<Served>,
+    }
+}
+
+impl<F> Future for TaggedFuture<F>
+where
+    F: Future<Output = Result<Response<Incoming>, BoxError>>,
+{
+    type Output = Result<Response<Incoming>, BoxError>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut TaskCx<'_>) -> Poll<Self::Output> {
+        let this = self.project();
+        let mut res = std::task::ready!(this.inner.poll(cx))?;
+        if let Some(served) = this.served.take() {
+            res.extensions_mut().insert(served);
+        }
+        Poll::Ready(Ok(res))
+    }
+}
+
+type Endpoint = gray_discovery::http::HttpEndpoint<HttpConnector, Incoming>;
+
+/// The balancer handle the proxy calls: cheap to clone, shared by every connection.
+pub type Balancer = Buffer<
+    Request<Incoming>,
+    BalanceFuture<TaggedFuture<<Endpoint as Service<Request<Incoming>>>::Future>>,
+>;
+
+/// The live instance list of one service, for the admin endpoint.
+pub type InstanceView = Arc<Mutex<BTreeMap<InstanceId, Instance>>>;
+
+/// One routed service.
+pub struct Upstream {
+    /// Its name.
+    pub name: Arc<str>,
+    /// Its routing policy (the balancer holds a copy).
+    pub policy: Policy,
+    /// The balancer, behind a `Buffer` shared by every connection.
+    pub balancer: Balancer,
+    /// The instances known now, for the admin endpoint.
+    pub instances: InstanceView,
+}
+
+impl std::fmt::Debug for Upstream {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Upstream")
+            .field("name", &self.name)
+            .field("policy", &self.policy.name())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Upstream {
+    /// Builds the balancer for `config` over `instances`, with connections from `pool`.
+    pub fn new(
+        config: &ServiceConfig,
+        instances: InstanceStream,
+        pool: &HttpEndpoints<HttpConnector, Incoming>,
+    ) -> Upstream {
+        let view: InstanceView = Arc::default();
+        let tap = view.clone();
+        let instances = instances.map(move |change| {
+            if let Ok(change) = &change {
+                let mut map = tap.lock().unwrap_or_else(|p| p.into_inner());
+                match change {
+                    Change::Insert(id, instance) => {
+                        map.insert(id.clone(), instance.clone());
+                    }
+                    Change::Remove(id) => {
+                        map.remove(id);
+                    }
+                }
+            }
+            change
+        });
+        let endpoints = pool.discover(instances).map(|change| {
+            change.map(|change| match change {
+                Change::Insert(id, endpoint) => {
+                    let labels = endpoint.labels().clone();
+                    Change::Insert(
+                        id.clone(),
+                        Tagged {
+                            inner: endpoint,
+                            id,
+                            labels,
+                        },
+                    )
+                }
+                Change::Remove(id) => Change::Remove(id),
+            })
+        });
+        let balance = BalanceLayer::new(&config.name, config.policy.clone())
+            .with_pick(config.pick)
+            .with_routed(true)
+            .build(endpoints);
+        Upstream {
+            name: config.name.as_str().into(),
+            policy: config.policy.clone(),
+            balancer: Buffer::new(balance, 1024),
+            instances: view,
+        }
+    }
+
+    /// The instances known now, sorted by id.
+    pub fn instances(&self) -> Vec<Instance> {
+        self.instances
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .values()
+            .cloned()
+            .collect()
+    }
+}

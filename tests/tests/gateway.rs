@@ -1,0 +1,361 @@
+//! The example gateway on real loopback ports: routing by stain with the prefix stripped,
+//! the 503 that names service, lane and policy, stripping of untrusted stains, hop-by-hop
+//! headers, streamed bodies, upstream timeouts, live rule reloads, and the admin endpoint.
+
+use std::{net::SocketAddr, time::Duration};
+
+use axum::{
+    Router,
+    body::Bytes,
+    extract::State,
+    http::{HeaderMap, Uri},
+    routing::{any, get},
+};
+use example_gateway::{Gateway, config::Config};
+use gray_tests::{Server, serve};
+
+/// An upstream instance: answers `id path?query lane=… secret=…` and echoes POST bodies' length.
+async fn upstream(id: &'static str) -> Server {
+    async fn answer(
+        State(id): State<&'static str>,
+        uri: Uri,
+        headers: HeaderMap,
+        body: Bytes,
+    ) -> String {
+        let header = |name: &str| {
+            headers
+                .get(name)
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or("-")
+                .to_string()
+        };
+        format!(
+            "{id} {uri} lane={} secret={} body={}",
+            header("x-gray-lane"),
+            header("x-secret"),
+            body.len()
+        )
+    }
+    async fn slow() -> &'static str {
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        "late"
+    }
+    serve(
+        Router::new()
+            .route("/slow", get(slow))
+            .fallback(any(answer))
+            .with_state(id)
+            .layer(axum::extract::DefaultBodyLimit::disable()),
+    )
+    .await
+}
+
+struct Setup {
+    gateway: Gateway,
+    dir: std::path::PathBuf,
+    _upstreams: Vec<Server>,
+}
+
+impl Drop for Setup {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn instance(service: &str, id: &str, addr: SocketAddr, gray: bool) -> String {
+    format!(
+        "[[services.{service}]]\nid = \"{id}\"\naddress = \"{addr}\"\n{}\n",
+        if gray {
+            "labels = { gray = \"true\" }"
+        } else {
+            ""
+        }
+    )
+}
+
+async fn setup(name: &str) -> Setup {
+    let dir = std::env::temp_dir().join(format!("gray-gateway-test-{name}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let base = upstream("orders-base").await;
+    let gray = upstream("orders-gray").await;
+    let stock = upstream("stock-base").await;
+    let instances = [
+        instance("orders", "orders-base", base.addr(), false),
+        instance("orders", "orders-gray", gray.addr(), true),
+        instance("stock", "stock-base", stock.addr(), false),
+    ]
+    .concat();
+    std::fs::write(dir.join("instances.toml"), instances).expect("write instances");
+    std::fs::write(
+        dir.join("rules.toml"),
+        "[[rules]]\nname = \"beta\"\nwhen = { cookie = { name = \"beta\", exact = \"1\" } }\nlane = \"gray\"\n",
+    )
+    .expect("write rules");
+    std::fs::write(
+        dir.join("gateway.toml"),
+        r#"
+listen = "127.0.0.1:0"
+admin = "127.0.0.1:0"
+trusted_clients = ["127.0.0.1/32"]
+rules = "rules.toml"
+instances = "instances.toml"
+upstream_timeout_ms = 500
+
+[services.orders]
+fallback = "baseline"
+
+[services.stock]
+fallback = "none"
+"#,
+    )
+    .expect("write config");
+    let config = Config::load(&dir.join("gateway.toml")).expect("valid config");
+    let gateway = Gateway::start(config).await.expect("gateway starts");
+    Setup {
+        gateway,
+        dir,
+        _upstreams: vec![base, gray, stock],
+    }
+}
+
+fn client(from: [u8; 4]) -> reqwest::Client {
+    reqwest::Client::builder()
+        .local_address(std::net::IpAddr::from(from))
+        .timeout(Duration::from_secs(10))
+        .build()
+        .expect("client")
+}
+
+async fn text(res: reqwest::Response) -> (u16, String) {
+    let status = res.status().as_u16();
+    (status, res.text().await.expect("body"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn routes_by_stain_with_the_prefix_stripped() {
+    let s = setup("route").await;
+    let gw = s.gateway.addr();
+    let trusted = client([127, 0, 0, 1]);
+    let (status, body) = text(
+        trusted
+            .get(format!("http://{gw}/orders/items/7?x=1"))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(status, 200);
+    assert_eq!(body, "orders-base /items/7?x=1 lane=- secret=- body=0");
+
+    let res = trusted
+        .get(format!("http://{gw}/orders/items"))
+        .header("x-gray-lane", "gray")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.headers()["x-gray-instance"], "orders-gray");
+    let (_, body) = text(res).await;
+    assert_eq!(body, "orders-gray /items lane=gray secret=- body=0");
+
+    // The rule fires for anyone, trusted or not.
+    let untrusted = client([127, 0, 0, 2]);
+    let (_, body) = text(
+        untrusted
+            .get(format!("http://{gw}/orders/"))
+            .header("cookie", "beta=1")
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(body, "orders-gray / lane=gray secret=- body=0");
+
+    let (status, body) = text(
+        trusted
+            .get(format!("http://{gw}/nope/x"))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(status, 404);
+    assert!(body.contains("unknown service"), "{body}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_untrusted_clients_stain_is_stripped() {
+    let s = setup("strip").await;
+    let gw = s.gateway.addr();
+    let untrusted = client([127, 0, 0, 2]);
+    for _ in 0..10 {
+        let (_, body) = text(
+            untrusted
+                .get(format!("http://{gw}/orders/a"))
+                .header("x-gray-lane", "gray")
+                .header("x-forwarded-for", "127.0.0.1")
+                .send()
+                .await
+                .unwrap(),
+        )
+        .await;
+        assert_eq!(body, "orders-base /a lane=- secret=- body=0");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nothing_fits_is_a_503_naming_service_lane_and_policy() {
+    let s = setup("503").await;
+    let gw = s.gateway.addr();
+    let res = client([127, 0, 0, 1])
+        .get(format!("http://{gw}/stock/x"))
+        .header("x-gray-lane", "gray")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), 503);
+    assert_eq!(res.headers()["content-type"], "application/json");
+    let body: serde_json::Value = res.json().await.unwrap();
+    assert_eq!(body["service"], "stock");
+    assert_eq!(body["lane"], "gray");
+    assert_eq!(body["policy"], "stock");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hop_by_hop_headers_go_and_bodies_stream() {
+    let s = setup("hop").await;
+    let gw = s.gateway.addr();
+    let body = vec![b'x'; 3 * 1024 * 1024];
+    let (status, answer) = text(
+        client([127, 0, 0, 1])
+            .post(format!("http://{gw}/orders/upload"))
+            .header("connection", "x-secret")
+            .header("x-secret", "hop-only")
+            .body(body)
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(status, 200);
+    assert_eq!(answer, "orders-base /upload lane=- secret=- body=3145728");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_upstream_times_out_with_504() {
+    let s = setup("timeout").await;
+    let gw = s.gateway.addr();
+    let res = client([127, 0, 0, 1])
+        .get(format!("http://{gw}/orders/slow"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), 504);
+}
+
+async fn wait_until(mut check: impl AsyncFnMut() -> bool) -> bool {
+    for _ in 0..60 {
+        if check().await {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    false
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rules_and_instances_reload_live() {
+    let s = setup("reload").await;
+    let gw = s.gateway.addr();
+    let c = client([127, 0, 0, 2]);
+    let generation = s.gateway.rules().status().generation;
+
+    // A new rule: every request under /orders/canary goes gray.
+    std::fs::write(
+        s.dir.join("rules.toml"),
+        "[[rules]]\nname = \"canary path\"\nwhen = { path = { prefix = \"/orders/canary\" } }\nlane = \"gray\"\n",
+    )
+    .unwrap();
+    let url = format!("http://{gw}/orders/canary");
+    assert!(
+        wait_until(async || {
+            let (_, body) = text(c.get(&url).send().await.unwrap()).await;
+            body.starts_with("orders-gray")
+        })
+        .await,
+        "the new rule took effect"
+    );
+    assert!(s.gateway.rules().status().generation > generation);
+
+    // An invalid edit is rejected; the rule in force stays.
+    std::fs::write(s.dir.join("rules.toml"), "[[rules]]\nname = 3\n").unwrap();
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    let (_, body) = text(c.get(&url).send().await.unwrap()).await;
+    assert!(body.starts_with("orders-gray"), "{body}");
+
+    // The gray instance leaves: gray requests fall back to baseline (policy `baseline`).
+    let instances = std::fs::read_to_string(s.dir.join("instances.toml")).unwrap();
+    let without_gray: String = instances
+        .split("[[services.")
+        .filter(|block| !block.contains("orders-gray"))
+        .collect::<Vec<_>>()
+        .join("[[services.");
+    std::fs::write(s.dir.join("instances.toml"), without_gray).unwrap();
+    assert!(
+        wait_until(async || {
+            let (_, body) = text(c.get(&url).send().await.unwrap()).await;
+            body.starts_with("orders-base")
+        })
+        .await,
+        "the fallback took over"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn admin_explains_and_counts() {
+    let s = setup("admin").await;
+    let gw = s.gateway.addr();
+    let admin = s.gateway.admin_addr().expect("admin address");
+    let c = client([127, 0, 0, 1]);
+    let _ = c
+        .get(format!("http://{gw}/orders/x"))
+        .header("x-gray-lane", "gray")
+        .send()
+        .await
+        .unwrap();
+
+    let explained: serde_json::Value = c
+        .post(format!("http://{admin}/explain"))
+        .body(r#"{"path": "/orders/x", "client_ip": "127.0.0.9", "cookies": {"beta": "1"}}"#)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(explained["edge"]["rule_name"], "beta", "{explained}");
+    assert_eq!(explained["lane"], "gray", "{explained}");
+    let orders = explained["services"]["orders"].to_string();
+    assert!(
+        orders.contains("orders-gray") && !orders.contains("orders-base"),
+        "{orders}"
+    );
+
+    let metrics = c
+        .get(format!("http://{admin}/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        metrics.contains(
+            r#"gray_gateway_requests_total{service="orders",lane="gray",instance="orders-gray",status="200"} 1"#
+        ),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("gray_gateway_rules_generation "),
+        "{metrics}"
+    );
+}
