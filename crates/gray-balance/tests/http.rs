@@ -4,7 +4,7 @@
 use std::{convert::Infallible, net::SocketAddr, time::Duration};
 
 use bytes::Bytes;
-use gray_balance::{BalanceLayer, error::Unroutable, health::Ejection};
+use gray_balance::{BalanceLayer, Pick, error::Unroutable, health::Ejection};
 use gray_core::{Context, Labels, Lane, Policy};
 use gray_discovery::{Instance, StaticDiscover, http::HttpEndpoints};
 use http_body_util::{BodyExt, Full};
@@ -90,8 +90,12 @@ async fn routes_real_http_by_lane_and_ejects_a_dead_gray_instance() {
         base: Duration::from_secs(60),
         max: Duration::from_secs(60),
     };
+    // Round-robin, so that sequential requests spread deterministically: with Peak-EWMA,
+    // p2c keeps choosing the one measured endpoint over an unmeasured one (whose cost is
+    // the 30 ms default RTT) when requests never overlap.
     let mut balance = BalanceLayer::new("svc-b", Policy::seed_000())
         .with_ejection(ejection)
+        .with_pick(Pick::RoundRobin)
         .layer(endpoints);
     let gray = Context::in_lane(Lane::new("gray").unwrap());
 

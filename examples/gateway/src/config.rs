@@ -188,7 +188,11 @@ impl Config {
         let raw: RawConfig = toml::from_str(text).map_err(|e| {
             let message = match e.span() {
                 Some(span) => {
-                    let line = text[..span.start.min(text.len())].lines().count().max(1);
+                    let line = text.as_bytes()[..span.start.min(text.len())]
+                        .iter()
+                        .filter(|&&b| b == b'\n')
+                        .count()
+                        + 1;
                     format!("line {line}: {}", e.message())
                 }
                 None => e.message().to_owned(),
