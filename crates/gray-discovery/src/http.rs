@@ -76,10 +76,13 @@ where
     B: Body + Send,
     B::Data: Send,
 {
-    /// A pool of plain-HTTP connections (HTTP/1.1), on the tokio runtime.
+    /// A pool of plain-HTTP connections (HTTP/1.1), on the tokio runtime, with
+    /// `TCP_NODELAY` set (requests and responses are small and latency-bound).
     pub fn new() -> Self {
+        let mut connector = HttpConnector::new();
+        connector.set_nodelay(true);
         HttpEndpoints {
-            client: Client::builder(TokioExecutor::new()).build_http(),
+            client: Client::builder(TokioExecutor::new()).build(connector),
         }
     }
 }
