@@ -59,6 +59,9 @@
 
 #![forbid(unsafe_code)]
 
+#[macro_use]
+mod macros;
+
 pub mod capture;
 pub mod edge;
 pub mod extract;

@@ -9,6 +9,7 @@ use std::{
     task::{Context as TaskCx, Poll},
 };
 
+use futures_util::future::Either;
 use futures_util::{Stream, StreamExt};
 use gray_balance::{BalanceLayer, Routed, future::ResponseFuture as BalanceFuture};
 use gray_core::{Labelled, Labels, Policy};
@@ -17,7 +18,6 @@ use http::{Request, Response};
 use hyper::body::Incoming;
 use hyper_util::client::legacy::connect::HttpConnector;
 use pin_project_lite::pin_project;
-use futures_util::future::Either;
 use tower::{BoxError, Service, discover::Change};
 
 use crate::config::ServiceConfig;

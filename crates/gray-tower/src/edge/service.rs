@@ -64,20 +64,7 @@ impl<S> Stain<S> {
         StainLayer::new(rules)
     }
 
-    /// The inner service.
-    pub fn get_ref(&self) -> &S {
-        &self.inner
-    }
-
-    /// The inner service, mutably.
-    pub fn get_mut(&mut self) -> &mut S {
-        &mut self.inner
-    }
-
-    /// Unwraps the inner service.
-    pub fn into_inner(self) -> S {
-        self.inner
-    }
+    define_inner_service_accessors!();
 }
 
 fn from_rule(d: Decision<'_>, e: &mut EdgeDecision) -> Context {
