@@ -119,6 +119,12 @@ pub struct Shared<F> {
     inner: Arc<Mutex<Box<DynBalance<F>>>>,
 }
 
+impl<F> std::fmt::Debug for Shared<F> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Shared").finish_non_exhaustive()
+    }
+}
+
 impl<F> Clone for Shared<F> {
     fn clone(&self) -> Self {
         Shared {
