@@ -114,6 +114,7 @@ impl Gateway {
             }
         }
         let pool = HttpEndpoints::new();
+        let metrics = Arc::new(Metrics::default());
         let mut services = HashMap::new();
         for service in &config.services {
             let stream: InstanceStream = match (&instances_file, &etcd) {
@@ -123,10 +124,9 @@ impl Gateway {
             };
             services.insert(
                 service.name.clone().into_boxed_str(),
-                Upstream::new(service, stream, &pool),
+                Upstream::new(service, stream, &pool, &metrics),
             );
         }
-        let metrics = Arc::new(Metrics::default());
         let routes = Arc::new(Routes {
             services,
             timeout: config.upstream_timeout,

@@ -13,11 +13,7 @@ use http_body_util::{Either, Full};
 use hyper::body::Incoming;
 use tower::{Service, ServiceExt};
 
-use crate::{
-    hop,
-    metrics::Metrics,
-    upstream::{Served, Upstream},
-};
+use crate::{hop, metrics::Metrics, upstream::Upstream};
 
 /// The body of every gateway response: streamed from the upstream, or made here.
 pub type Body = Either<Incoming, Full<Bytes>>;
@@ -123,26 +119,9 @@ async fn proxy(routes: &Routes, mut req: Request<Incoming>) -> Response<Body> {
     let metrics = &routes.metrics;
     let call = upstream.balancer.clone().oneshot(req);
     let res = match tokio::time::timeout(routes.timeout, call).await {
+        // Served by an instance: the endpoint wrapper counted it and named the instance.
         Ok(Ok(mut res)) => {
             hop::strip(res.headers_mut());
-            let served = res.extensions_mut().remove::<Served>();
-            let instance = served.as_ref().map(|s| &s.instance);
-            metrics.request(
-                &upstream.name,
-                lane.as_ref(),
-                instance,
-                res.status().as_u16(),
-            );
-            if let Some(routed) = served.as_ref().and_then(|s| s.routed.as_ref()) {
-                if routed.fallback() {
-                    metrics.fallback(&upstream.name, lane.as_ref(), routed.subset().to_string());
-                }
-            }
-            if let Some(served) = &served {
-                if let Ok(v) = HeaderValue::from_str(served.instance.as_str()) {
-                    res.headers_mut().insert("x-gray-instance", v);
-                }
-            }
             return res.map(Either::Left);
         }
         Ok(Err(e)) => match e.downcast_ref::<Unroutable>() {

@@ -12,35 +12,37 @@ use std::{
 use futures_util::future::Either;
 use futures_util::{Stream, StreamExt};
 use gray_balance::{BalanceLayer, Routed, future::ResponseFuture as BalanceFuture};
-use gray_core::{Labelled, Labels, Policy};
+use gray_core::{Context, Labelled, Labels, Lane, Policy};
 use gray_discovery::{Error as DiscoveryError, Instance, InstanceId, http::HttpEndpoints};
-use http::{Request, Response};
+use http::{HeaderName, HeaderValue, Request, Response};
 use hyper::body::Incoming;
 use hyper_util::client::legacy::connect::HttpConnector;
 use pin_project_lite::pin_project;
 use tower::{BoxError, Service, discover::Change};
 
-use crate::config::ServiceConfig;
+use crate::{config::ServiceConfig, metrics::Metrics};
 
 /// The instance stream of one service, whatever the source.
 pub type InstanceStream =
     Pin<Box<dyn Stream<Item = Result<Change<InstanceId, Instance>, DiscoveryError>> + Send>>;
 
-/// Which instance served a response, and how it was routed.
-#[derive(Debug, Clone)]
-pub struct Served {
-    /// The instance that answered.
-    pub instance: InstanceId,
-    /// How the balancer routed the request.
-    pub routed: Option<Routed>,
+/// What an endpoint knows about itself, shared by the requests it serves.
+#[derive(Debug)]
+struct Identity {
+    service: Arc<str>,
+    id: InstanceId,
+    /// The id as a header value, built once.
+    header: Option<HeaderValue>,
+    metrics: Arc<Metrics>,
 }
 
-/// An endpoint that records on the response which instance served it.
+/// An endpoint that marks each response with the instance that served it
+/// (`x-gray-instance`) and counts it, by lane, instance, status and fallback.
 #[derive(Debug)]
 pub struct Tagged<S> {
     inner: S,
-    id: InstanceId,
     labels: Labels,
+    me: Arc<Identity>,
 }
 
 impl<S> Labelled for Tagged<S> {
@@ -63,12 +65,13 @@ where
 
     fn call(&mut self, mut req: Request<Incoming>) -> Self::Future {
         let routed = req.extensions_mut().remove::<Routed>();
+        let lane = req
+            .extensions()
+            .get::<Context>()
+            .and_then(|c| c.lane().cloned());
         TaggedFuture {
             inner: self.inner.call(req),
-            served: Some(Served {
-                instance: self.id.clone(),
-                routed,
-            }),
+            done: Some((self.me.clone(), lane, routed)),
         }
     }
 }
@@ -78,7 +81,7 @@ pin_project! {
     pub struct TaggedFuture<F> {
         #[pin]
         inner: F,
-        served: Option<Served>,
+        done: Option<(Arc<Identity>, Option<Lane>, Option<Routed>)>,
     }
 }
 
@@ -90,13 +93,29 @@ where
 
     fn poll(self: Pin<&mut Self>, cx: &mut TaskCx<'_>) -> Poll<Self::Output> {
         let this = self.project();
+        // An error is counted by the proxy, which turns it into a 502.
         let mut res = std::task::ready!(this.inner.poll(cx))?;
-        if let Some(served) = this.served.take() {
-            res.extensions_mut().insert(served);
+        if let Some((me, lane, routed)) = this.done.take() {
+            if let Some(header) = &me.header {
+                res.headers_mut().insert(X_GRAY_INSTANCE, header.clone());
+            }
+            me.metrics.request(
+                &me.service,
+                lane.as_ref(),
+                Some(&me.id),
+                res.status().as_u16(),
+            );
+            if let Some(routed) = routed.filter(Routed::fallback) {
+                me.metrics
+                    .fallback(&me.service, lane.as_ref(), routed.subset().to_string());
+            }
         }
         Poll::Ready(Ok(res))
     }
 }
+
+/// The response header naming the instance that served it.
+pub const X_GRAY_INSTANCE: HeaderName = HeaderName::from_static("x-gray-instance");
 
 type Endpoint = gray_discovery::http::HttpEndpoint<HttpConnector, Incoming>;
 
@@ -194,7 +213,10 @@ impl Upstream {
         config: &ServiceConfig,
         instances: InstanceStream,
         pool: &HttpEndpoints<HttpConnector, Incoming>,
+        metrics: &Arc<Metrics>,
     ) -> Upstream {
+        let service: Arc<str> = config.name.as_str().into();
+        let metrics = metrics.clone();
         let view: InstanceView = Arc::default();
         let tap = view.clone();
         let instances = instances.map(move |change| {
@@ -211,16 +233,22 @@ impl Upstream {
             }
             change
         });
-        let endpoints = pool.discover(instances).map(|change| {
+        let endpoints = pool.discover(instances).map(move |change| {
             change.map(|change| match change {
                 Change::Insert(id, endpoint) => {
                     let labels = endpoint.labels().clone();
+                    let me = Arc::new(Identity {
+                        service: service.clone(),
+                        header: HeaderValue::from_str(id.as_str()).ok(),
+                        id: id.clone(),
+                        metrics: metrics.clone(),
+                    });
                     Change::Insert(
-                        id.clone(),
+                        id,
                         Tagged {
                             inner: endpoint,
-                            id,
                             labels,
+                            me,
                         },
                     )
                 }
