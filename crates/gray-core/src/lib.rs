@@ -38,6 +38,7 @@
 
 pub mod codec;
 pub mod context;
+pub mod format;
 pub mod labels;
 pub mod matching;
 pub mod name;

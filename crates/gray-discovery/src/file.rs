@@ -106,33 +106,8 @@ pub const DEFAULT_INTERVAL: Duration = Duration::from_millis(250);
 /// modification time may not change on a second edit on file systems with coarse times.
 const RACY_WINDOW: Duration = Duration::from_secs(3);
 
-/// The format of an instance file.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum Format {
-    /// TOML (`.toml`).
-    Toml,
-    /// YAML (`.yaml`, `.yml`).
-    Yaml,
-    /// JSON (`.json`).
-    Json,
-}
-
-impl Format {
-    /// The format that the extension of `path` names.
-    pub fn from_path(path: &Path) -> Option<Format> {
-        let ext = path.extension()?.to_str()?;
-        if ext.eq_ignore_ascii_case("toml") {
-            Some(Format::Toml)
-        } else if ext.eq_ignore_ascii_case("yaml") || ext.eq_ignore_ascii_case("yml") {
-            Some(Format::Yaml)
-        } else if ext.eq_ignore_ascii_case("json") {
-            Some(Format::Json)
-        } else {
-            None
-        }
-    }
-}
+/// The format of an instance file (the one enum all gray crates share).
+pub use gray_core::format::Format;
 
 /// The parsed content of an instance file: instances by service.
 #[derive(Debug, Default)]

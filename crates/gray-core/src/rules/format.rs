@@ -1,41 +1,10 @@
 //! The file formats a rule set is read from.
 
-use std::{path::Path, sync::Arc};
+use std::sync::Arc;
+
+pub use crate::format::Format;
 
 use super::{config::RulesConfig, error::RulesError};
-
-/// A configuration format.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Format {
-    /// TOML (feature `toml`).
-    Toml,
-    /// YAML (feature `yaml`, through `serde_norway`).
-    Yaml,
-    /// JSON (always available).
-    Json,
-}
-
-impl Format {
-    /// The format named by a file's extension: `.toml`, `.yaml` / `.yml`, `.json`.
-    ///
-    /// ```
-    /// use gray_core::rules::Format;
-    /// assert_eq!(Format::from_path("conf/rules.yml".as_ref()), Some(Format::Yaml));
-    /// assert_eq!(Format::from_path("rules".as_ref()), None);
-    /// ```
-    pub fn from_path(path: &Path) -> Option<Format> {
-        let ext = path.extension()?.to_str()?;
-        if ext.eq_ignore_ascii_case("toml") {
-            Some(Format::Toml)
-        } else if ext.eq_ignore_ascii_case("yaml") || ext.eq_ignore_ascii_case("yml") {
-            Some(Format::Yaml)
-        } else if ext.eq_ignore_ascii_case("json") {
-            Some(Format::Json)
-        } else {
-            None
-        }
-    }
-}
 
 impl RulesConfig {
     /// Deserializes `text` in `format`; `source` names it in errors.
