@@ -40,9 +40,14 @@ async fn upstream(id: &'static str) -> Server {
         tokio::time::sleep(Duration::from_secs(5)).await;
         "late"
     }
+    async fn pause() -> &'static str {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        "paused"
+    }
     serve(
         Router::new()
             .route("/slow", get(slow))
+            .route("/pause", get(pause))
             .fallback(any(answer))
             .with_state(id)
             .layer(axum::extract::DefaultBodyLimit::disable()),
@@ -52,13 +57,16 @@ async fn upstream(id: &'static str) -> Server {
 
 struct Setup {
     gateway: Gateway,
-    dir: std::path::PathBuf,
+    dir: TempDir,
     _upstreams: Vec<Server>,
 }
 
-impl Drop for Setup {
+/// A directory removed when dropped.
+struct TempDir(std::path::PathBuf);
+
+impl Drop for TempDir {
     fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.dir);
+        let _ = std::fs::remove_dir_all(&self.0);
     }
 }
 
@@ -113,7 +121,7 @@ fallback = "none"
     let gateway = Gateway::start(config).await.expect("gateway starts");
     Setup {
         gateway,
-        dir,
+        dir: TempDir(dir),
         _upstreams: vec![base, gray, stock],
     }
 }
@@ -252,6 +260,49 @@ async fn a_slow_upstream_times_out_with_504() {
     assert_eq!(res.status(), 504);
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_lets_in_flight_requests_finish() {
+    let Setup {
+        gateway,
+        dir: _dir,
+        _upstreams,
+    } = setup("shutdown").await;
+    let gw = gateway.addr();
+    let client = client([127, 0, 0, 1]);
+    // A keep-alive connection left idle, and a request in flight.
+    let (status, _) = text(
+        client
+            .get(format!("http://{gw}/orders/x"))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(status, 200);
+    let in_flight = tokio::spawn({
+        let client = client.clone();
+        async move {
+            text(
+                client
+                    .get(format!("http://{gw}/orders/pause"))
+                    .send()
+                    .await
+                    .unwrap(),
+            )
+            .await
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    // Returns once the in-flight request is answered and the idle connection closed.
+    tokio::time::timeout(Duration::from_secs(5), gateway.shutdown())
+        .await
+        .expect("shutdown returns");
+    let (status, body) = in_flight.await.unwrap();
+    assert_eq!((status, body.as_str()), (200, "paused"));
+    // Nothing listens any more.
+    assert!(tokio::net::TcpStream::connect(gw).await.is_err());
+}
+
 async fn wait_until(mut check: impl AsyncFnMut() -> bool) -> bool {
     for _ in 0..60 {
         if check().await {
@@ -271,7 +322,7 @@ async fn rules_and_instances_reload_live() {
 
     // A new rule: every request under /orders/canary goes gray.
     std::fs::write(
-        s.dir.join("rules.toml"),
+        s.dir.0.join("rules.toml"),
         "[[rules]]\nname = \"canary path\"\nwhen = { path = { prefix = \"/orders/canary\" } }\nlane = \"gray\"\n",
     )
     .unwrap();
@@ -287,19 +338,19 @@ async fn rules_and_instances_reload_live() {
     assert!(s.gateway.rules().status().generation > generation);
 
     // An invalid edit is rejected; the rule in force stays.
-    std::fs::write(s.dir.join("rules.toml"), "[[rules]]\nname = 3\n").unwrap();
+    std::fs::write(s.dir.0.join("rules.toml"), "[[rules]]\nname = 3\n").unwrap();
     tokio::time::sleep(Duration::from_millis(800)).await;
     let (_, body) = text(c.get(&url).send().await.unwrap()).await;
     assert!(body.starts_with("orders-gray"), "{body}");
 
     // The gray instance leaves: gray requests fall back to baseline (policy `baseline`).
-    let instances = std::fs::read_to_string(s.dir.join("instances.toml")).unwrap();
+    let instances = std::fs::read_to_string(s.dir.0.join("instances.toml")).unwrap();
     let without_gray: String = instances
         .split("[[services.")
         .filter(|block| !block.contains("orders-gray"))
         .collect::<Vec<_>>()
         .join("[[services.");
-    std::fs::write(s.dir.join("instances.toml"), without_gray).unwrap();
+    std::fs::write(s.dir.0.join("instances.toml"), without_gray).unwrap();
     assert!(
         wait_until(async || {
             let (_, body) = text(c.get(&url).send().await.unwrap()).await;

@@ -195,6 +195,25 @@ impl Wake for Park {
     }
 }
 
+/// Wakes the balancer's task when the discovery stream may have a change, and remembers
+/// that it did: `poll_ready` polls the stream only then, not on every call (a stream's
+/// idle poll, a watch channel's for one, costs more than the rest of `poll_ready`).
+struct DiscoveryWake {
+    woken: AtomicBool,
+    park: Arc<Park>,
+}
+
+impl Wake for DiscoveryWake {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        self.woken.store(true, Ordering::Release);
+        self.park.task.wake();
+    }
+}
+
 /// A xorshift64* generator: enough for picking two endpoints, no allocation, no lock.
 #[derive(Debug, Clone)]
 struct Rng(u64);
@@ -245,6 +264,9 @@ struct Core<K, S> {
 pub struct Balance<D: Discover, Req> {
     discover: D,
     discover_done: bool,
+    /// Set when the discovery stream woke us: poll it.
+    discover_wake: Arc<DiscoveryWake>,
+    discover_waker: Waker,
     policy: Policy,
     core: Core<D::Key, D::Service>,
     _req: PhantomData<fn(Req)>,
@@ -284,10 +306,17 @@ where
     ) -> Self {
         let park = Arc::new(Park::default());
         let park_waker = Waker::from(park.clone());
+        let discover_wake = Arc::new(DiscoveryWake {
+            // The stream has not been polled yet.
+            woken: AtomicBool::new(true),
+            park: park.clone(),
+        });
         let wildcard = policy.unlabelled() == gray_core::Unlabelled::Wildcard;
         Balance {
             discover,
             discover_done: false,
+            discover_waker: Waker::from(discover_wake.clone()),
+            discover_wake,
             policy,
             core: Core {
                 service,
@@ -590,14 +619,18 @@ where
     /// discovery stream fails ([`error::Discover`]).
     fn poll_ready(&mut self, cx: &mut TaskCx<'_>) -> Poll<Result<(), Self::Error>> {
         self.core.park.task.register(cx.waker());
-        while !self.discover_done {
-            match Pin::new(&mut self.discover).poll_discover(cx) {
+        let polled = !self.discover_done && self.discover_wake.woken.swap(false, Ordering::AcqRel);
+        let mut discover_cx = TaskCx::from_waker(&self.discover_waker);
+        while polled && !self.discover_done {
+            match Pin::new(&mut self.discover).poll_discover(&mut discover_cx) {
                 Poll::Pending => break,
                 Poll::Ready(None) => {
                     tracing::debug!(target: "gray::balance", service = %self.core.service, "discovery stream ended; keeping the endpoints");
                     self.discover_done = true;
                 }
                 Poll::Ready(Some(Err(e))) => {
+                    // Polled again next time, as a stream that has not said `Pending`.
+                    self.discover_wake.woken.store(true, Ordering::Release);
                     return Poll::Ready(Err(error::Discover::new(e.into()).into()));
                 }
                 Poll::Ready(Some(Ok(Change::Insert(key, service)))) => {

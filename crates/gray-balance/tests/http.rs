@@ -62,7 +62,7 @@ async fn send<S>(svc: &mut S, ctx: Option<Context>) -> Result<String, BoxError>
 where
     S: Service<
             http::Request<Full<Bytes>>,
-            Response = http::Response<hyper::body::Incoming>,
+            Response = http::Response<gray_discovery::http::ResponseBody>,
             Error = BoxError,
         >,
 {

@@ -1,12 +1,25 @@
 //! From instances to endpoints (feature `http`): each [`Instance`] becomes an
 //! [`HttpEndpoint`], a `tower::Service<http::Request<B>>` that sends requests to the
-//! instance over one shared hyper-util connection pool, and that is
-//! [`Labelled`] so a label-aware balancer can choose it.
+//! instance over HTTP/1.1 keep-alive connections, and that is [`Labelled`] so a
+//! label-aware balancer can choose it.
 //!
-//! [`HttpEndpoints`] owns the pooled client; [`HttpEndpoints::discover`] maps any discover
-//! stream of instances (static, file, etcd) to a discover stream of endpoints. An endpoint
-//! replaces the request URI's scheme and authority with the instance's address and keeps
-//! the path and query (`/` when the request had none).
+//! [`HttpEndpoints`] holds the connector and the pool settings; [`HttpEndpoints::discover`]
+//! maps any discover stream of instances (static, file, etcd) to a discover stream of
+//! endpoints. An endpoint sends the request's path and query (`/` when it has none) to its
+//! instance, whatever scheme and authority the request URI names; it keeps the request's
+//! `Host` header, or sets the instance's authority when there is none; it speaks HTTP/1.1
+//! to the instance whatever version the request arrived in.
+//!
+//! **Connections.** Each endpoint keeps its own idle connections (up to
+//! [`HttpEndpoints::max_idle_per_instance`], each for at most
+//! [`HttpEndpoints::idle_timeout`]). A request takes the most recent idle connection that
+//! is still open, or opens one; its future drives the connection until the response head
+//! arrives, and the response's [`ResponseBody`] drives it while the body is read. When the
+//! body ends, the connection is idle again; a body dropped before its end closes it. No
+//! task is spawned per connection and no channel hop is taken per request, which is what
+//! makes this cheaper than hyper-util's pooled client (see the README's figures). A request
+//! that finds its idle connection closed by the instance is sent again on another one when
+//! it was not sent at all; once written, it is never resent.
 //!
 //! ```
 //! use bytes::Bytes;
@@ -17,7 +30,7 @@
 //! use tower::discover::Change;
 //!
 //! # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
-//! let endpoints = HttpEndpoints::<_, Full<Bytes>>::new();
+//! let endpoints = HttpEndpoints::<_, Full<Bytes>>::new().max_idle_per_instance(32);
 //! let instances = StaticDiscover::new([Instance::new(
 //!     "a".parse()?,
 //!     "127.0.0.1:8081".parse()?,
@@ -31,86 +44,138 @@
 //! # }).unwrap();
 //! ```
 
+mod pool;
+
 use std::{
     fmt,
-    future::Future,
+    marker::PhantomData,
     pin::Pin,
+    sync::Arc,
     task::{Context, Poll},
+    time::Duration,
 };
 
 use futures_core::Stream;
 use gray_core::{Labelled, Labels};
-use http::{Request, Response, Uri, uri::PathAndQuery};
+use http::{HeaderValue, Request, Uri, uri::PathAndQuery};
 use http_body::Body;
-use hyper::body::Incoming;
-use hyper_util::{
-    client::legacy::{self, Client, connect::Connect, connect::HttpConnector},
-    rt::TokioExecutor,
-};
+use hyper::rt::{Read, Write};
+use hyper_util::client::legacy::connect::HttpConnector;
 use tower::{BoxError, discover::Change};
 use tower_service::Service;
 
+use self::pool::{Pool, Settings, Target};
+pub use self::pool::{RequestError, ResponseBody, ResponseFuture};
 use crate::Instance;
 
-/// The shared pooled client that turns instances into [`HttpEndpoint`]s.
+/// The connector and pool settings that turn instances into [`HttpEndpoint`]s; see the
+/// [module docs](self). `C` is the connector (hyper-util's [`HttpConnector`] by default,
+/// any `tower::Service<Uri>` yielding a hyper IO for TLS or Unix sockets), `B` the request
+/// body type.
 pub struct HttpEndpoints<C, B> {
-    client: Client<C, B>,
+    connector: C,
+    settings: Arc<Settings>,
+    _body: PhantomData<fn(B)>,
 }
 
 impl<C: Clone, B> Clone for HttpEndpoints<C, B> {
     fn clone(&self) -> Self {
         HttpEndpoints {
-            client: self.client.clone(),
+            connector: self.connector.clone(),
+            settings: self.settings.clone(),
+            _body: PhantomData,
         }
     }
 }
 
 impl<C, B> fmt::Debug for HttpEndpoints<C, B> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("HttpEndpoints").finish_non_exhaustive()
+        f.debug_struct("HttpEndpoints")
+            .field("max_idle_per_instance", &self.settings.max_idle)
+            .field("idle_timeout", &self.settings.idle_timeout)
+            .finish_non_exhaustive()
     }
 }
 
-impl<B> HttpEndpoints<HttpConnector, B>
-where
-    B: Body + Send,
-    B::Data: Send,
-{
-    /// A pool of plain-HTTP connections (HTTP/1.1), on the tokio runtime, with
-    /// `TCP_NODELAY` set (requests and responses are small and latency-bound).
+impl<B> HttpEndpoints<HttpConnector, B> {
+    /// Plain-HTTP endpoints over TCP with `TCP_NODELAY` set (requests and responses are
+    /// small and latency-bound), 256 idle connections per instance at most, each kept 90 s.
     pub fn new() -> Self {
         let mut connector = HttpConnector::new();
         connector.set_nodelay(true);
-        HttpEndpoints {
-            client: Client::builder(TokioExecutor::new()).build(connector),
-        }
+        Self::with_connector(connector)
     }
 }
 
-impl<B> Default for HttpEndpoints<HttpConnector, B>
-where
-    B: Body + Send,
-    B::Data: Send,
-{
+impl<B> Default for HttpEndpoints<HttpConnector, B> {
     fn default() -> Self {
         Self::new()
     }
 }
 
-impl<C: Clone, B> HttpEndpoints<C, B> {
-    /// Endpoints sharing `client`, for another connector (TLS, for instance) or settings.
-    pub fn with_client(client: Client<C, B>) -> Self {
-        HttpEndpoints { client }
-    }
-
-    /// The endpoint of `instance`.
-    pub fn endpoint(&self, instance: Instance) -> HttpEndpoint<C, B> {
-        HttpEndpoint {
-            client: self.client.clone(),
-            instance,
+impl<C, B> HttpEndpoints<C, B> {
+    /// Endpoints whose connections `connector` opens: it is called with
+    /// `scheme://authority/` of the instance and yields the connection's IO.
+    pub fn with_connector(connector: C) -> Self {
+        HttpEndpoints {
+            connector,
+            settings: Arc::default(),
+            _body: PhantomData,
         }
     }
 
+    /// Keeps at most `max` idle connections per instance (default 256); a connection
+    /// released when `max` are idle is closed. `0` closes every connection after its
+    /// response.
+    pub fn max_idle_per_instance(mut self, max: usize) -> Self {
+        Arc::make_mut(&mut self.settings).max_idle = max;
+        self
+    }
+
+    /// Closes, instead of reusing, a connection that has been idle longer than `timeout`
+    /// (default 90 s; instances commonly close idle connections after 60 s or more).
+    pub fn idle_timeout(mut self, timeout: Duration) -> Self {
+        Arc::make_mut(&mut self.settings).idle_timeout = timeout;
+        self
+    }
+
+    /// The HTTP/1 options of new connections (header limits, buffer sizes, and so on).
+    pub fn http1(mut self, builder: hyper::client::conn::http1::Builder) -> Self {
+        Arc::make_mut(&mut self.settings).http1 = builder;
+        self
+    }
+}
+
+impl<C, B> HttpEndpoints<C, B>
+where
+    C: Service<Uri> + Clone,
+    C::Response: Read + Write,
+    B: Body + 'static,
+{
+    /// The endpoint of `instance`, with its own idle connections.
+    pub fn endpoint(&self, instance: Instance) -> HttpEndpoint<C, B> {
+        let address = instance.address();
+        let uri = Uri::builder()
+            .scheme(address.scheme().clone())
+            .authority(address.authority().clone())
+            .path_and_query(PathAndQuery::from_static("/"))
+            .build()
+            .unwrap_or_else(|_| unreachable!("an address is a valid scheme and authority"));
+        let host = HeaderValue::from_str(address.authority().as_str())
+            .unwrap_or_else(|_| unreachable!("an authority is a valid header value"));
+        HttpEndpoint {
+            target: Target {
+                connector: self.connector.clone(),
+                pool: Arc::new(Pool::new(self.settings.clone())),
+                uri,
+                host,
+            },
+            instance,
+        }
+    }
+}
+
+impl<C: Clone, B> HttpEndpoints<C, B> {
     /// Maps a discover stream of instances to a discover stream of endpoints.
     pub fn discover<D>(&self, discover: D) -> Endpoints<D, C, B> {
         Endpoints {
@@ -120,22 +185,38 @@ impl<C: Clone, B> HttpEndpoints<C, B> {
     }
 }
 
-/// One instance as an HTTP client service; see the [module docs](self).
-pub struct HttpEndpoint<C, B> {
-    client: Client<C, B>,
+/// One instance as an HTTP client service; see the [module docs](self). Clones share the
+/// instance's idle connections.
+pub struct HttpEndpoint<C, B>
+where
+    C: Service<Uri>,
+    C::Response: Read + Write,
+    B: Body + 'static,
+{
+    target: Target<C, C::Response, B>,
     instance: Instance,
 }
 
-impl<C: Clone, B> Clone for HttpEndpoint<C, B> {
+impl<C, B> Clone for HttpEndpoint<C, B>
+where
+    C: Service<Uri> + Clone,
+    C::Response: Read + Write,
+    B: Body + 'static,
+{
     fn clone(&self) -> Self {
         HttpEndpoint {
-            client: self.client.clone(),
+            target: self.target.clone(),
             instance: self.instance.clone(),
         }
     }
 }
 
-impl<C, B> fmt::Debug for HttpEndpoint<C, B> {
+impl<C, B> fmt::Debug for HttpEndpoint<C, B>
+where
+    C: Service<Uri>,
+    C::Response: Read + Write,
+    B: Body + 'static,
+{
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("HttpEndpoint")
             .field("instance", &self.instance)
@@ -143,14 +224,24 @@ impl<C, B> fmt::Debug for HttpEndpoint<C, B> {
     }
 }
 
-impl<C, B> HttpEndpoint<C, B> {
+impl<C, B> HttpEndpoint<C, B>
+where
+    C: Service<Uri>,
+    C::Response: Read + Write,
+    B: Body + 'static,
+{
     /// The instance this endpoint sends to.
     pub fn instance(&self) -> &Instance {
         &self.instance
     }
 }
 
-impl<C, B> Labelled for HttpEndpoint<C, B> {
+impl<C, B> Labelled for HttpEndpoint<C, B>
+where
+    C: Service<Uri>,
+    C::Response: Read + Write,
+    B: Body + 'static,
+{
     fn labels(&self) -> &Labels {
         self.instance.labels()
     }
@@ -158,68 +249,34 @@ impl<C, B> Labelled for HttpEndpoint<C, B> {
 
 impl<C, B> Service<Request<B>> for HttpEndpoint<C, B>
 where
-    C: Connect + Clone + Send + Sync + 'static,
-    B: Body + Send + Unpin + 'static,
+    C: Service<Uri> + Clone + Send + 'static,
+    C::Future: Send,
+    C::Error: Into<BoxError>,
+    C::Response: Read + Write + Unpin + Send + 'static,
+    B: Body + Send + 'static,
     B::Data: Send,
     B::Error: Into<BoxError>,
 {
-    type Response = Response<Incoming>;
+    type Response = http::Response<ResponseBody>;
     type Error = BoxError;
     type Future = ResponseFuture;
 
     fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-        // The pool opens connections on demand.
+        // Connections are opened on demand.
         Poll::Ready(Ok(()))
     }
 
     fn call(&mut self, mut request: Request<B>) -> Self::Future {
-        let address = self.instance.address();
-        let mut parts = request.uri().clone().into_parts();
-        parts.scheme = Some(address.scheme().clone());
-        parts.authority = Some(address.authority().clone());
-        if parts.path_and_query.is_none() {
-            parts.path_and_query = Some(PathAndQuery::from_static("/"));
+        // Origin-form: the instance gets the path and query only.
+        let origin = match request.uri().path_and_query() {
+            Some(pq) if request.uri().authority().is_none() && pq.as_str().starts_with('/') => None,
+            Some(pq) => Some(pq.clone()),
+            None => Some(PathAndQuery::from_static("/")),
+        };
+        if let Some(pq) = origin {
+            *request.uri_mut() = Uri::from(pq);
         }
-        match Uri::from_parts(parts) {
-            Ok(uri) => {
-                *request.uri_mut() = uri;
-                ResponseFuture {
-                    state: State::Sent(self.client.request(request)),
-                }
-            }
-            Err(error) => ResponseFuture {
-                state: State::Failed(Some(error.into())),
-            },
-        }
-    }
-}
-
-/// The response future of [`HttpEndpoint`].
-pub struct ResponseFuture {
-    state: State,
-}
-
-enum State {
-    Sent(legacy::ResponseFuture),
-    Failed(Option<BoxError>),
-}
-
-impl fmt::Debug for ResponseFuture {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("ResponseFuture").finish_non_exhaustive()
-    }
-}
-
-impl Future for ResponseFuture {
-    type Output = Result<Response<Incoming>, BoxError>;
-
-    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        match &mut self.state {
-            State::Sent(future) => Pin::new(future).poll(cx).map_err(Into::into),
-            State::Failed(error) => Poll::Ready(Err(error
-                .take()
-                .unwrap_or_else(|| "response future polled after completion".into()))),
-        }
+        self.target.clone().send(request)
     }
 }
 
@@ -244,7 +301,9 @@ impl<D: fmt::Debug, C, B> fmt::Debug for Endpoints<D, C, B> {
 impl<D, K, E, C, B> Stream for Endpoints<D, C, B>
 where
     D: Stream<Item = Result<Change<K, Instance>, E>>,
-    C: Clone,
+    C: Service<Uri> + Clone,
+    C::Response: Read + Write,
+    B: Body + 'static,
 {
     type Item = Result<Change<K, HttpEndpoint<C, B>>, E>;
 

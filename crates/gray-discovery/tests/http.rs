@@ -1,16 +1,31 @@
 //! Instances as HTTP client services, against real loopback servers.
 
-use std::{convert::Infallible, net::SocketAddr};
+use std::{
+    convert::Infallible,
+    net::SocketAddr,
+    sync::{
+        Arc,
+        atomic::{AtomicUsize, Ordering},
+    },
+    time::Duration,
+};
 
 use bytes::Bytes;
 use futures_util::StreamExt;
 use gray_core::{Labelled, Labels};
-use gray_discovery::{Instance, StaticDiscover, http::HttpEndpoints};
+use gray_discovery::{
+    Instance, StaticDiscover,
+    http::{HttpEndpoints, RequestError, ResponseBody},
+};
 use http::{Request, Response};
-use http_body_util::{BodyExt, Full};
+use http_body::Frame;
+use http_body_util::{BodyExt, Empty, Full, StreamBody, combinators::BoxBody};
 use hyper::{server::conn::http1, service::service_fn};
 use hyper_util::rt::TokioIo;
-use tokio::net::TcpListener;
+use tokio::{
+    io::{AsyncReadExt, AsyncWriteExt},
+    net::TcpListener,
+};
 use tower::{ServiceExt, discover::Change};
 
 /// A server that answers `NAME PATH?QUERY host=HOST`.
@@ -111,5 +126,219 @@ async fn an_unreachable_instance_is_an_error() {
     ));
     let request = Request::get("/").body(Full::new(Bytes::new())).unwrap();
     let err = endpoint.oneshot(request).await.unwrap_err();
-    assert!(!err.to_string().is_empty());
+    // The error names the instance, says the connection failed, and keeps the cause.
+    assert!(
+        err.to_string()
+            .starts_with(&format!("cannot connect to http://{addr}/")),
+        "{err}"
+    );
+    let request_error = err.downcast_ref::<RequestError>().expect("a RequestError");
+    assert!(request_error.is_connect());
+    let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(&*err);
+    let mut refused = false;
+    while let Some(e) = cause {
+        if let Some(io) = e.downcast_ref::<std::io::Error>() {
+            refused |= io.kind() == std::io::ErrorKind::ConnectionRefused;
+        }
+        cause = e.source();
+    }
+    assert!(refused, "the io::Error is in the source chain: {err:?}");
+}
+
+/// A server that counts the connections it accepted and answers `/echo` with the request
+/// body, `/stream` with 64 chunks of 16 KiB, anything else with `ok`. With `keep_alive`
+/// false it closes every connection after one response.
+async fn counting_server(keep_alive: bool) -> (SocketAddr, Arc<AtomicUsize>) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let accepted = Arc::new(AtomicUsize::new(0));
+    let count = accepted.clone();
+    tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            count.fetch_add(1, Ordering::SeqCst);
+            tokio::spawn(async move {
+                let service = service_fn(|req: Request<hyper::body::Incoming>| async move {
+                    let body: BoxBody<Bytes, hyper::Error> = match req.uri().path() {
+                        "/echo" => req.into_body().boxed(),
+                        "/stream" => BodyExt::boxed(StreamBody::new(futures_util::stream::iter(
+                            (0..64).map(|_| Ok(Frame::data(Bytes::from(vec![b'x'; 16 * 1024])))),
+                        ))),
+                        _ => Full::new(Bytes::from_static(b"ok"))
+                            .map_err(|never| match never {})
+                            .boxed(),
+                    };
+                    Ok::<_, Infallible>(Response::new(body))
+                });
+                let _ = http1::Builder::new()
+                    .keep_alive(keep_alive)
+                    .serve_connection(TokioIo::new(stream), service)
+                    .await;
+            });
+        }
+    });
+    (addr, accepted)
+}
+
+fn instance(addr: SocketAddr) -> Instance {
+    Instance::new(
+        "one".parse().unwrap(),
+        addr.to_string().parse().unwrap(),
+        Labels::new(),
+    )
+}
+
+fn get(path: &str) -> Request<Full<Bytes>> {
+    Request::get(path).body(Full::new(Bytes::new())).unwrap()
+}
+
+async fn read(response: http::Response<ResponseBody>) -> Bytes {
+    response.into_body().collect().await.unwrap().to_bytes()
+}
+
+#[tokio::test]
+async fn connections_are_reused_once_the_body_is_read() {
+    let (addr, accepted) = counting_server(true).await;
+    let endpoint = HttpEndpoints::<_, Full<Bytes>>::new().endpoint(instance(addr));
+    for _ in 0..20 {
+        let response = endpoint.clone().oneshot(get("/")).await.unwrap();
+        assert_eq!(read(response).await, "ok");
+    }
+    assert_eq!(
+        accepted.load(Ordering::SeqCst),
+        1,
+        "sequential requests share one connection"
+    );
+
+    // Eight at once need eight connections; afterwards they are all idle and reused.
+    let responses =
+        futures_util::future::join_all((0..8).map(|_| endpoint.clone().oneshot(get("/")))).await;
+    for response in responses {
+        assert_eq!(read(response.unwrap()).await, "ok");
+    }
+    assert_eq!(accepted.load(Ordering::SeqCst), 8);
+    for _ in 0..8 {
+        let response = endpoint.clone().oneshot(get("/")).await.unwrap();
+        assert_eq!(read(response).await, "ok");
+    }
+    assert_eq!(accepted.load(Ordering::SeqCst), 8);
+}
+
+#[tokio::test]
+async fn bodies_stream_both_ways_and_the_connection_is_reused_after() {
+    let (addr, accepted) = counting_server(true).await;
+    let endpoint = HttpEndpoints::<_, BoxBody<Bytes, Infallible>>::new().endpoint(instance(addr));
+    // A 1 MiB request body in 64 chunks, echoed back.
+    let chunks =
+        (0..64u8).map(|i| Ok::<_, Infallible>(Frame::data(Bytes::from(vec![i; 16 * 1024]))));
+    let request = Request::post("/echo")
+        .body(BodyExt::boxed(StreamBody::new(futures_util::stream::iter(
+            chunks,
+        ))))
+        .unwrap();
+    let echoed = read(endpoint.clone().oneshot(request).await.unwrap()).await;
+    assert_eq!(echoed.len(), 64 * 16 * 1024);
+    assert!(
+        echoed
+            .chunks(16 * 1024)
+            .enumerate()
+            .all(|(i, c)| c.iter().all(|&b| b == i as u8))
+    );
+
+    let request = Request::get("/stream")
+        .body(Empty::new().map_err(|never| match never {}).boxed())
+        .unwrap();
+    let streamed = read(endpoint.clone().oneshot(request).await.unwrap()).await;
+    assert_eq!(streamed.len(), 64 * 16 * 1024);
+    assert_eq!(accepted.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test]
+async fn a_body_dropped_before_its_end_closes_its_connection() {
+    let (addr, accepted) = counting_server(true).await;
+    let endpoint = HttpEndpoints::<_, Full<Bytes>>::new().endpoint(instance(addr));
+    let response = endpoint.clone().oneshot(get("/stream")).await.unwrap();
+    let mut body = response.into_body();
+    let first = body.frame().await.unwrap().unwrap();
+    assert!(first.is_data());
+    drop(body);
+    // The half-read connection cannot carry another request: a new one is opened.
+    let response = endpoint.clone().oneshot(get("/")).await.unwrap();
+    assert_eq!(read(response).await, "ok");
+    assert_eq!(accepted.load(Ordering::SeqCst), 2);
+}
+
+#[tokio::test]
+async fn connections_the_instance_closes_are_replaced() {
+    // `Connection: close` after every response.
+    let (addr, accepted) = counting_server(false).await;
+    let endpoint = HttpEndpoints::<_, Full<Bytes>>::new().endpoint(instance(addr));
+    for _ in 0..5 {
+        let response = endpoint.clone().oneshot(get("/")).await.unwrap();
+        assert_eq!(read(response).await, "ok");
+    }
+    assert_eq!(accepted.load(Ordering::SeqCst), 5);
+
+    // An instance that closes idle keep-alive connections without saying so: the closed
+    // connection is noticed when it is taken, and the request goes on a new one.
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let served = Arc::new(AtomicUsize::new(0));
+    let count = served.clone();
+    tokio::spawn(async move {
+        while let Ok((mut stream, _)) = listener.accept().await {
+            count.fetch_add(1, Ordering::SeqCst);
+            let mut buf = vec![0; 4096];
+            let mut seen = Vec::new();
+            while !seen.windows(4).any(|w| w == b"\r\n\r\n") {
+                match stream.read(&mut buf).await {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => seen.extend_from_slice(&buf[..n]),
+                }
+            }
+            let _ = stream
+                .write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
+                .await;
+            // Dropped: closed right after the response, keep-alive notwithstanding.
+        }
+    });
+    let endpoint = HttpEndpoints::<_, Full<Bytes>>::new().endpoint(instance(addr));
+    for _ in 0..3 {
+        let response = endpoint.clone().oneshot(get("/")).await.unwrap();
+        assert_eq!(read(response).await, "ok");
+        // Let the close reach the client before the next request.
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(served.load(Ordering::SeqCst), 3);
+}
+
+#[tokio::test]
+async fn idle_limits_are_applied() {
+    let (addr, accepted) = counting_server(true).await;
+    let endpoint = HttpEndpoints::<_, Full<Bytes>>::new()
+        .max_idle_per_instance(0)
+        .endpoint(instance(addr));
+    for _ in 0..3 {
+        let response = endpoint.clone().oneshot(get("/")).await.unwrap();
+        assert_eq!(read(response).await, "ok");
+    }
+    assert_eq!(
+        accepted.load(Ordering::SeqCst),
+        3,
+        "no connection is kept idle"
+    );
+
+    let (addr, accepted) = counting_server(true).await;
+    let endpoint = HttpEndpoints::<_, Full<Bytes>>::new()
+        .idle_timeout(Duration::from_millis(20))
+        .endpoint(instance(addr));
+    let response = endpoint.clone().oneshot(get("/")).await.unwrap();
+    assert_eq!(read(response).await, "ok");
+    tokio::time::sleep(Duration::from_millis(60)).await;
+    let response = endpoint.clone().oneshot(get("/")).await.unwrap();
+    assert_eq!(read(response).await, "ok");
+    assert_eq!(
+        accepted.load(Ordering::SeqCst),
+        2,
+        "the stale connection was not reused"
+    );
 }

@@ -1,21 +1,46 @@
 //! Hop-by-hop headers (RFC 9110 §7.6.1): they describe one connection, so a proxy removes
 //! them, together with every header the `Connection` header names, in both directions.
 
-use http::{HeaderMap, HeaderName, header};
+use std::net::IpAddr;
 
-const HOP_BY_HOP: [HeaderName; 7] = [
+use http::{HeaderMap, HeaderName, HeaderValue, header};
+
+const HOP_BY_HOP: [HeaderName; 9] = [
     header::CONNECTION,
     HeaderName::from_static("keep-alive"),
     header::PROXY_AUTHENTICATE,
     header::PROXY_AUTHORIZATION,
+    HeaderName::from_static("proxy-connection"),
     header::TE,
     header::TRAILER,
     header::TRANSFER_ENCODING,
+    header::UPGRADE,
 ];
 
+/// Whether `name` is hop-by-hop by itself (not counting the names `Connection` lists).
+fn is_hop_by_hop(name: &HeaderName) -> bool {
+    // The same names as `HOP_BY_HOP`, matched by length and bytes, without hashing.
+    matches!(
+        name.as_str(),
+        "connection"
+            | "keep-alive"
+            | "proxy-authenticate"
+            | "proxy-authorization"
+            | "proxy-connection"
+            | "te"
+            | "trailer"
+            | "transfer-encoding"
+            | "upgrade"
+    )
+}
+
 /// Removes the hop-by-hop headers from `headers`. `Upgrade` goes too: this gateway does not
-/// tunnel upgraded connections.
+/// tunnel upgraded connections. Most messages carry none, which one pass over the names
+/// finds without hashing.
 pub fn strip(headers: &mut HeaderMap) {
+    if !headers.keys().any(is_hop_by_hop) {
+        return;
+    }
     if headers.contains_key(header::CONNECTION) {
         let named: Vec<HeaderName> = headers
             .get_all(header::CONNECTION)
@@ -31,25 +56,38 @@ pub fn strip(headers: &mut HeaderMap) {
     for name in &HOP_BY_HOP {
         headers.remove(name);
     }
-    headers.remove(header::UPGRADE);
 }
 
-/// Appends the peer's address to `X-Forwarded-For`, as a proxy does for the next hop.
-pub fn append_forwarded_for(headers: &mut HeaderMap, peer: std::net::IpAddr) {
-    let previous: Vec<&str> = headers
-        .get_all("x-forwarded-for")
+/// The peer's address as an `X-Forwarded-For` value, made once per connection.
+pub fn forwarded_for(peer: IpAddr) -> HeaderValue {
+    HeaderValue::from_str(&peer.to_string())
+        .unwrap_or_else(|_| unreachable!("an IP address is a valid header value"))
+}
+
+/// Appends the peer's address (`peer`, from [`forwarded_for`]) to `X-Forwarded-For`, as a
+/// proxy does for the next hop.
+pub fn append_forwarded_for(headers: &mut HeaderMap, peer: &HeaderValue) {
+    let mut previous = headers
+        .get_all(X_FORWARDED_FOR)
         .iter()
         .filter_map(|v| v.to_str().ok())
-        .collect();
-    let value = if previous.is_empty() {
-        peer.to_string()
-    } else {
-        format!("{}, {peer}", previous.join(", "))
-    };
-    if let Ok(value) = http::HeaderValue::from_str(&value) {
-        headers.insert("x-forwarded-for", value);
+        .peekable();
+    if previous.peek().is_none() {
+        headers.insert(X_FORWARDED_FOR, peer.clone());
+        return;
+    }
+    let mut value = String::new();
+    for v in previous {
+        value.push_str(v);
+        value.push_str(", ");
+    }
+    value.push_str(peer.to_str().unwrap_or_default());
+    if let Ok(value) = HeaderValue::from_str(&value) {
+        headers.insert(X_FORWARDED_FOR, value);
     }
 }
+
+const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
 
 #[cfg(test)]
 mod tests {
@@ -60,10 +98,10 @@ mod tests {
     #[test]
     fn forwarded_for_is_appended() {
         let mut h = HeaderMap::new();
-        append_forwarded_for(&mut h, "10.0.0.1".parse().unwrap());
+        append_forwarded_for(&mut h, &forwarded_for("10.0.0.1".parse().unwrap()));
         assert_eq!(h["x-forwarded-for"], "10.0.0.1");
         h.append("x-forwarded-for", HeaderValue::from_static("10.0.0.9"));
-        append_forwarded_for(&mut h, "10.0.0.2".parse().unwrap());
+        append_forwarded_for(&mut h, &forwarded_for("10.0.0.2".parse().unwrap()));
         assert_eq!(h["x-forwarded-for"], "10.0.0.1, 10.0.0.9, 10.0.0.2");
     }
 
@@ -81,5 +119,22 @@ mod tests {
         strip(&mut h);
         assert_eq!(h.len(), 1);
         assert_eq!(h["x-gray-lane"], "gray");
+    }
+
+    #[test]
+    fn every_listed_name_is_recognised_alone() {
+        for name in &HOP_BY_HOP {
+            assert!(is_hop_by_hop(name), "{name}");
+            let mut h = HeaderMap::new();
+            h.insert(name.clone(), HeaderValue::from_static("x"));
+            h.insert("x-kept", HeaderValue::from_static("1"));
+            strip(&mut h);
+            assert_eq!(h.len(), 1, "{name} was not stripped");
+        }
+        let mut h = HeaderMap::new();
+        h.insert("content-length", HeaderValue::from_static("3"));
+        h.insert("x-kept", HeaderValue::from_static("1"));
+        strip(&mut h);
+        assert_eq!(h.len(), 2);
     }
 }

@@ -12,6 +12,7 @@
 
 pub mod admin;
 pub mod config;
+pub mod drain;
 pub mod hop;
 pub mod metrics;
 pub mod proxy;
@@ -21,17 +22,17 @@ use std::{collections::HashMap, net::SocketAddr, sync::Arc};
 
 use gray_core::{Lane, rules::RuleSet};
 use gray_discovery::{WatchedFile, etcd::EtcdRegistry, http::HttpEndpoints};
-use gray_tower::edge::{FileSource, LiveRules, PeerAddr, StainLayer, TrustedProxies, WatchHandle};
+use gray_tower::edge::{FileSource, LiveRules, StainLayer, TrustedProxies, WatchHandle};
 use hyper_util::{
     rt::{TokioExecutor, TokioIo},
-    server::{conn::auto, graceful::GracefulShutdown},
-    service::TowerToHyperService,
+    server::conn::auto,
 };
 use tokio::{net::TcpListener, sync::watch, task::JoinHandle};
-use tower::{BoxError, Layer, ServiceExt, service_fn};
+use tower::{BoxError, Layer, ServiceExt};
 
 use crate::{
     config::{Config, DEFAULT_INSTANCES, Discovery},
+    drain::Drain,
     metrics::Metrics,
     proxy::{Proxy, Routes},
     upstream::{InstanceStream, Upstream},
@@ -147,8 +148,18 @@ impl Gateway {
             .await
             .map_err(|e| format!("listen {}: {e}", config.listen))?;
         let addr = listener.local_addr()?;
-        let service = edge.layer(Proxy::new(routes.clone()));
-        tasks.push(tokio::spawn(serve(listener, service, stopped.clone())));
+        let per_connection = {
+            let (edge, routes) = (edge.clone(), routes.clone());
+            move |peer: SocketAddr| {
+                edge.layer(Proxy::for_peer(routes.clone(), peer.ip()))
+                    .with_peer(peer)
+            }
+        };
+        tasks.push(tokio::spawn(serve(
+            listener,
+            per_connection,
+            stopped.clone(),
+        )));
 
         let admin = match config.admin {
             Some(admin_addr) => {
@@ -213,10 +224,11 @@ impl Gateway {
     }
 }
 
-/// The accept loop: one hyper connection (HTTP/1.1 or HTTP/2) per TCP connection, each
-/// request tagged with its peer address; on stop, connections finish gracefully.
-async fn serve<S>(listener: TcpListener, service: S, mut stopped: watch::Receiver<bool>)
+/// The accept loop: one hyper connection (HTTP/1.1 or HTTP/2) per TCP connection, served
+/// by the service `make` builds for its peer; on stop, connections finish gracefully.
+async fn serve<M, S>(listener: TcpListener, make: M, mut stopped: watch::Receiver<bool>)
 where
+    M: Fn(SocketAddr) -> S,
     S: tower::Service<
             http::Request<hyper::body::Incoming>,
             Response = http::Response<proxy::Body>,
@@ -226,7 +238,7 @@ where
         + 'static,
     S::Future: Send + 'static,
 {
-    let graceful = GracefulShutdown::new();
+    let graceful = Drain::new();
     let builder = auto::Builder::new(TokioExecutor::new());
     loop {
         let (stream, peer) = tokio::select! {
@@ -241,13 +253,11 @@ where
             () = until_stopped(&mut stopped) => break,
         };
         let _ = stream.set_nodelay(true);
-        let service = service.clone();
-        let tagged = service_fn(move |mut req: http::Request<hyper::body::Incoming>| {
-            req.extensions_mut().insert(PeerAddr(peer));
-            service.clone().oneshot(req)
-        });
+        let service = Connection {
+            service: make(peer),
+        };
         let conn = builder
-            .serve_connection(TokioIo::new(stream), TowerToHyperService::new(tagged))
+            .serve_connection(TokioIo::new(stream), service)
             .into_owned();
         let conn = graceful.watch(conn);
         tokio::spawn(async move {
@@ -262,6 +272,26 @@ where
         .is_err()
     {
         tracing::warn!("connections still open after 10 s; closing");
+    }
+}
+
+/// One connection's service, as hyper calls it: sends each request through a clone of
+/// the connection's tower service.
+#[derive(Clone)]
+struct Connection<S> {
+    service: S,
+}
+
+impl<S> hyper::service::Service<http::Request<hyper::body::Incoming>> for Connection<S>
+where
+    S: tower::Service<http::Request<hyper::body::Incoming>> + Clone,
+{
+    type Response = S::Response;
+    type Error = S::Error;
+    type Future = tower::util::Oneshot<S, http::Request<hyper::body::Incoming>>;
+
+    fn call(&self, req: http::Request<hyper::body::Incoming>) -> Self::Future {
+        self.service.clone().oneshot(req)
     }
 }
 

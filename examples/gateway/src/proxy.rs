@@ -7,16 +7,19 @@ use std::{
 
 use bytes::Bytes;
 use gray_core::{Context, Unroutable};
-use gray_tower::edge::PeerAddr;
-use http::{HeaderValue, Request, Response, StatusCode, Uri, header};
+use gray_discovery::http::ResponseBody;
+use http::{
+    HeaderValue, Request, Response, StatusCode, Uri, header,
+    uri::{InvalidUri, PathAndQuery},
+};
 use http_body_util::{Either, Full};
 use hyper::body::Incoming;
-use tower::{Service, ServiceExt};
+use tower::Service;
 
 use crate::{hop, metrics::Metrics, upstream::Upstream};
 
 /// The body of every gateway response: streamed from the upstream, or made here.
-pub type Body = Either<Incoming, Full<Bytes>>;
+pub type Body = Either<ResponseBody, Full<Bytes>>;
 
 /// The routing table and what every request needs.
 #[derive(Debug)]
@@ -29,16 +32,29 @@ pub struct Routes {
     pub metrics: Arc<Metrics>,
 }
 
-/// The proxy service (behind the edge layer). Cheap to clone.
+/// The proxy service (behind the edge layer), one per connection. Cheap to clone.
 #[derive(Debug, Clone)]
 pub struct Proxy {
     routes: Arc<Routes>,
+    /// The connection's peer as an `X-Forwarded-For` value, made once per connection.
+    forwarded_for: Option<HeaderValue>,
 }
 
 impl Proxy {
-    /// A proxy over `routes`.
+    /// A proxy over `routes` that adds no `X-Forwarded-For` entry.
     pub fn new(routes: Arc<Routes>) -> Self {
-        Proxy { routes }
+        Proxy {
+            routes,
+            forwarded_for: None,
+        }
+    }
+
+    /// The proxy for the connection from `peer`, which it appends to `X-Forwarded-For`.
+    pub fn for_peer(routes: Arc<Routes>, peer: IpAddr) -> Self {
+        Proxy {
+            routes,
+            forwarded_for: Some(hop::forwarded_for(peer)),
+        }
     }
 }
 
@@ -52,20 +68,27 @@ fn json(status: StatusCode, value: serde_json::Value) -> Response<Body> {
     res
 }
 
-/// Splits `/service/rest?q` into `service` and `/rest?q`.
-fn split(uri: &Uri) -> Option<(&str, String)> {
+/// Splits `/service/rest?q` into `service` and `/rest?q` (`/service?q` into `service`
+/// and `/?q`).
+fn split(uri: &Uri) -> Option<(&str, Result<PathAndQuery, InvalidUri>)> {
     let path = uri.path().strip_prefix('/')?;
     let (service, rest) = match path.find('/') {
-        Some(i) => (&path[..i], &path[i..]),
-        None => (path, "/"),
+        // The rest of the path and the query are one slice of the original.
+        Some(i) => {
+            let whole = uri.path_and_query().map_or("", PathAndQuery::as_str);
+            (&path[..i], PathAndQuery::try_from(&whole[i + 1..]))
+        }
+        None => (
+            path,
+            match uri.query() {
+                Some(q) => PathAndQuery::try_from(format!("/?{q}")),
+                None => Ok(PathAndQuery::from_static("/")),
+            },
+        ),
     };
     if service.is_empty() {
         return None;
     }
-    let rest = match uri.query() {
-        Some(q) => format!("{rest}?{q}"),
-        None => rest.to_owned(),
-    };
     Some((service, rest))
 }
 
@@ -79,83 +102,85 @@ impl Service<Request<Incoming>> for Proxy {
     }
 
     fn call(&mut self, req: Request<Incoming>) -> Self::Future {
-        let routes = self.routes.clone();
-        Box::pin(async move { Ok(proxy(&routes, req).await) })
+        let proxy = self.clone();
+        Box::pin(async move { Ok(proxy.proxy(req).await) })
     }
 }
 
-async fn proxy(routes: &Routes, mut req: Request<Incoming>) -> Response<Body> {
-    let Some((service, rest)) = split(req.uri()) else {
-        return json(
-            StatusCode::NOT_FOUND,
-            serde_json::json!({"error": "no service in the path; expected /{service}/…"}),
-        );
-    };
-    let Some(upstream) = routes.services.get(service) else {
-        return json(
-            StatusCode::NOT_FOUND,
-            serde_json::json!({"error": "unknown service", "service": service}),
-        );
-    };
-    let lane = req
-        .extensions()
-        .get::<Context>()
-        .and_then(|c| c.lane().cloned());
-    let peer: Option<IpAddr> = req.extensions().get::<PeerAddr>().map(|p| p.0.ip());
-    match rest.parse::<Uri>() {
-        Ok(uri) => *req.uri_mut() = uri,
-        Err(_) => {
+impl Proxy {
+    async fn proxy(self, mut req: Request<Incoming>) -> Response<Body> {
+        let routes = &*self.routes;
+        let Some((service, rest)) = split(req.uri()) else {
             return json(
-                StatusCode::BAD_REQUEST,
-                serde_json::json!({"error": "invalid path"}),
+                StatusCode::NOT_FOUND,
+                serde_json::json!({"error": "no service in the path; expected /{service}/…"}),
             );
+        };
+        let Some(upstream) = routes.services.get(service) else {
+            return json(
+                StatusCode::NOT_FOUND,
+                serde_json::json!({"error": "unknown service", "service": service}),
+            );
+        };
+        let lane = req
+            .extensions()
+            .get::<Context>()
+            .and_then(|c| c.lane().cloned());
+        match rest {
+            Ok(rest) => *req.uri_mut() = Uri::from(rest),
+            Err(_) => {
+                return json(
+                    StatusCode::BAD_REQUEST,
+                    serde_json::json!({"error": "invalid path"}),
+                );
+            }
         }
-    }
-    hop::strip(req.headers_mut());
-    if let Some(peer) = peer {
-        hop::append_forwarded_for(req.headers_mut(), peer);
-    }
-    let lane_label = lane.as_ref().map_or("baseline", |l| l.as_str());
-    let metrics = &routes.metrics;
-    let call = upstream.balancer.clone().oneshot(req);
-    let res = match tokio::time::timeout(routes.timeout, call).await {
-        // Served by an instance: the endpoint wrapper counted it and named the instance.
-        Ok(Ok(mut res)) => {
-            hop::strip(res.headers_mut());
-            return res.map(Either::Left);
+        hop::strip(req.headers_mut());
+        if let Some(peer) = &self.forwarded_for {
+            hop::append_forwarded_for(req.headers_mut(), peer);
         }
-        Ok(Err(e)) => match e.downcast_ref::<Unroutable>() {
-            Some(unroutable) => {
-                tracing::info!(service = %upstream.name, lane = lane_label, error = %unroutable, "unroutable");
+        let lane_label = lane.as_ref().map_or("baseline", |l| l.as_str());
+        let metrics = &routes.metrics;
+        let call = upstream.balancer.send(req);
+        let res = match tokio::time::timeout(routes.timeout, call).await {
+            // Served by an instance: the endpoint wrapper counted it and named the instance.
+            Ok(Ok(mut res)) => {
+                hop::strip(res.headers_mut());
+                return res.map(Either::Left);
+            }
+            Ok(Err(e)) => match e.downcast_ref::<Unroutable>() {
+                Some(unroutable) => {
+                    tracing::info!(service = %upstream.name, lane = lane_label, error = %unroutable, "unroutable");
+                    json(
+                        StatusCode::SERVICE_UNAVAILABLE,
+                        serde_json::json!({
+                            "error": unroutable.to_string(),
+                            "service": unroutable.service(),
+                            "lane": lane.as_ref().map(|l| l.as_str()),
+                            "policy": unroutable.policy(),
+                            "detail": unroutable,
+                        }),
+                    )
+                }
+                None => {
+                    tracing::warn!(service = %upstream.name, lane = lane_label, error = %e, "upstream failed");
+                    json(
+                        StatusCode::BAD_GATEWAY,
+                        serde_json::json!({"error": e.to_string(), "service": &*upstream.name}),
+                    )
+                }
+            },
+            Err(_) => {
+                tracing::warn!(service = %upstream.name, lane = lane_label, "upstream timed out");
                 json(
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    serde_json::json!({
-                        "error": unroutable.to_string(),
-                        "service": unroutable.service(),
-                        "lane": lane.as_ref().map(|l| l.as_str()),
-                        "policy": unroutable.policy(),
-                        "detail": unroutable,
-                    }),
+                    StatusCode::GATEWAY_TIMEOUT,
+                    serde_json::json!({"error": "upstream timed out", "service": &*upstream.name, "timeout_ms": routes.timeout.as_millis() as u64}),
                 )
             }
-            None => {
-                tracing::warn!(service = %upstream.name, lane = lane_label, error = %e, "upstream failed");
-                json(
-                    StatusCode::BAD_GATEWAY,
-                    serde_json::json!({"error": e.to_string(), "service": &*upstream.name}),
-                )
-            }
-        },
-        Err(_) => {
-            tracing::warn!(service = %upstream.name, lane = lane_label, "upstream timed out");
-            json(
-                StatusCode::GATEWAY_TIMEOUT,
-                serde_json::json!({"error": "upstream timed out", "service": &*upstream.name, "timeout_ms": routes.timeout.as_millis() as u64}),
-            )
-        }
-    };
-    metrics.request(&upstream.name, lane.as_ref(), None, res.status().as_u16());
-    res
+        };
+        metrics.request(&upstream.name, lane.as_ref(), None, res.status().as_u16());
+        res
+    }
 }
 
 #[cfg(test)]
@@ -164,11 +189,20 @@ mod tests {
 
     #[test]
     fn splits_service_and_rest() {
-        let uri: Uri = "/orders/v1/items?id=3".parse().unwrap();
-        assert_eq!(split(&uri), Some(("orders", "/v1/items?id=3".to_owned())));
-        let uri: Uri = "/orders".parse().unwrap();
-        assert_eq!(split(&uri), Some(("orders", "/".to_owned())));
-        let uri: Uri = "/".parse().unwrap();
-        assert_eq!(split(&uri), None);
+        for (uri, service, rest) in [
+            ("/orders/v1/items?id=3", "orders", "/v1/items?id=3"),
+            ("/orders/", "orders", "/"),
+            ("/orders", "orders", "/"),
+            ("/orders?id=3", "orders", "/?id=3"),
+            ("http://gw.example/orders/x?y", "orders", "/x?y"),
+        ] {
+            let uri: Uri = uri.parse().unwrap();
+            let (s, r) = split(&uri).unwrap();
+            assert_eq!((s, r.unwrap().as_str()), (service, rest), "{uri}");
+        }
+        for uri in ["/", "//x", "*"] {
+            let uri: Uri = uri.parse().unwrap();
+            assert!(split(&uri).is_none(), "{uri}");
+        }
     }
 }

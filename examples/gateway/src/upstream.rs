@@ -3,24 +3,29 @@
 
 use std::{
     collections::BTreeMap,
-    future::{Future, Ready, ready},
+    future::Future,
     pin::Pin,
     sync::{Arc, Mutex},
     task::{Context as TaskCx, Poll},
 };
 
-use futures_util::future::Either;
 use futures_util::{Stream, StreamExt};
 use gray_balance::{BalanceLayer, Routed, future::ResponseFuture as BalanceFuture};
 use gray_core::{Context, Labelled, Labels, Lane, Policy};
-use gray_discovery::{Error as DiscoveryError, Instance, InstanceId, http::HttpEndpoints};
+use gray_discovery::{
+    Error as DiscoveryError, Instance, InstanceId,
+    http::{HttpEndpoints, ResponseBody},
+};
 use http::{HeaderName, HeaderValue, Request, Response};
 use hyper::body::Incoming;
 use hyper_util::client::legacy::connect::HttpConnector;
 use pin_project_lite::pin_project;
 use tower::{BoxError, Service, discover::Change};
 
-use crate::{config::ServiceConfig, metrics::Metrics};
+use crate::{
+    config::ServiceConfig,
+    metrics::{EndpointMetrics, Metrics},
+};
 
 /// The instance stream of one service, whatever the source.
 pub type InstanceStream =
@@ -30,9 +35,10 @@ pub type InstanceStream =
 #[derive(Debug)]
 struct Identity {
     service: Arc<str>,
-    id: InstanceId,
     /// The id as a header value, built once.
     header: Option<HeaderValue>,
+    /// Its answers, by lane and status.
+    counters: Arc<EndpointMetrics>,
     metrics: Arc<Metrics>,
 }
 
@@ -53,9 +59,9 @@ impl<S> Labelled for Tagged<S> {
 
 impl<S> Service<Request<Incoming>> for Tagged<S>
 where
-    S: Service<Request<Incoming>, Response = Response<Incoming>, Error = BoxError>,
+    S: Service<Request<Incoming>, Response = Response<ResponseBody>, Error = BoxError>,
 {
-    type Response = Response<Incoming>;
+    type Response = Response<ResponseBody>;
     type Error = BoxError;
     type Future = TaggedFuture<S::Future>;
 
@@ -87,9 +93,9 @@ pin_project! {
 
 impl<F> Future for TaggedFuture<F>
 where
-    F: Future<Output = Result<Response<Incoming>, BoxError>>,
+    F: Future<Output = Result<Response<ResponseBody>, BoxError>>,
 {
-    type Output = Result<Response<Incoming>, BoxError>;
+    type Output = Result<Response<ResponseBody>, BoxError>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut TaskCx<'_>) -> Poll<Self::Output> {
         let this = self.project();
@@ -99,12 +105,7 @@ where
             if let Some(header) = &me.header {
                 res.headers_mut().insert(X_GRAY_INSTANCE, header.clone());
             }
-            me.metrics.request(
-                &me.service,
-                lane.as_ref(),
-                Some(&me.id),
-                res.status().as_u16(),
-            );
+            me.counters.request(lane.as_ref(), res.status().as_u16());
             if let Some(routed) = routed.filter(Routed::fallback) {
                 me.metrics
                     .fallback(&me.service, lane.as_ref(), routed.subset().to_string());
@@ -121,19 +122,16 @@ type Endpoint = gray_discovery::http::HttpEndpoint<HttpConnector, Incoming>;
 
 type EndpointFuture = <Endpoint as Service<Request<Incoming>>>::Future;
 
-/// The balancer handle the proxy calls: cheap to clone, shared by every connection.
+/// The balancer handle the proxy sends through: shared by every connection.
 pub type Balancer = Shared<BalanceFuture<TaggedFuture<EndpointFuture>>>;
 
-type DynBalance<F> = dyn Service<Request<Incoming>, Response = Response<Incoming>, Error = BoxError, Future = F>
+type DynBalance<F> = dyn Service<Request<Incoming>, Response = Response<ResponseBody>, Error = BoxError, Future = F>
     + Send;
 
-/// A balancer shared by every connection, behind a mutex that is held only while
-/// `poll_ready` and `call` run, never across an await: a request takes the lock for a few
-/// hundred nanoseconds instead of a round trip through a `Buffer`'s worker task.
-///
-/// `call` checks readiness again under the same lock, so two connections can never both
-/// use the one readiness a `poll_ready` reserved; a request that finds no endpoint ready
-/// then fails with a 502 rather than calling an endpoint that was not polled ready.
+/// A balancer shared by every connection, behind a mutex that is held only while the
+/// balancer checks readiness and dispatches a request, never across an await: a request
+/// takes the lock once, for a few hundred nanoseconds, instead of a round trip through a
+/// `Buffer`'s worker task.
 pub struct Shared<F> {
     inner: Arc<Mutex<Box<DynBalance<F>>>>,
 }
@@ -152,33 +150,87 @@ impl<F> Clone for Shared<F> {
     }
 }
 
-impl<F> Shared<F> {
+impl<F> Shared<F>
+where
+    F: Future<Output = Result<Response<ResponseBody>, BoxError>>,
+{
     fn lock(&self) -> std::sync::MutexGuard<'_, Box<DynBalance<F>>> {
         self.inner.lock().unwrap_or_else(|p| p.into_inner())
     }
-}
 
-impl<F> Service<Request<Incoming>> for Shared<F>
-where
-    F: Future<Output = Result<Response<Incoming>, BoxError>>,
-{
-    type Response = Response<Incoming>;
-    type Error = BoxError;
-    type Future = Either<F, Ready<Result<Response<Incoming>, BoxError>>>;
-
-    fn poll_ready(&mut self, cx: &mut TaskCx<'_>) -> Poll<Result<(), BoxError>> {
-        self.lock().poll_ready(cx)
+    /// Sends `req` through the balancer. In steady state an endpoint is ready and the
+    /// request is dispatched under one lock; otherwise (no instance discovered yet) the
+    /// returned future waits for readiness, checking again under the lock each time it is
+    /// woken, so two connections never share one readiness.
+    pub fn send(&self, req: Request<Incoming>) -> SharedCall<F> {
+        let mut noop = TaskCx::from_waker(std::task::Waker::noop());
+        SharedCall {
+            state: self.try_call(req, &mut noop),
+        }
     }
 
-    fn call(&mut self, req: Request<Incoming>) -> Self::Future {
+    fn try_call(&self, req: Request<Incoming>, cx: &mut TaskCx<'_>) -> CallState<F> {
         let mut balance = self.lock();
-        let mut noop = TaskCx::from_waker(std::task::Waker::noop());
-        match balance.poll_ready(&mut noop) {
-            Poll::Ready(Ok(())) => Either::Left(balance.call(req)),
-            Poll::Ready(Err(e)) => Either::Right(ready(Err(e))),
-            Poll::Pending => Either::Right(ready(Err(
-                "no endpoint was ready when the request was sent".into(),
-            ))),
+        match balance.poll_ready(cx) {
+            Poll::Ready(Ok(())) => CallState::Called {
+                future: balance.call(req),
+            },
+            Poll::Ready(Err(e)) => CallState::Failed { error: Some(e) },
+            Poll::Pending => CallState::Waiting {
+                shared: self.clone(),
+                req: Some(req),
+            },
+        }
+    }
+}
+
+pin_project! {
+    /// The future of [`Shared::send`].
+    pub struct SharedCall<F> {
+        #[pin]
+        state: CallState<F>,
+    }
+}
+
+pin_project! {
+    #[project = CallStateProj]
+    enum CallState<F> {
+        Called { #[pin] future: F },
+        Waiting { shared: Shared<F>, req: Option<Request<Incoming>> },
+        Failed { error: Option<BoxError> },
+    }
+}
+
+impl<F> Future for SharedCall<F>
+where
+    F: Future<Output = Result<Response<ResponseBody>, BoxError>>,
+{
+    type Output = Result<Response<ResponseBody>, BoxError>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut TaskCx<'_>) -> Poll<Self::Output> {
+        let mut state = self.project().state;
+        loop {
+            let next = match state.as_mut().project() {
+                CallStateProj::Called { future } => return future.poll(cx),
+                CallStateProj::Failed { error } => {
+                    return Poll::Ready(Err(error
+                        .take()
+                        .unwrap_or_else(|| "polled after completion".into())));
+                }
+                CallStateProj::Waiting { shared, req } => {
+                    let Some(request) = req.take() else {
+                        return Poll::Ready(Err("polled after completion".into()));
+                    };
+                    match shared.try_call(request, cx) {
+                        CallState::Waiting { req: back, .. } => {
+                            *req = back;
+                            return Poll::Pending;
+                        }
+                        ready => ready,
+                    }
+                }
+            };
+            state.set(next);
         }
     }
 }
@@ -192,7 +244,7 @@ pub struct Upstream {
     pub name: Arc<str>,
     /// Its routing policy (the balancer holds a copy).
     pub policy: Policy,
-    /// The balancer, behind a `Buffer` shared by every connection.
+    /// The balancer, shared by every connection.
     pub balancer: Balancer,
     /// The instances known now, for the admin endpoint.
     pub instances: InstanceView,
@@ -240,7 +292,7 @@ impl Upstream {
                     let me = Arc::new(Identity {
                         service: service.clone(),
                         header: HeaderValue::from_str(id.as_str()).ok(),
-                        id: id.clone(),
+                        counters: metrics.endpoint(&service, &id),
                         metrics: metrics.clone(),
                     });
                     Change::Insert(

@@ -52,7 +52,7 @@ async fn b_handler(State(id): State<&'static str>) -> Json<Answer> {
 /// A's client for B: type-erased, as an example may.
 type BClient = tower::util::BoxCloneSyncService<
     Request<Empty<Bytes>>,
-    http::Response<hyper::body::Incoming>,
+    http::Response<gray_discovery::http::ResponseBody>,
     BoxError,
 >;
 

@@ -52,11 +52,46 @@ pub struct EdgeDecision {
 pub struct Stain<S> {
     inner: S,
     config: Arc<Config>,
+    peer: Option<IpAddr>,
 }
 
 impl<S> Stain<S> {
     pub(crate) fn from_parts(inner: S, config: Arc<Config>) -> Self {
-        Stain { inner, config }
+        Stain {
+            inner,
+            config,
+            peer: None,
+        }
+    }
+
+    /// The peer address of the connection this service serves, for servers that build
+    /// their service per connection (a hyper accept loop): requests then need no
+    /// [`PeerAddr`](super::PeerAddr) extension. A request's own `PeerAddr` (or axum's
+    /// `ConnectInfo`) still wins.
+    ///
+    /// ```
+    /// use gray_core::{Context, rules::{CidrList, RuleSet}};
+    /// use gray_tower::edge::{LiveRules, StainLayer};
+    /// use tower::{Layer, ServiceExt, service_fn};
+    ///
+    /// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
+    /// // Stains from 10.0.0.0/8 are honoured.
+    /// let edge = StainLayer::new(LiveRules::new(RuleSet::default()))
+    ///     .with_trusted_clients(CidrList::parse(["10.0.0.0/8"]).unwrap());
+    /// let lane_seen = service_fn(|req: http::Request<()>| async move {
+    ///     let lane = req.extensions().get::<Context>().and_then(|c| c.lane().cloned());
+    ///     Ok::<_, std::convert::Infallible>(lane.map(|l| l.to_string()))
+    /// });
+    /// // In the accept loop, once per connection:
+    /// let from = |peer: &str| edge.layer(lane_seen).with_peer(peer.parse().unwrap());
+    /// let request = || http::Request::get("/").header("x-gray-lane", "gray").body(()).unwrap();
+    /// assert_eq!(from("10.0.0.7:50000").oneshot(request()).await.unwrap().as_deref(), Some("gray"));
+    /// assert_eq!(from("192.0.2.1:50000").oneshot(request()).await.unwrap(), None);
+    /// # });
+    /// ```
+    pub fn with_peer(mut self, peer: std::net::SocketAddr) -> Self {
+        self.peer = Some(peer.ip());
+        self
     }
 
     /// A layer deciding by `rules`.
@@ -90,7 +125,7 @@ where
         let config = &*self.config;
         let client_ip = config
             .resolver
-            .resolve(peer_ip(req.extensions()), req.headers());
+            .resolve(peer_ip(req.extensions()).or(self.peer), req.headers());
         let trusted = client_ip.is_some_and(|ip| config.trusted_clients.contains(ip));
 
         // One snapshot decides the whole request.

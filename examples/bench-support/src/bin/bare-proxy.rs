@@ -18,7 +18,10 @@
 //!
 //! Options: `--listen ADDR` (required), `--upstream ADDR` (one or more), `--threads N` (tokio
 //! worker threads, default 1), `--multi-thread` (use tokio's multi-thread scheduler even
-//! with one thread; by default one thread means the current-thread scheduler).
+//! with one thread; by default one thread means the current-thread scheduler),
+//! `--client legacy|gray` (default `legacy`: hyper-util's pooled client, what a hyper proxy
+//! is usually written with; `gray`: gray-discovery's `HttpEndpoints`, the connections the
+//! gateway uses, to separate the cost of the client from the cost of the gateway's features).
 
 use std::{
     convert::Infallible,
@@ -29,6 +32,11 @@ use std::{
 };
 
 use bytes::Bytes;
+use gray_core::Labels;
+use gray_discovery::{
+    Instance,
+    http::{HttpEndpoint, HttpEndpoints, ResponseBody},
+};
 use http::{
     HeaderMap, HeaderName, Request, Response, StatusCode, Uri, Version,
     header::{
@@ -44,16 +52,17 @@ use hyper_util::{
     rt::{TokioExecutor, TokioIo},
 };
 use tokio::net::TcpListener;
+use tower::{BoxError, Service};
 
 const USAGE: &str = "usage: bare-proxy --listen ADDR --upstream ADDR [--upstream ADDR ...] \
-                     [--threads N] [--multi-thread]";
+                     [--threads N] [--multi-thread] [--client legacy|gray]";
 
 /// `Keep-Alive` and `Proxy-Connection` have no constant in `http`.
 const KEEP_ALIVE: HeaderName = HeaderName::from_static("keep-alive");
 const PROXY_CONNECTION: HeaderName = HeaderName::from_static("proxy-connection");
 
 /// The proxy's response body: the upstream's, streamed, or an empty one for a local error.
-type ProxyBody = Either<Incoming, Empty<Bytes>>;
+type ProxyBody = Either<Either<Incoming, ResponseBody>, Empty<Bytes>>;
 
 #[derive(Debug)]
 struct Options {
@@ -61,10 +70,12 @@ struct Options {
     upstreams: Vec<SocketAddr>,
     threads: usize,
     multi_thread: bool,
+    gray_client: bool,
 }
 
 fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Options, String> {
     let (mut listen, mut upstreams, mut threads, mut multi_thread) = (None, Vec::new(), 1, false);
+    let mut gray_client = false;
     while let Some(flag) = args.next() {
         let mut value = || {
             args.next()
@@ -85,6 +96,15 @@ fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Options, String>
                 };
             }
             "--multi-thread" => multi_thread = true,
+            "--client" => {
+                gray_client = match value()?.as_str() {
+                    "legacy" => false,
+                    "gray" => true,
+                    other => {
+                        return Err(format!("`--client {other}`: expected `legacy` or `gray`"));
+                    }
+                }
+            }
             other => return Err(format!("unknown option `{other}`")),
         }
     }
@@ -96,6 +116,7 @@ fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Options, String>
         upstreams,
         threads,
         multi_thread,
+        gray_client,
     })
 }
 
@@ -129,21 +150,50 @@ fn main() -> ExitCode {
     }
 }
 
-/// What every request reads: the pooled client and the upstreams to take turns on.
+/// The client the proxy forwards with.
+#[derive(Debug)]
+enum Upstreams {
+    /// hyper-util's pooled client.
+    Legacy(Box<Client<HttpConnector, Incoming>>),
+    /// gray-discovery's endpoints, one per upstream, in the same order as `upstreams`.
+    Gray(Vec<HttpEndpoint<HttpConnector, Incoming>>),
+}
+
+/// What every request reads: the client and the upstreams to take turns on.
 #[derive(Debug)]
 struct Proxy {
-    client: Client<HttpConnector, Incoming>,
+    client: Upstreams,
     upstreams: Vec<Authority>,
     next: AtomicUsize,
 }
 
 impl Proxy {
-    fn new(upstreams: &[SocketAddr]) -> Result<Self, String> {
-        let mut connector = HttpConnector::new();
-        connector.set_nodelay(true);
-        let client = Client::builder(TokioExecutor::new())
-            .pool_idle_timeout(Duration::from_secs(90))
-            .build(connector);
+    fn new(upstreams: &[SocketAddr], gray_client: bool) -> Result<Self, String> {
+        let client = if gray_client {
+            let endpoints = HttpEndpoints::new();
+            let mut list = Vec::new();
+            for (i, addr) in upstreams.iter().enumerate() {
+                let instance = Instance::new(
+                    format!("upstream-{i}")
+                        .parse()
+                        .map_err(|e| format!("{e}"))?,
+                    addr.to_string()
+                        .parse()
+                        .map_err(|e| format!("{addr}: {e}"))?,
+                    Labels::new(),
+                );
+                list.push(endpoints.endpoint(instance));
+            }
+            Upstreams::Gray(list)
+        } else {
+            let mut connector = HttpConnector::new();
+            connector.set_nodelay(true);
+            Upstreams::Legacy(Box::new(
+                Client::builder(TokioExecutor::new())
+                    .pool_idle_timeout(Duration::from_secs(90))
+                    .build(connector),
+            ))
+        };
         let upstreams = upstreams
             .iter()
             .map(|addr| {
@@ -158,9 +208,8 @@ impl Proxy {
         })
     }
 
-    /// The upstream URI for `uri`: next upstream in turn, first path segment stripped.
-    fn upstream_uri(&self, uri: &Uri) -> Result<Uri, http::Error> {
-        let turn = self.next.fetch_add(1, Ordering::Relaxed) % self.upstreams.len();
+    /// The upstream URI for `uri`: upstream `turn`, first path segment stripped.
+    fn upstream_uri(&self, uri: &Uri, turn: usize) -> Result<Uri, http::Error> {
         let path_and_query = match uri.path_and_query().map(PathAndQuery::as_str) {
             Some(pq) => strip_first_segment(pq)?,
             None => PathAndQuery::from_static("/"),
@@ -173,13 +222,26 @@ impl Proxy {
     }
 
     async fn forward(&self, mut req: Request<Incoming>) -> Result<Response<ProxyBody>, Infallible> {
-        match self.upstream_uri(req.uri()) {
+        let turn = self.next.fetch_add(1, Ordering::Relaxed) % self.upstreams.len();
+        match self.upstream_uri(req.uri(), turn) {
             Ok(uri) => *req.uri_mut() = uri,
             Err(_) => return Ok(local_response(StatusCode::BAD_REQUEST)),
         }
         *req.version_mut() = Version::HTTP_11;
         remove_hop_by_hop(req.headers_mut());
-        match self.client.request(req).await {
+        let response = match &self.client {
+            Upstreams::Legacy(client) => client
+                .request(req)
+                .await
+                .map(|res| res.map(Either::Left))
+                .map_err(BoxError::from),
+            Upstreams::Gray(endpoints) => endpoints[turn]
+                .clone()
+                .call(req)
+                .await
+                .map(|res| res.map(Either::Right)),
+        };
+        match response {
             Ok(mut res) => {
                 remove_hop_by_hop(res.headers_mut());
                 Ok(res.map(Either::Left))
@@ -248,7 +310,10 @@ async fn serve(options: Options) -> Result<(), String> {
         .await
         .map_err(|e| format!("cannot listen on {}: {e}", options.listen))?;
     // Lives as long as the process: every connection borrows it, no per-request refcount.
-    let proxy: &'static Proxy = Box::leak(Box::new(Proxy::new(&options.upstreams)?));
+    let proxy: &'static Proxy = Box::leak(Box::new(Proxy::new(
+        &options.upstreams,
+        options.gray_client,
+    )?));
 
     loop {
         let stream = match listener.accept().await {

@@ -1,0 +1,397 @@
+//! The connections of one instance, driven by the requests that use them.
+//!
+//! A hyper HTTP/1 connection is a future that must be polled for the connection to read and
+//! write. hyper-util's pooled client spawns a task per connection for that, so each request
+//! crosses two tasks and two channels. Here the request's own future polls the connection
+//! until the response head arrives, and the response body ([`ResponseBody`]) polls it while
+//! the body is read; when the body ends, the connection goes back to the instance's idle
+//! list. One task, no hand-off, and nothing to clean up: an idle connection that the
+//! instance closed is found closed (and dropped) the next time it is taken.
+
+use std::{
+    error::Error as StdError,
+    fmt,
+    future::{Future, poll_fn},
+    pin::Pin,
+    sync::{Arc, Mutex},
+    task::{Context, Poll, ready},
+    time::{Duration, Instant},
+};
+
+use bytes::Bytes;
+use http::{HeaderValue, Request, Response, Uri, Version, header::HOST};
+use http_body::{Body, Frame, SizeHint};
+use hyper::{
+    body::Incoming,
+    client::conn::http1::{self, Connection, SendRequest},
+    rt::{Read, Write},
+};
+use tower::BoxError;
+use tower_service::Service;
+
+/// How the connections of every instance are kept.
+#[derive(Debug, Clone)]
+pub(crate) struct Settings {
+    /// Idle connections kept per instance; more are closed when released.
+    pub(crate) max_idle: usize,
+    /// An idle connection older than this is closed instead of reused.
+    pub(crate) idle_timeout: Duration,
+    /// The HTTP/1 options of new connections.
+    pub(crate) http1: http1::Builder,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Settings {
+            max_idle: 256,
+            idle_timeout: Duration::from_secs(90),
+            http1: http1::Builder::new(),
+        }
+    }
+}
+
+/// A connection and the handle that sends requests on it.
+struct Conn<IO: Read + Write, B: Body + 'static> {
+    sender: SendRequest<B>,
+    driver: Connection<IO, B>,
+    /// The driver finished: the connection is closed (or failed).
+    ended: bool,
+    /// When it was released to the idle list.
+    idle_since: Instant,
+    /// The pool it returns to, while it is leased.
+    pool: Option<Arc<Pool<IO, B>>>,
+}
+
+impl<IO, B> Conn<IO, B>
+where
+    IO: Read + Write + Unpin,
+    B: Body + 'static,
+    B::Data: Send,
+    B::Error: Into<BoxError>,
+{
+    /// Lets the connection read and write what it can. Never waits.
+    fn drive(&mut self, cx: &mut Context<'_>) {
+        if !self.ended && Pin::new(&mut self.driver).poll(cx).is_ready() {
+            // Closed by the peer, or failed: the request or body in flight sees the error
+            // through its own channel.
+            self.ended = true;
+        }
+    }
+
+    /// Whether a new request can be sent now: the connection is open and idle.
+    fn usable(&mut self, cx: &mut Context<'_>) -> bool {
+        self.drive(cx);
+        !self.ended && matches!(self.sender.poll_ready(cx), Poll::Ready(Ok(())))
+    }
+}
+
+/// The idle connections of one instance.
+pub(crate) struct Pool<IO: Read + Write, B: Body + 'static> {
+    idle: Mutex<Vec<Box<Conn<IO, B>>>>,
+    settings: Arc<Settings>,
+}
+
+impl<IO: Read + Write, B: Body + 'static> Pool<IO, B> {
+    pub(crate) fn new(settings: Arc<Settings>) -> Self {
+        Pool {
+            idle: Mutex::new(Vec::new()),
+            settings,
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<Box<Conn<IO, B>>>> {
+        self.idle.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The most recently released connection that is still fresh, if any. The lock is held
+    /// for a pop; older connections than the idle timeout are dropped on the way.
+    fn take(&self) -> Option<Box<Conn<IO, B>>> {
+        let now = Instant::now();
+        loop {
+            let conn = self.lock().pop()?;
+            if now.saturating_duration_since(conn.idle_since) <= self.settings.idle_timeout {
+                return Some(conn);
+            }
+        }
+    }
+
+    fn put(&self, mut conn: Box<Conn<IO, B>>) {
+        if conn.ended || conn.sender.is_closed() {
+            return;
+        }
+        conn.pool = None;
+        conn.idle_since = Instant::now();
+        let mut idle = self.lock();
+        if idle.len() < self.settings.max_idle {
+            idle.push(conn);
+        }
+    }
+}
+
+/// A leased connection, as the response body sees it: something to drive, then release.
+trait Lease: Send {
+    fn drive(&mut self, cx: &mut Context<'_>);
+    fn release(self: Box<Self>);
+}
+
+impl<IO, B> Lease for Conn<IO, B>
+where
+    IO: Read + Write + Unpin + Send + 'static,
+    B: Body + Send + 'static,
+    B::Data: Send,
+    B::Error: Into<BoxError>,
+{
+    fn drive(&mut self, cx: &mut Context<'_>) {
+        Conn::drive(self, cx);
+    }
+
+    fn release(mut self: Box<Self>) {
+        if let Some(pool) = self.pool.take() {
+            pool.put(self);
+        }
+    }
+}
+
+/// The body of a response from an instance: hyper's body, and the connection it arrives
+/// on, which reading the body drives. When the body ends the connection is reused; when
+/// the body is dropped before its end, the connection is closed.
+pub struct ResponseBody {
+    inner: Incoming,
+    lease: Option<Box<dyn Lease>>,
+}
+
+impl fmt::Debug for ResponseBody {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ResponseBody")
+            .field("inner", &self.inner)
+            .field("leased", &self.lease.is_some())
+            .finish()
+    }
+}
+
+impl ResponseBody {
+    fn new(inner: Incoming, lease: Box<dyn Lease>) -> Self {
+        let mut body = ResponseBody {
+            inner,
+            lease: Some(lease),
+        };
+        body.release_if_done();
+        body
+    }
+
+    fn release_if_done(&mut self) {
+        if self.inner.is_end_stream() {
+            if let Some(lease) = self.lease.take() {
+                lease.release();
+            }
+        }
+    }
+}
+
+impl Body for ResponseBody {
+    type Data = Bytes;
+    type Error = hyper::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
+        let this = &mut *self;
+        if let Some(lease) = &mut this.lease {
+            lease.drive(cx);
+        }
+        let frame = ready!(Pin::new(&mut this.inner).poll_frame(cx));
+        match &frame {
+            None => {
+                if let Some(lease) = this.lease.take() {
+                    lease.release();
+                }
+            }
+            Some(Ok(_)) => this.release_if_done(),
+            // The connection failed: dropping the lease closes it.
+            Some(Err(_)) => this.lease = None,
+        }
+        Poll::Ready(frame)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+/// What failed when sending a request to an instance.
+#[derive(Debug)]
+pub struct RequestError {
+    stage: Stage,
+    instance: Uri,
+    source: BoxError,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Stage {
+    Connect,
+    Handshake,
+    Send,
+}
+
+impl RequestError {
+    /// Whether the connection could not be established (the request was not sent).
+    pub fn is_connect(&self) -> bool {
+        self.stage != Stage::Send
+    }
+}
+
+impl fmt::Display for RequestError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let what = match self.stage {
+            Stage::Connect => "cannot connect to",
+            Stage::Handshake => "HTTP/1 handshake failed with",
+            Stage::Send => "request failed at",
+        };
+        write!(f, "{what} {}: {}", self.instance, self.source)
+    }
+}
+
+impl StdError for RequestError {
+    fn source(&self) -> Option<&(dyn StdError + 'static)> {
+        Some(&*self.source)
+    }
+}
+
+/// Everything one request to an instance needs, moved into its future.
+pub(crate) struct Target<C, IO: Read + Write, B: Body + 'static> {
+    pub(crate) connector: C,
+    pub(crate) pool: Arc<Pool<IO, B>>,
+    /// `scheme://authority/` of the instance, what the connector is given.
+    pub(crate) uri: Uri,
+    /// The instance's authority, the `Host` of requests that have none.
+    pub(crate) host: HeaderValue,
+}
+
+impl<C: Clone, IO: Read + Write, B: Body + 'static> Clone for Target<C, IO, B> {
+    fn clone(&self) -> Self {
+        Target {
+            connector: self.connector.clone(),
+            pool: self.pool.clone(),
+            uri: self.uri.clone(),
+            host: self.host.clone(),
+        }
+    }
+}
+
+/// The response future of an endpoint.
+pub struct ResponseFuture {
+    inner: Pin<Box<dyn Future<Output = Result<Response<ResponseBody>, BoxError>> + Send>>,
+}
+
+impl fmt::Debug for ResponseFuture {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ResponseFuture").finish_non_exhaustive()
+    }
+}
+
+impl Future for ResponseFuture {
+    type Output = Result<Response<ResponseBody>, BoxError>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        self.inner.as_mut().poll(cx)
+    }
+}
+
+impl<C, IO, B> Target<C, IO, B>
+where
+    C: Service<Uri, Response = IO> + Clone + Send + 'static,
+    C::Future: Send,
+    C::Error: Into<BoxError>,
+    IO: Read + Write + Unpin + Send + 'static,
+    B: Body + Send + 'static,
+    B::Data: Send,
+    B::Error: Into<BoxError>,
+{
+    /// Sends `request` (origin-form URI, HTTP/1.1, `Host` set if missing) on an idle
+    /// connection, or on a new one.
+    pub(crate) fn send(self, mut request: Request<B>) -> ResponseFuture {
+        *request.version_mut() = Version::HTTP_11;
+        if !request.headers().contains_key(HOST) {
+            request.headers_mut().insert(HOST, self.host.clone());
+        }
+        ResponseFuture {
+            inner: Box::pin(self.run(request)),
+        }
+    }
+
+    fn error(&self, stage: Stage, source: impl Into<BoxError>) -> BoxError {
+        Box::new(RequestError {
+            stage,
+            instance: self.uri.clone(),
+            source: source.into(),
+        })
+    }
+
+    async fn connect(&mut self) -> Result<Box<Conn<IO, B>>, BoxError> {
+        poll_fn(|cx| self.connector.poll_ready(cx))
+            .await
+            .map_err(|e| self.error(Stage::Connect, e))?;
+        let io = self
+            .connector
+            .call(self.uri.clone())
+            .await
+            .map_err(|e| self.error(Stage::Connect, e))?;
+        let (sender, driver) = self
+            .pool
+            .settings
+            .http1
+            .handshake(io)
+            .await
+            .map_err(|e| self.error(Stage::Handshake, e))?;
+        Ok(Box::new(Conn {
+            sender,
+            driver,
+            ended: false,
+            idle_since: Instant::now(),
+            pool: None,
+        }))
+    }
+
+    async fn run(mut self, mut request: Request<B>) -> Result<Response<ResponseBody>, BoxError> {
+        loop {
+            // An idle connection that is still open, else a new one.
+            let mut fresh = false;
+            let mut conn = loop {
+                match self.pool.take() {
+                    Some(mut conn) => {
+                        if poll_fn(|cx| Poll::Ready(conn.usable(cx))).await {
+                            break conn;
+                        }
+                    }
+                    None => {
+                        fresh = true;
+                        break self.connect().await?;
+                    }
+                }
+            };
+            let mut sent = std::pin::pin!(conn.sender.try_send_request(request));
+            let result = poll_fn(|cx| {
+                conn.drive(cx);
+                sent.as_mut().poll(cx)
+            })
+            .await;
+            match result {
+                Ok(response) => {
+                    conn.pool = Some(self.pool.clone());
+                    return Ok(response.map(|body| ResponseBody::new(body, conn)));
+                }
+                // Not sent: the idle connection was closed under us. Try another one; a
+                // new connection that cannot take the request is an error.
+                Err(mut e) => match e.take_message() {
+                    Some(unsent) if !fresh => request = unsent,
+                    _ => return Err(self.error(Stage::Send, e.into_error())),
+                },
+            }
+        }
+    }
+}
