@@ -3,7 +3,7 @@
 
 use std::net::IpAddr;
 
-use http::{HeaderMap, HeaderName, HeaderValue, header};
+use http::{HeaderMap, HeaderName, HeaderValue, header, header::Entry};
 
 const HOP_BY_HOP: [HeaderName; 9] = [
     header::CONNECTION,
@@ -67,23 +67,22 @@ pub fn forwarded_for(peer: IpAddr) -> HeaderValue {
 /// Appends the peer's address (`peer`, from [`forwarded_for`]) to `X-Forwarded-For`, as a
 /// proxy does for the next hop.
 pub fn append_forwarded_for(headers: &mut HeaderMap, peer: &HeaderValue) {
-    let mut previous = headers
-        .get_all(X_FORWARDED_FOR)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .peekable();
-    if previous.peek().is_none() {
-        headers.insert(X_FORWARDED_FOR, peer.clone());
-        return;
-    }
-    let mut value = String::new();
-    for v in previous {
-        value.push_str(v);
-        value.push_str(", ");
-    }
-    value.push_str(peer.to_str().unwrap_or_default());
-    if let Ok(value) = HeaderValue::from_str(&value) {
-        headers.insert(X_FORWARDED_FOR, value);
+    match headers.entry(X_FORWARDED_FOR) {
+        Entry::Vacant(entry) => {
+            entry.insert(peer.clone());
+        }
+        Entry::Occupied(mut entry) => {
+            let mut value = Vec::new();
+            for previous in entry.iter() {
+                value.extend_from_slice(previous.as_bytes());
+                value.extend_from_slice(b", ");
+            }
+            value.extend_from_slice(peer.as_bytes());
+            // Replaces every previous value with the joined one.
+            if let Ok(value) = HeaderValue::from_bytes(&value) {
+                entry.insert(value);
+            }
+        }
     }
 }
 

@@ -18,7 +18,7 @@ pub mod metrics;
 pub mod proxy;
 pub mod upstream;
 
-use std::{collections::HashMap, net::SocketAddr, sync::Arc};
+use std::{collections::BTreeMap, net::SocketAddr, sync::Arc};
 
 use gray_core::{Lane, rules::RuleSet};
 use gray_discovery::{WatchedFile, etcd::EtcdRegistry, http::HttpEndpoints};
@@ -114,9 +114,14 @@ impl Gateway {
                 etcd = Some(EtcdRegistry::new(client, cfg.prefix.clone()));
             }
         }
-        let pool = HttpEndpoints::new();
+        // Messages are written with one copy into one buffer and one `send`, rather than
+        // as a vectored write of head and body: cheaper for the small messages that
+        // dominate, at the cost of a copy of large bodies.
+        let mut http1 = hyper::client::conn::http1::Builder::new();
+        http1.writev(false);
+        let pool = HttpEndpoints::new().http1(http1);
         let metrics = Arc::new(Metrics::default());
-        let mut services = HashMap::new();
+        let mut services = BTreeMap::new();
         for service in &config.services {
             let stream: InstanceStream = match (&instances_file, &etcd) {
                 (Some(file), _) => Box::pin(file.service(&service.name)?),
@@ -239,7 +244,9 @@ where
     S::Future: Send + 'static,
 {
     let graceful = Drain::new();
-    let builder = auto::Builder::new(TokioExecutor::new());
+    let mut builder = auto::Builder::new(TokioExecutor::new());
+    // As for the upstream connections: one buffer, one `send` per response head and body.
+    builder.http1().writev(false);
     loop {
         let (stream, peer) = tokio::select! {
             accepted = listener.accept() => match accepted {

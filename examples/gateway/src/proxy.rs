@@ -1,7 +1,7 @@
 //! The proxy: `/{service}/rest` goes to an instance of `service` as `/rest`.
 
 use std::{
-    collections::HashMap, future::Future, net::IpAddr, pin::Pin, sync::Arc, task::Poll,
+    collections::BTreeMap, future::Future, net::IpAddr, pin::Pin, sync::Arc, task::Poll,
     time::Duration,
 };
 
@@ -24,8 +24,9 @@ pub type Body = Either<ResponseBody, Full<Bytes>>;
 /// The routing table and what every request needs.
 #[derive(Debug)]
 pub struct Routes {
-    /// The upstream of each service, by name.
-    pub services: HashMap<Box<str>, Upstream>,
+    /// The upstream of each service, by name (a few string comparisons to find one, no
+    /// hashing of a name that comes from the request path).
+    pub services: BTreeMap<Box<str>, Upstream>,
     /// The time allowed until an upstream's response headers.
     pub timeout: Duration,
     /// The counters.

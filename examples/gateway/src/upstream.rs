@@ -176,9 +176,11 @@ where
                 future: balance.call(req),
             },
             Poll::Ready(Err(e)) => CallState::Failed { error: Some(e) },
+            // Boxed: this path is taken only before the first instance is discovered, and
+            // it keeps the future (which every request moves around) small.
             Poll::Pending => CallState::Waiting {
                 shared: self.clone(),
-                req: Some(req),
+                req: Some(Box::new(req)),
             },
         }
     }
@@ -196,7 +198,7 @@ pin_project! {
     #[project = CallStateProj]
     enum CallState<F> {
         Called { #[pin] future: F },
-        Waiting { shared: Shared<F>, req: Option<Request<Incoming>> },
+        Waiting { shared: Shared<F>, req: Option<Box<Request<Incoming>>> },
         Failed { error: Option<BoxError> },
     }
 }
@@ -221,7 +223,7 @@ where
                     let Some(request) = req.take() else {
                         return Poll::Ready(Err("polled after completion".into()));
                     };
-                    match shared.try_call(request, cx) {
+                    match shared.try_call(*request, cx) {
                         CallState::Waiting { req: back, .. } => {
                             *req = back;
                             return Poll::Pending;

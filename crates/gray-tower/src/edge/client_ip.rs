@@ -183,7 +183,9 @@ impl ClientIpResolver {
             None => Hop::Unknown,
         };
         let hop = match &self.trust.0 {
+            // No proxy to trust: the peer is the client, whatever the headers say.
             Trust::None | Trust::Hops(0) => peer,
+            Trust::Cidrs(proxies) if proxies.is_empty() => peer,
             Trust::Hops(n) => {
                 let chain = self.chain(headers, peer);
                 match chain.nth_from_right(*n) {
