@@ -191,6 +191,32 @@ async fn routes_by_stain_with_the_prefix_stripped() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http2_clients_are_served_over_http1_upstreams() {
+    let s = setup("h2").await;
+    let gw = s.gateway.addr();
+    let h2 = reqwest::Client::builder()
+        .http2_prior_knowledge()
+        .timeout(Duration::from_secs(10))
+        .build()
+        .expect("client");
+    for (lane, expected) in [(None, "orders-base"), (Some("gray"), "orders-gray")] {
+        let mut request = h2.post(format!("http://{gw}/orders/items?x=1")).body("abc");
+        if let Some(lane) = lane {
+            request = request.header("x-gray-lane", lane);
+        }
+        let res = request.send().await.unwrap();
+        assert_eq!(res.version(), reqwest::Version::HTTP_2);
+        assert_eq!(res.headers()["x-gray-instance"], expected);
+        let (status, body) = text(res).await;
+        assert_eq!(status, 200);
+        assert_eq!(
+            body,
+            format!("{expected} /items?x=1 lane={} secret=- body=3", lane.unwrap_or("-"))
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_untrusted_clients_stain_is_stripped() {
     let s = setup("strip").await;
     let gw = s.gateway.addr();

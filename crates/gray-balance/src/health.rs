@@ -16,7 +16,9 @@
 //! endpoint's error; the default, [`is_connection_error`], walks the error's `source()`
 //! chain for an [`std::io::Error`] of a connection kind (refused, reset, aborted, not
 //! connected, address not available) and, with the `hyper-util` feature, for a
-//! hyper-util legacy client error whose `is_connect()` is true.
+//! hyper-util legacy client error whose `is_connect()` is true. The endpoints of
+//! `gray_discovery::http` keep the connector's `io::Error` as the source of their errors,
+//! so a refused or reset instance is recognised without a feature.
 //!
 //! ```
 //! use std::{io, time::Duration};
