@@ -211,7 +211,10 @@ async fn http2_clients_are_served_over_http1_upstreams() {
         assert_eq!(status, 200);
         assert_eq!(
             body,
-            format!("{expected} /items?x=1 lane={} secret=- body=3", lane.unwrap_or("-"))
+            format!(
+                "{expected} /items?x=1 lane={} secret=- body=3",
+                lane.unwrap_or("-")
+            )
         );
     }
 }
