@@ -139,6 +139,17 @@ impl<C, B> HttpEndpoints<C, B> {
         self
     }
 
+    /// Fails a request whose response head has not arrived `timeout` after the endpoint
+    /// was called (connecting included) with a [`RequestError`] whose
+    /// [`is_timeout`](RequestError::is_timeout) is true, and closes its connection.
+    /// Default: no limit. Each connection keeps one timer and moves it from request to
+    /// request, which costs an atomic operation per request rather than two visits to
+    /// tokio's timer wheel, as wrapping each call in `tokio::time::timeout` does.
+    pub fn response_timeout(mut self, timeout: Duration) -> Self {
+        Arc::make_mut(&mut self.settings).response_timeout = Some(timeout);
+        self
+    }
+
     /// The HTTP/1 options of new connections (header limits, buffer sizes, and so on).
     pub fn http1(mut self, builder: hyper::client::conn::http1::Builder) -> Self {
         Arc::make_mut(&mut self.settings).http1 = builder;

@@ -342,3 +342,79 @@ async fn idle_limits_are_applied() {
         "the stale connection was not reused"
     );
 }
+
+/// A server whose `/wait/{ms}` answers after that many milliseconds.
+async fn slow_server() -> (SocketAddr, Arc<AtomicUsize>) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let accepted = Arc::new(AtomicUsize::new(0));
+    let count = accepted.clone();
+    tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            count.fetch_add(1, Ordering::SeqCst);
+            tokio::spawn(async move {
+                let service = service_fn(|req: Request<hyper::body::Incoming>| async move {
+                    let ms: u64 = req
+                        .uri()
+                        .path()
+                        .strip_prefix("/wait/")
+                        .and_then(|ms| ms.parse().ok())
+                        .unwrap_or(0);
+                    tokio::time::sleep(Duration::from_millis(ms)).await;
+                    Ok::<_, Infallible>(Response::new(Full::new(Bytes::from_static(b"ok"))))
+                });
+                let _ = http1::Builder::new()
+                    .serve_connection(TokioIo::new(stream), service)
+                    .await;
+            });
+        }
+    });
+    (addr, accepted)
+}
+
+#[tokio::test]
+async fn a_response_later_than_the_timeout_fails_and_closes_its_connection() {
+    let (addr, accepted) = slow_server().await;
+    let endpoint = HttpEndpoints::<_, Full<Bytes>>::new()
+        .response_timeout(Duration::from_millis(150))
+        .endpoint(instance(addr));
+    // Without the timeout this request would be answered, after 10 s.
+    let err = endpoint
+        .clone()
+        .oneshot(get("/wait/10000"))
+        .await
+        .unwrap_err();
+    let request_error = err.downcast_ref::<RequestError>().expect("a RequestError");
+    assert!(request_error.is_timeout() && !request_error.is_connect());
+    assert_eq!(
+        err.to_string(),
+        format!("no response from http://{addr}/ within 150ms")
+    );
+    // The connection carried the abandoned request: the next one opens another.
+    let response = endpoint.clone().oneshot(get("/wait/0")).await.unwrap();
+    assert_eq!(read(response).await, "ok");
+    assert_eq!(accepted.load(Ordering::SeqCst), 2);
+}
+
+#[tokio::test]
+async fn the_timeout_counts_from_each_request_on_a_reused_connection() {
+    let (addr, accepted) = slow_server().await;
+    let endpoint = HttpEndpoints::<_, Full<Bytes>>::new()
+        .response_timeout(Duration::from_millis(300))
+        .endpoint(instance(addr));
+    for round in 0..4 {
+        // Each answer takes 200 ms of a 300 ms budget, and the connection idles longer than
+        // the timeout between some of them: a timer left from an earlier request must
+        // neither fire early nor carry over.
+        let response = endpoint.clone().oneshot(get("/wait/200")).await.unwrap();
+        assert_eq!(read(response).await, "ok", "round {round}");
+        if round % 2 == 1 {
+            tokio::time::sleep(Duration::from_millis(400)).await;
+        }
+    }
+    assert_eq!(
+        accepted.load(Ordering::SeqCst),
+        1,
+        "one connection served every request"
+    );
+}

@@ -119,7 +119,9 @@ impl Gateway {
         // dominate, at the cost of a copy of large bodies.
         let mut http1 = hyper::client::conn::http1::Builder::new();
         http1.writev(false);
-        let pool = HttpEndpoints::new().http1(http1);
+        let pool = HttpEndpoints::new()
+            .http1(http1)
+            .response_timeout(config.upstream_timeout);
         let metrics = Arc::new(Metrics::default());
         let mut services = BTreeMap::new();
         for service in &config.services {

@@ -7,7 +7,7 @@ use std::{
 
 use bytes::Bytes;
 use gray_core::{Context, Unroutable};
-use gray_discovery::http::ResponseBody;
+use gray_discovery::http::{RequestError, ResponseBody};
 use http::{
     HeaderValue, Request, Response, StatusCode, Uri, header,
     uri::{InvalidUri, PathAndQuery},
@@ -16,7 +16,11 @@ use http_body_util::{Either, Full};
 use hyper::body::Incoming;
 use tower::Service;
 
-use crate::{hop, metrics::Metrics, upstream::Upstream};
+use crate::{
+    hop,
+    metrics::Metrics,
+    upstream::{NotReady, Upstream},
+};
 
 /// The body of every gateway response: streamed from the upstream, or made here.
 pub type Body = Either<ResponseBody, Full<Bytes>>;
@@ -27,7 +31,8 @@ pub struct Routes {
     /// The upstream of each service, by name (a few string comparisons to find one, no
     /// hashing of a name that comes from the request path).
     pub services: BTreeMap<Box<str>, Upstream>,
-    /// The time allowed until an upstream's response headers.
+    /// The time allowed until an upstream's response headers (the endpoints enforce it;
+    /// here it bounds the wait for a ready instance).
     pub timeout: Duration,
     /// The counters.
     pub metrics: Arc<Metrics>,
@@ -57,6 +62,22 @@ impl Proxy {
             forwarded_for: Some(hop::forwarded_for(peer)),
         }
     }
+}
+
+/// Whether `error` (or one of its sources) is a timeout: the endpoint's response timeout,
+/// or no instance ready in time.
+fn is_timeout(error: &(dyn std::error::Error + 'static)) -> bool {
+    let mut cause = Some(error);
+    while let Some(e) = cause {
+        if e.downcast_ref::<RequestError>()
+            .is_some_and(RequestError::is_timeout)
+            || e.is::<NotReady>()
+        {
+            return true;
+        }
+        cause = e.source();
+    }
+    false
 }
 
 fn json(status: StatusCode, value: serde_json::Value) -> Response<Body> {
@@ -142,14 +163,22 @@ impl Proxy {
         }
         let lane_label = lane.as_ref().map_or("baseline", |l| l.as_str());
         let metrics = &routes.metrics;
-        let call = upstream.balancer.send(req);
-        let res = match tokio::time::timeout(routes.timeout, call).await {
+        // The endpoint's response timeout bounds the wait for the response head; `send`
+        // bounds the wait for an instance to become ready.
+        let res = match upstream.balancer.send(req, routes.timeout).await {
             // Served by an instance: the endpoint wrapper counted it and named the instance.
-            Ok(Ok(mut res)) => {
+            Ok(mut res) => {
                 hop::strip(res.headers_mut());
                 return res.map(Either::Left);
             }
-            Ok(Err(e)) => match e.downcast_ref::<Unroutable>() {
+            Err(e) if is_timeout(&*e) => {
+                tracing::warn!(service = %upstream.name, lane = lane_label, error = %e, "upstream timed out");
+                json(
+                    StatusCode::GATEWAY_TIMEOUT,
+                    serde_json::json!({"error": "upstream timed out", "detail": e.to_string(), "service": &*upstream.name, "timeout_ms": routes.timeout.as_millis() as u64}),
+                )
+            }
+            Err(e) => match e.downcast_ref::<Unroutable>() {
                 Some(unroutable) => {
                     tracing::info!(service = %upstream.name, lane = lane_label, error = %unroutable, "unroutable");
                     json(
@@ -171,13 +200,6 @@ impl Proxy {
                     )
                 }
             },
-            Err(_) => {
-                tracing::warn!(service = %upstream.name, lane = lane_label, "upstream timed out");
-                json(
-                    StatusCode::GATEWAY_TIMEOUT,
-                    serde_json::json!({"error": "upstream timed out", "service": &*upstream.name, "timeout_ms": routes.timeout.as_millis() as u64}),
-                )
-            }
         };
         metrics.request(&upstream.name, lane.as_ref(), None, res.status().as_u16());
         res

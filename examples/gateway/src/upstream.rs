@@ -7,6 +7,7 @@ use std::{
     pin::Pin,
     sync::{Arc, Mutex},
     task::{Context as TaskCx, Poll},
+    time::Duration,
 };
 
 use futures_util::{Stream, StreamExt};
@@ -160,29 +161,67 @@ where
 
     /// Sends `req` through the balancer. In steady state an endpoint is ready and the
     /// request is dispatched under one lock; otherwise (no instance discovered yet) the
-    /// returned future waits for readiness, checking again under the lock each time it is
-    /// woken, so two connections never share one readiness.
-    pub fn send(&self, req: Request<Incoming>) -> SharedCall<F> {
+    /// returned future waits for readiness, at most `timeout`, checking again under the
+    /// lock each time it is woken, so two connections never share one readiness. (Once
+    /// dispatched, the endpoint's own response timeout applies.)
+    pub fn send(&self, req: Request<Incoming>, timeout: Duration) -> SharedCall<F> {
         let mut noop = TaskCx::from_waker(std::task::Waker::noop());
-        SharedCall {
-            state: self.try_call(req, &mut noop),
-        }
-    }
-
-    fn try_call(&self, req: Request<Incoming>, cx: &mut TaskCx<'_>) -> CallState<F> {
-        let mut balance = self.lock();
-        match balance.poll_ready(cx) {
-            Poll::Ready(Ok(())) => CallState::Called {
-                future: balance.call(req),
-            },
-            Poll::Ready(Err(e)) => CallState::Failed { error: Some(e) },
+        let state = match self.try_call(req, &mut noop) {
+            Ok(state) => state,
             // Boxed: this path is taken only before the first instance is discovered, and
             // it keeps the future (which every request moves around) small.
-            Poll::Pending => CallState::Waiting {
-                shared: self.clone(),
-                req: Some(Box::new(req)),
+            Err(req) => CallState::Waiting {
+                wait: Box::pin(Wait {
+                    shared: self.clone(),
+                    req: Some(req),
+                    timer: tokio::time::sleep(timeout),
+                    timeout,
+                }),
             },
+        };
+        SharedCall { state }
+    }
+
+    /// Dispatches `req` if an endpoint is ready; gives it back if none is.
+    fn try_call(
+        &self,
+        req: Request<Incoming>,
+        cx: &mut TaskCx<'_>,
+    ) -> Result<CallState<F>, Request<Incoming>> {
+        let mut balance = self.lock();
+        match balance.poll_ready(cx) {
+            Poll::Ready(Ok(())) => Ok(CallState::Called {
+                future: balance.call(req),
+            }),
+            Poll::Ready(Err(e)) => Ok(CallState::Failed { error: Some(e) }),
+            Poll::Pending => Err(req),
         }
+    }
+}
+
+/// No instance became ready within the upstream timeout.
+#[derive(Debug)]
+pub struct NotReady {
+    /// How long the request waited.
+    pub waited: Duration,
+}
+
+impl std::fmt::Display for NotReady {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "no instance became ready within {:?}", self.waited)
+    }
+}
+
+impl std::error::Error for NotReady {}
+
+pin_project! {
+    /// A request waiting for the balancer to become ready.
+    struct Wait<F> {
+        shared: Shared<F>,
+        req: Option<Request<Incoming>>,
+        #[pin]
+        timer: tokio::time::Sleep,
+        timeout: Duration,
     }
 }
 
@@ -198,7 +237,7 @@ pin_project! {
     #[project = CallStateProj]
     enum CallState<F> {
         Called { #[pin] future: F },
-        Waiting { shared: Shared<F>, req: Option<Box<Request<Incoming>>> },
+        Waiting { wait: Pin<Box<Wait<F>>> },
         Failed { error: Option<BoxError> },
     }
 }
@@ -219,16 +258,21 @@ where
                         .take()
                         .unwrap_or_else(|| "polled after completion".into())));
                 }
-                CallStateProj::Waiting { shared, req } => {
-                    let Some(request) = req.take() else {
+                CallStateProj::Waiting { wait } => {
+                    let w = wait.as_mut().project();
+                    let Some(req) = w.req.take() else {
                         return Poll::Ready(Err("polled after completion".into()));
                     };
-                    match shared.try_call(*request, cx) {
-                        CallState::Waiting { req: back, .. } => {
-                            *req = back;
+                    match w.shared.try_call(req, cx) {
+                        Ok(ready) => ready,
+                        Err(req) => {
+                            *w.req = Some(req);
+                            if w.timer.poll(cx).is_ready() {
+                                w.req.take();
+                                return Poll::Ready(Err(Box::new(NotReady { waited: *w.timeout })));
+                            }
                             return Poll::Pending;
                         }
-                        ready => ready,
                     }
                 }
             };

@@ -26,6 +26,7 @@ use hyper::{
     client::conn::http1::{self, Connection, SendRequest},
     rt::{Read, Write},
 };
+use tokio::time::Sleep;
 use tower::BoxError;
 use tower_service::Service;
 
@@ -38,6 +39,8 @@ pub(crate) struct Settings {
     pub(crate) idle_timeout: Duration,
     /// The HTTP/1 options of new connections.
     pub(crate) http1: http1::Builder,
+    /// The time a request may take until its response head, connecting included.
+    pub(crate) response_timeout: Option<Duration>,
 }
 
 impl Default for Settings {
@@ -46,6 +49,7 @@ impl Default for Settings {
             max_idle: 256,
             idle_timeout: Duration::from_secs(90),
             http1: http1::Builder::new(),
+            response_timeout: None,
         }
     }
 }
@@ -60,6 +64,10 @@ struct Conn<IO: Read + Write, B: Body + 'static> {
     idle_since: Instant,
     /// The pool it returns to, while it is leased.
     pool: Option<Arc<Pool<IO, B>>>,
+    /// The response timeout of the request in flight, kept for the next request: moving a
+    /// registered tokio timer to a later deadline is one atomic operation, where a new timer
+    /// per request takes the timer wheel's lock twice (register, deregister).
+    timer: Option<Pin<Box<Sleep>>>,
 }
 
 impl<IO, B> Conn<IO, B>
@@ -236,12 +244,19 @@ enum Stage {
     Connect,
     Handshake,
     Send,
+    Timeout(Duration),
 }
 
 impl RequestError {
     /// Whether the connection could not be established (the request was not sent).
     pub fn is_connect(&self) -> bool {
-        self.stage != Stage::Send
+        matches!(self.stage, Stage::Connect | Stage::Handshake)
+    }
+
+    /// Whether the response head did not arrive within the
+    /// [response timeout](super::HttpEndpoints::response_timeout).
+    pub fn is_timeout(&self) -> bool {
+        matches!(self.stage, Stage::Timeout(_))
     }
 }
 
@@ -251,6 +266,9 @@ impl fmt::Display for RequestError {
             Stage::Connect => "cannot connect to",
             Stage::Handshake => "HTTP/1 handshake failed with",
             Stage::Send => "request failed at",
+            Stage::Timeout(after) => {
+                return write!(f, "no response from {} within {after:?}", self.instance);
+            }
         };
         write!(f, "{what} {}: {}", self.instance, self.source)
     }
@@ -354,10 +372,17 @@ where
             ended: false,
             idle_since: Instant::now(),
             pool: None,
+            timer: None,
         }))
     }
 
+    fn timeout(&self, after: Duration) -> BoxError {
+        self.error(Stage::Timeout(after), "timed out")
+    }
+
     async fn run(mut self, mut request: Request<B>) -> Result<Response<ResponseBody>, BoxError> {
+        let limit = self.pool.settings.response_timeout;
+        let deadline = limit.map(|after| (tokio::time::Instant::now() + after, after));
         loop {
             // An idle connection that is still open, else a new one.
             let mut fresh = false;
@@ -370,16 +395,39 @@ where
                     }
                     None => {
                         fresh = true;
-                        break self.connect().await?;
+                        // Connecting is rare: a timer of its own.
+                        break match deadline {
+                            Some((at, after)) => tokio::time::timeout_at(at, self.connect())
+                                .await
+                                .map_err(|_| self.timeout(after))??,
+                            None => self.connect().await?,
+                        };
                     }
                 }
             };
+            if let Some((at, _)) = deadline {
+                match &mut conn.timer {
+                    Some(timer) => timer.as_mut().reset(at),
+                    None => conn.timer = Some(Box::pin(tokio::time::sleep_until(at))),
+                }
+            }
             let mut sent = std::pin::pin!(conn.sender.try_send_request(request));
             let result = poll_fn(|cx| {
                 conn.drive(cx);
-                sent.as_mut().poll(cx)
+                if let Poll::Ready(result) = sent.as_mut().poll(cx) {
+                    return Poll::Ready(Some(result));
+                }
+                match &mut conn.timer {
+                    Some(timer) if deadline.is_some() => timer.as_mut().poll(cx).map(|()| None),
+                    _ => Poll::Pending,
+                }
             })
             .await;
+            let Some(result) = result else {
+                // Timed out: dropping the connection closes it (its request is in flight).
+                let after = deadline.map_or(Duration::ZERO, |(_, after)| after);
+                return Err(self.timeout(after));
+            };
             match result {
                 Ok(response) => {
                     conn.pool = Some(self.pool.clone());
