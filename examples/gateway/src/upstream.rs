@@ -183,6 +183,10 @@ where
     }
 
     /// Dispatches `req` if an endpoint is ready; gives it back if none is.
+    #[expect(
+        clippy::result_large_err,
+        reason = "the request goes back by value, as it came; both variants are as large"
+    )]
     fn try_call(
         &self,
         req: Request<Incoming>,
