@@ -418,3 +418,73 @@ async fn the_timeout_counts_from_each_request_on_a_reused_connection() {
         "one connection served every request"
     );
 }
+
+/// Echoes the request path; every 10th response asks to close the connection.
+async fn echo_server() -> (SocketAddr, Arc<AtomicUsize>) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let accepted = Arc::new(AtomicUsize::new(0));
+    let count = accepted.clone();
+    tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            count.fetch_add(1, Ordering::SeqCst);
+            tokio::spawn(async move {
+                let service = service_fn(|req: Request<hyper::body::Incoming>| async move {
+                    let path = req.uri().path().to_owned();
+                    let n: u64 = path.trim_start_matches('/').parse().unwrap_or(0);
+                    let mut response = Response::new(Full::new(Bytes::from(path)));
+                    if n % 10 == 0 {
+                        response
+                            .headers_mut()
+                            .insert(http::header::CONNECTION, "close".parse().unwrap());
+                    }
+                    Ok::<_, Infallible>(response)
+                });
+                let _ = http1::Builder::new()
+                    .serve_connection(TokioIo::new(stream), service)
+                    .await;
+            });
+        }
+    });
+    (addr, accepted)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_requests_each_get_their_own_answer() {
+    let (addr, accepted) = echo_server().await;
+    let endpoint = HttpEndpoints::<_, Full<Bytes>>::new().endpoint(instance(addr));
+    const REQUESTS: u64 = 3_000;
+    let answered = futures_util::stream::iter(0..REQUESTS)
+        .map(|n| {
+            let endpoint = endpoint.clone();
+            // Each request runs on its own task, so the two runtime threads share the
+            // endpoint's connections.
+            tokio::spawn(async move {
+                let response = endpoint.oneshot(get(&format!("/{n}"))).await.unwrap();
+                if n % 7 == 3 {
+                    // Dropped unread: its connection is closed, not reused.
+                    return None;
+                }
+                Some((n, read(response).await))
+            })
+        })
+        .buffer_unordered(64)
+        .collect::<Vec<_>>()
+        .await;
+    let mut checked = 0;
+    for result in answered {
+        if let Some((n, body)) = result.unwrap() {
+            assert_eq!(body, format!("/{n}"));
+            checked += 1;
+        }
+    }
+    assert_eq!(checked, (0..REQUESTS).filter(|n| n % 7 != 3).count());
+    // Connections end when the server closes them (1 in 10) or a body is dropped (1 in 7);
+    // otherwise they are reused. Without reuse there would be one per request.
+    let accepted = accepted.load(Ordering::SeqCst) as u64;
+    let ended = REQUESTS / 10 + REQUESTS / 7 + 2;
+    assert!(
+        accepted <= ended + 64,
+        "{accepted} connections for {REQUESTS} requests"
+    );
+}
