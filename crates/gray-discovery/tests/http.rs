@@ -146,8 +146,10 @@ async fn an_unreachable_instance_is_an_error() {
 }
 
 /// A server that counts the connections it accepted and answers `/echo` with the request
-/// body, `/stream` with 64 chunks of 16 KiB, anything else with `ok`. With `keep_alive`
-/// false it closes every connection after one response.
+/// body, `/stream` with 64 chunks of 16 KiB, `/wait/{ms}` with `ok` after that many
+/// milliseconds, `/n/{n}` with its path (asking to close the connection when `n` is a
+/// multiple of 10), anything else with `ok`. With `keep_alive` false it closes every
+/// connection after one response.
 async fn counting_server(keep_alive: bool) -> (SocketAddr, Arc<AtomicUsize>) {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
@@ -158,6 +160,21 @@ async fn counting_server(keep_alive: bool) -> (SocketAddr, Arc<AtomicUsize>) {
             count.fetch_add(1, Ordering::SeqCst);
             tokio::spawn(async move {
                 let service = service_fn(|req: Request<hyper::body::Incoming>| async move {
+                    let path = req.uri().path().to_owned();
+                    if let Some(ms) = path.strip_prefix("/wait/").and_then(|ms| ms.parse().ok()) {
+                        tokio::time::sleep(Duration::from_millis(ms)).await;
+                    }
+                    if let Some(n) = path.strip_prefix("/n/").and_then(|n| n.parse::<u64>().ok()) {
+                        let mut response = Response::new(BodyExt::boxed(
+                            Full::new(Bytes::from(path)).map_err(|never| match never {}),
+                        ));
+                        if n % 10 == 0 {
+                            response
+                                .headers_mut()
+                                .insert(http::header::CONNECTION, "close".parse().unwrap());
+                        }
+                        return Ok::<_, Infallible>(response);
+                    }
                     let body: BoxBody<Bytes, hyper::Error> = match req.uri().path() {
                         "/echo" => req.into_body().boxed(),
                         "/stream" => BodyExt::boxed(StreamBody::new(futures_util::stream::iter(
@@ -343,38 +360,9 @@ async fn idle_limits_are_applied() {
     );
 }
 
-/// A server whose `/wait/{ms}` answers after that many milliseconds.
-async fn slow_server() -> (SocketAddr, Arc<AtomicUsize>) {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let accepted = Arc::new(AtomicUsize::new(0));
-    let count = accepted.clone();
-    tokio::spawn(async move {
-        while let Ok((stream, _)) = listener.accept().await {
-            count.fetch_add(1, Ordering::SeqCst);
-            tokio::spawn(async move {
-                let service = service_fn(|req: Request<hyper::body::Incoming>| async move {
-                    let ms: u64 = req
-                        .uri()
-                        .path()
-                        .strip_prefix("/wait/")
-                        .and_then(|ms| ms.parse().ok())
-                        .unwrap_or(0);
-                    tokio::time::sleep(Duration::from_millis(ms)).await;
-                    Ok::<_, Infallible>(Response::new(Full::new(Bytes::from_static(b"ok"))))
-                });
-                let _ = http1::Builder::new()
-                    .serve_connection(TokioIo::new(stream), service)
-                    .await;
-            });
-        }
-    });
-    (addr, accepted)
-}
-
 #[tokio::test]
 async fn a_response_later_than_the_timeout_fails_and_closes_its_connection() {
-    let (addr, accepted) = slow_server().await;
+    let (addr, accepted) = counting_server(true).await;
     let endpoint = HttpEndpoints::<_, Full<Bytes>>::new()
         .response_timeout(Duration::from_millis(150))
         .endpoint(instance(addr));
@@ -398,7 +386,7 @@ async fn a_response_later_than_the_timeout_fails_and_closes_its_connection() {
 
 #[tokio::test]
 async fn the_timeout_counts_from_each_request_on_a_reused_connection() {
-    let (addr, accepted) = slow_server().await;
+    let (addr, accepted) = counting_server(true).await;
     let endpoint = HttpEndpoints::<_, Full<Bytes>>::new()
         .response_timeout(Duration::from_millis(300))
         .endpoint(instance(addr));
@@ -419,39 +407,9 @@ async fn the_timeout_counts_from_each_request_on_a_reused_connection() {
     );
 }
 
-/// Echoes the request path; every 10th response asks to close the connection.
-async fn echo_server() -> (SocketAddr, Arc<AtomicUsize>) {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let accepted = Arc::new(AtomicUsize::new(0));
-    let count = accepted.clone();
-    tokio::spawn(async move {
-        while let Ok((stream, _)) = listener.accept().await {
-            count.fetch_add(1, Ordering::SeqCst);
-            tokio::spawn(async move {
-                let service = service_fn(|req: Request<hyper::body::Incoming>| async move {
-                    let path = req.uri().path().to_owned();
-                    let n: u64 = path.trim_start_matches('/').parse().unwrap_or(0);
-                    let mut response = Response::new(Full::new(Bytes::from(path)));
-                    if n % 10 == 0 {
-                        response
-                            .headers_mut()
-                            .insert(http::header::CONNECTION, "close".parse().unwrap());
-                    }
-                    Ok::<_, Infallible>(response)
-                });
-                let _ = http1::Builder::new()
-                    .serve_connection(TokioIo::new(stream), service)
-                    .await;
-            });
-        }
-    });
-    (addr, accepted)
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_requests_each_get_their_own_answer() {
-    let (addr, accepted) = echo_server().await;
+    let (addr, accepted) = counting_server(true).await;
     let endpoint = HttpEndpoints::<_, Full<Bytes>>::new().endpoint(instance(addr));
     const REQUESTS: u64 = 3_000;
     let answered = futures_util::stream::iter(0..REQUESTS)
@@ -460,7 +418,7 @@ async fn concurrent_requests_each_get_their_own_answer() {
             // Each request runs on its own task, so the two runtime threads share the
             // endpoint's connections.
             tokio::spawn(async move {
-                let response = endpoint.oneshot(get(&format!("/{n}"))).await.unwrap();
+                let response = endpoint.oneshot(get(&format!("/n/{n}"))).await.unwrap();
                 if n % 7 == 3 {
                     // Dropped unread: its connection is closed, not reused.
                     return None;
@@ -474,7 +432,7 @@ async fn concurrent_requests_each_get_their_own_answer() {
     let mut checked = 0;
     for result in answered {
         if let Some((n, body)) = result.unwrap() {
-            assert_eq!(body, format!("/{n}"));
+            assert_eq!(body, format!("/n/{n}"));
             checked += 1;
         }
     }
