@@ -297,10 +297,19 @@ where
 {
     type Response = S::Response;
     type Error = S::Error;
-    type Future = tower::util::Oneshot<S, http::Request<hyper::body::Incoming>>;
+    type Future = futures_util::future::Either<
+        S::Future,
+        tower::util::Oneshot<S, http::Request<hyper::body::Incoming>>,
+    >;
 
     fn call(&self, req: http::Request<hyper::body::Incoming>) -> Self::Future {
-        self.service.clone().oneshot(req)
+        let mut service = self.service.clone();
+        // The proxy stack is always ready; checked all the same, and waited for if not.
+        let mut noop = std::task::Context::from_waker(std::task::Waker::noop());
+        match service.poll_ready(&mut noop) {
+            std::task::Poll::Ready(Ok(())) => futures_util::future::Either::Left(service.call(req)),
+            _ => futures_util::future::Either::Right(service.oneshot(req)),
+        }
     }
 }
 

@@ -6,7 +6,7 @@ use std::{
 };
 
 use bytes::Bytes;
-use gray_core::{Context, Unroutable};
+use gray_core::{Context, Lane, Unroutable};
 use gray_discovery::http::{RequestError, ResponseBody};
 use http::{
     HeaderValue, Request, Response, StatusCode, Uri, header,
@@ -19,7 +19,7 @@ use tower::Service;
 use crate::{
     hop,
     metrics::Metrics,
-    upstream::{NotReady, Upstream},
+    upstream::{BalancerCall, NotReady, Upstream},
 };
 
 /// The body of every gateway response: streamed from the upstream, or made here.
@@ -117,92 +117,172 @@ fn split(uri: &Uri) -> Option<(&str, Result<PathAndQuery, InvalidUri>)> {
 impl Service<Request<Incoming>> for Proxy {
     type Response = Response<Body>;
     type Error = std::convert::Infallible;
-    type Future = Pin<Box<dyn Future<Output = Result<Response<Body>, Self::Error>> + Send>>;
+    type Future = ProxyFuture;
 
     fn poll_ready(&mut self, _: &mut std::task::Context<'_>) -> Poll<Result<(), Self::Error>> {
         Poll::Ready(Ok(()))
     }
 
-    fn call(&mut self, req: Request<Incoming>) -> Self::Future {
-        let proxy = self.clone();
-        Box::pin(async move { Ok(proxy.proxy(req).await) })
-    }
-}
-
-impl Proxy {
-    async fn proxy(self, mut req: Request<Incoming>) -> Response<Body> {
+    /// Routes the request and sends it to the service's balancer; answers here when the
+    /// path names no known service.
+    fn call(&mut self, mut req: Request<Incoming>) -> ProxyFuture {
         let routes = &*self.routes;
         let Some((service, rest)) = split(req.uri()) else {
-            return json(
+            return ProxyFuture::ready(json(
                 StatusCode::NOT_FOUND,
                 serde_json::json!({"error": "no service in the path; expected /{service}/…"}),
-            );
+            ));
         };
         let Some(upstream) = routes.services.get(service) else {
-            return json(
+            return ProxyFuture::ready(json(
                 StatusCode::NOT_FOUND,
                 serde_json::json!({"error": "unknown service", "service": service}),
-            );
+            ));
         };
-        let lane = req
-            .extensions()
-            .get::<Context>()
-            .and_then(|c| c.lane().cloned());
         match rest {
             Ok(rest) => *req.uri_mut() = Uri::from(rest),
             Err(_) => {
-                return json(
+                return ProxyFuture::ready(json(
                     StatusCode::BAD_REQUEST,
                     serde_json::json!({"error": "invalid path"}),
-                );
+                ));
             }
         }
         hop::strip(req.headers_mut());
         if let Some(peer) = &self.forwarded_for {
             hop::append_forwarded_for(req.headers_mut(), peer);
         }
-        let lane_label = lane.as_ref().map_or("baseline", |l| l.as_str());
-        let metrics = &routes.metrics;
+        let lane = req
+            .extensions()
+            .get::<Context>()
+            .and_then(|c| c.lane().cloned());
         // The endpoint's response timeout bounds the wait for the response head; `send`
         // bounds the wait for an instance to become ready.
-        let res = match upstream.balancer.send(req, routes.timeout).await {
-            // Served by an instance: the endpoint wrapper counted it and named the instance.
-            Ok(mut res) => {
-                hop::strip(res.headers_mut());
-                return res.map(Either::Left);
-            }
-            Err(e) if is_timeout(&*e) => {
-                tracing::warn!(service = %upstream.name, lane = lane_label, error = %e, "upstream timed out");
-                json(
-                    StatusCode::GATEWAY_TIMEOUT,
-                    serde_json::json!({"error": "upstream timed out", "detail": e.to_string(), "service": &*upstream.name, "timeout_ms": routes.timeout.as_millis() as u64}),
-                )
-            }
-            Err(e) => match e.downcast_ref::<Unroutable>() {
-                Some(unroutable) => {
-                    tracing::info!(service = %upstream.name, lane = lane_label, error = %unroutable, "unroutable");
-                    json(
-                        StatusCode::SERVICE_UNAVAILABLE,
-                        serde_json::json!({
-                            "error": unroutable.to_string(),
-                            "service": unroutable.service(),
-                            "lane": lane.as_ref().map(|l| l.as_str()),
-                            "policy": unroutable.policy(),
-                            "detail": unroutable,
-                        }),
-                    )
-                }
-                None => {
-                    tracing::warn!(service = %upstream.name, lane = lane_label, error = %e, "upstream failed");
-                    json(
-                        StatusCode::BAD_GATEWAY,
-                        serde_json::json!({"error": e.to_string(), "service": &*upstream.name}),
-                    )
-                }
+        ProxyFuture {
+            state: State::Upstream {
+                call: upstream.balancer.send(req, routes.timeout),
+                routes: self.routes.clone(),
+                service: upstream.name.clone(),
+                lane,
             },
-        };
-        metrics.request(&upstream.name, lane.as_ref(), None, res.status().as_u16());
-        res
+        }
+    }
+}
+
+pin_project_lite::pin_project! {
+    /// The response future of [`Proxy`]: the upstream's response with its hop-by-hop
+    /// headers removed, or the gateway's own answer (404, 502, 503, 504).
+    pub struct ProxyFuture {
+        #[pin]
+        state: State,
+    }
+}
+
+pin_project_lite::pin_project! {
+    #[project = StateProj]
+    enum State {
+        Ready { response: Option<Response<Body>> },
+        Upstream {
+            #[pin]
+            call: BalancerCall,
+            routes: Arc<Routes>,
+            service: Arc<str>,
+            lane: Option<Lane>,
+        },
+    }
+}
+
+impl std::fmt::Debug for ProxyFuture {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ProxyFuture").finish_non_exhaustive()
+    }
+}
+
+impl ProxyFuture {
+    fn ready(response: Response<Body>) -> Self {
+        ProxyFuture {
+            state: State::Ready {
+                response: Some(response),
+            },
+        }
+    }
+}
+
+impl Future for ProxyFuture {
+    type Output = Result<Response<Body>, std::convert::Infallible>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> Poll<Self::Output> {
+        match self.project().state.project() {
+            StateProj::Ready { response } => {
+                Poll::Ready(Ok(response.take().unwrap_or_else(|| {
+                    json(
+                        StatusCode::INTERNAL_SERVER_ERROR,
+                        serde_json::json!({"error": "response polled after completion"}),
+                    )
+                })))
+            }
+            StateProj::Upstream {
+                call,
+                routes,
+                service,
+                lane,
+            } => {
+                let error = match std::task::ready!(call.poll(cx)) {
+                    // Served by an instance: the endpoint wrapper counted it and named the
+                    // instance.
+                    Ok(mut res) => {
+                        hop::strip(res.headers_mut());
+                        return Poll::Ready(Ok(res.map(Either::Left)));
+                    }
+                    Err(error) => error,
+                };
+                let res = failed(routes, service, lane.as_ref(), &*error);
+                routes
+                    .metrics
+                    .request(service, lane.as_ref(), None, res.status().as_u16());
+                Poll::Ready(Ok(res))
+            }
+        }
+    }
+}
+
+/// The gateway's answer when the upstream call failed: 504 for a timeout, 503 naming
+/// service, lane and policy when no instance fits, 502 otherwise.
+fn failed(
+    routes: &Routes,
+    service: &Arc<str>,
+    lane: Option<&Lane>,
+    e: &(dyn std::error::Error + Send + Sync + 'static),
+) -> Response<Body> {
+    let lane_label = lane.map_or("baseline", |l| l.as_str());
+    if is_timeout(e) {
+        tracing::warn!(service = %service, lane = lane_label, error = %e, "upstream timed out");
+        return json(
+            StatusCode::GATEWAY_TIMEOUT,
+            serde_json::json!({"error": "upstream timed out", "detail": e.to_string(), "service": &**service, "timeout_ms": routes.timeout.as_millis() as u64}),
+        );
+    }
+    match e.downcast_ref::<Unroutable>() {
+        Some(unroutable) => {
+            tracing::info!(service = %service, lane = lane_label, error = %unroutable, "unroutable");
+            json(
+                StatusCode::SERVICE_UNAVAILABLE,
+                serde_json::json!({
+                    "error": unroutable.to_string(),
+                    "service": unroutable.service(),
+                    "lane": lane.map(|l| l.as_str()),
+                    "policy": unroutable.policy(),
+                    "detail": unroutable,
+                }),
+            )
+        }
+        None => {
+            tracing::warn!(service = %service, lane = lane_label, error = %e, "upstream failed");
+            json(
+                StatusCode::BAD_GATEWAY,
+                serde_json::json!({"error": e.to_string(), "service": &**service}),
+            )
+        }
     }
 }
 

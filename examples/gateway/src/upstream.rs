@@ -126,6 +126,9 @@ type EndpointFuture = <Endpoint as Service<Request<Incoming>>>::Future;
 /// The balancer handle the proxy sends through: shared by every connection.
 pub type Balancer = Shared<BalanceFuture<TaggedFuture<EndpointFuture>>>;
 
+/// The future of [`Balancer`]'s `send`.
+pub type BalancerCall = SharedCall<BalanceFuture<TaggedFuture<EndpointFuture>>>;
+
 type DynBalance<F> = dyn Service<Request<Incoming>, Response = Response<ResponseBody>, Error = BoxError, Future = F>
     + Send;
 
