@@ -186,6 +186,34 @@ async fn spoofed_stains_and_forwarded_for_are_ignored_and_stripped() {
 }
 
 #[tokio::test]
+async fn the_decision_extension_can_be_left_out() {
+    let rules = RuleSet::parse(
+        r#"{"rules":[{"name":"beta","when":{"cookie":{"name":"beta","exact":"1"}},"lane":"beta"}]}"#,
+        Format::Json,
+        "inline",
+    )
+    .expect("rules");
+    let with = StainLayer::new(rules);
+    let without = with.clone().with_decision_extension(false);
+    let beta = || request("10.0.0.1:1", &[("cookie", "beta=1")]);
+    let seen = send(&with, beta()).await;
+    assert_eq!(
+        seen.decision.expect("recorded").rule_name.as_deref(),
+        Some("beta")
+    );
+    // Without it, the stain is decided and written all the same.
+    let seen = send(&without, beta()).await;
+    assert!(seen.decision.is_none());
+    assert_eq!(
+        seen.ctx
+            .and_then(|c| c.lane().map(|l| l.to_string()))
+            .as_deref(),
+        Some("beta")
+    );
+    assert_eq!(seen.headers["x-gray-lane"], "beta");
+}
+
+#[tokio::test]
 async fn trusted_clients_and_precedence() {
     let rules = RuleSet::parse(
         r#"{"rules":[{"name":"beta","when":{"cookie":{"name":"beta","exact":"1"}},"lane":"beta"}]}"#,

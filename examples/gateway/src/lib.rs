@@ -156,7 +156,8 @@ impl Gateway {
             .map_err(|e| format!("listen {}: {e}", config.listen))?;
         let addr = listener.local_addr()?;
         let per_connection = {
-            let (edge, routes) = (edge.clone(), routes.clone());
+            // Only the admin's explanations read the decision: not recorded per request.
+            let (edge, routes) = (edge.clone().with_decision_extension(false), routes.clone());
             move |peer: SocketAddr| {
                 edge.layer(Proxy::for_peer(routes.clone(), peer.ip()))
                     .with_peer(peer)

@@ -35,6 +35,7 @@ pub(crate) struct Config {
     pub(crate) precedence: Precedence,
     pub(crate) seed003: Option<Lane>,
     pub(crate) strip: Vec<HeaderName>,
+    pub(crate) decision_extension: bool,
 }
 
 /// Builds [`Stain`]: the edge layer that decides each request's stain by the rules.
@@ -60,6 +61,7 @@ impl StainLayer {
                 precedence: Precedence::default(),
                 seed003: None,
                 strip: vec![X_GRAY_FLAG, X_GRAY_IP],
+                decision_extension: true,
             }),
         }
     }
@@ -76,6 +78,7 @@ impl StainLayer {
                     precedence: self.config.precedence,
                     seed003: self.config.seed003.clone(),
                     strip: self.config.strip.clone(),
+                    decision_extension: self.config.decision_extension,
                 };
                 f(&mut config);
                 self.config = Arc::new(config);
@@ -123,6 +126,14 @@ impl StainLayer {
     /// and `x-gray-ip`).
     pub fn strip_header(self, header: HeaderName) -> Self {
         self.edit(|c| c.strip.push(header))
+    }
+
+    /// Whether each request carries its [`EdgeDecision`](super::EdgeDecision) in its
+    /// extensions, beside the [`Context`](gray_core::Context) (default: yes). Where nothing
+    /// reads it (a proxy that only forwards), turning it off saves an allocation and a map
+    /// insert per request.
+    pub fn with_decision_extension(self, on: bool) -> Self {
+        self.edit(|c| c.decision_extension = on)
     }
 
     /// The rules this layer decides by.

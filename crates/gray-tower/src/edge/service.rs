@@ -200,7 +200,9 @@ where
             }
         }
         req.extensions_mut().insert(ctx.clone());
-        req.extensions_mut().insert(decision);
+        if config.decision_extension {
+            req.extensions_mut().insert(decision);
+        }
         ResponseFuture::scoped(ctx, req, &mut self.inner)
     }
 }
