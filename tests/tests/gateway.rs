@@ -402,6 +402,16 @@ async fn admin_explains_and_counts() {
         .send()
         .await
         .unwrap();
+    // No `canary` instance: served by baseline, as a fallback (twice).
+    for _ in 0..2 {
+        let res = c
+            .get(format!("http://{gw}/orders/x"))
+            .header("x-gray-lane", "canary")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(res.headers()["x-gray-instance"], "orders-base");
+    }
 
     let explained: serde_json::Value = c
         .post(format!("http://{admin}/explain"))
@@ -432,6 +442,24 @@ async fn admin_explains_and_counts() {
         metrics.contains(
             r#"gray_gateway_requests_total{service="orders",lane="gray",instance="orders-gray",status="200"} 1"#
         ),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains(
+            r#"gray_gateway_requests_total{service="orders",lane="canary",instance="orders-base",status="200"} 2"#
+        ),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains(
+            r#"gray_gateway_fallbacks_total{service="orders",lane="canary",subset="baseline"} 2"#
+        ),
+        "{metrics}"
+    );
+    // Requests served by their own lane's instances are no fallbacks.
+    assert_eq!(
+        metrics.matches("gray_gateway_fallbacks_total{").count(),
+        1,
         "{metrics}"
     );
     assert!(

@@ -7,6 +7,7 @@ use tower_layer::Layer;
 use crate::{
     Balance, Pick,
     health::{Classifier, Ejection, is_connection_error},
+    service::RecordRouted,
 };
 
 /// Builds a [`Balance`] over a discover stream: `layer.layer(discover)`.
@@ -20,7 +21,7 @@ pub struct BalanceLayer<Req> {
     pick: Pick,
     ejection: Ejection,
     classify: Classifier,
-    routed: bool,
+    routed: RecordRouted,
     _req: PhantomData<fn(Req)>,
 }
 
@@ -34,7 +35,7 @@ impl<Req> BalanceLayer<Req> {
             pick: Pick::default(),
             ejection: Ejection::default(),
             classify: is_connection_error,
-            routed: false,
+            routed: RecordRouted::Never,
             _req: PhantomData,
         }
     }
@@ -57,11 +58,12 @@ impl<Req> BalanceLayer<Req> {
         self
     }
 
-    /// Records on each request how it was routed ([`Routed`](crate::Routed), in the
-    /// request extensions for `http::Request`), so the endpoint service or a layer around
-    /// it can report the subset and whether a fallback was taken. Off by default: it costs
-    /// one extensions insert per request.
-    pub fn with_routed(mut self, record: bool) -> Self {
+    /// Records on the requests `record` selects how they were routed
+    /// ([`Routed`](crate::Routed), in the request extensions for `http::Request`), so the
+    /// endpoint service or a layer around it can report the subset and whether a fallback
+    /// was taken. [`RecordRouted::Never`] by default: a record costs one extensions insert;
+    /// [`RecordRouted::Fallbacks`] pays it only for the requests that fell back.
+    pub fn with_routed(mut self, record: RecordRouted) -> Self {
         self.routed = record;
         self
     }

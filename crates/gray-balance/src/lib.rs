@@ -110,7 +110,7 @@ pub mod health;
 
 pub use self::{
     layer::BalanceLayer,
-    service::{Balance, Pick, RequestContext, Routed},
+    service::{Balance, Pick, RecordRouted, RequestContext, Routed},
 };
 
 #[cfg(test)]

@@ -82,6 +82,19 @@ impl Routed {
     }
 }
 
+/// Which requests the balancer records a [`Routed`] on; see
+/// [`BalanceLayer::with_routed`](crate::BalanceLayer::with_routed).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum RecordRouted {
+    /// None (the default).
+    #[default]
+    Never,
+    /// Only those served from a fallback subset: nothing is added to the others.
+    Fallbacks,
+    /// Every routed request.
+    Always,
+}
+
 /// How the balancer picks among the ready endpoints of a subset.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum Pick {
@@ -242,7 +255,7 @@ impl Rng {
 struct Core<K, S> {
     service: Arc<str>,
     pick: Pick,
-    record: bool,
+    record: RecordRouted,
     ejection: Ejection,
     classify: Classifier,
     index: Index<K, Endpoint<S>>,
@@ -302,7 +315,7 @@ where
         pick: Pick,
         ejection: Ejection,
         classify: Classifier,
-        record: bool,
+        record: RecordRouted,
     ) -> Self {
         let park = Arc::new(Park::default());
         let park_waker = Waker::from(park.clone());
@@ -590,7 +603,12 @@ impl<K: Hash + Eq + Clone + fmt::Debug, S> Core<K, S> {
                 endpoint = ?s.key,
                 "routed",
             );
-            let routed = self.record.then(|| Routed {
+            let record = match self.record {
+                RecordRouted::Never => false,
+                RecordRouted::Fallbacks => route.fallback,
+                RecordRouted::Always => true,
+            };
+            let routed = record.then(|| Routed {
                 subset: route.subset.to_owned(),
                 fallback: route.fallback,
             });

@@ -397,7 +397,7 @@ async fn routed_is_recorded_only_when_asked() {
     use gray_core::{Context, Labelled, Labels, Lane, Policy, matching::OwnedSubset};
     use tower::{Layer, Service, ServiceExt, discover::Change};
 
-    use crate::{BalanceLayer, Routed};
+    use crate::{BalanceLayer, RecordRouted, Routed};
 
     /// Answers with the `Routed` its request carried.
     struct Echo(Labels);
@@ -434,20 +434,39 @@ async fn routed_is_recorded_only_when_asked() {
         None
     );
 
-    let mut recording = BalanceLayer::new("svc", policy)
-        .with_routed(true)
-        .layer(endpoints());
-    let routed = recording
-        .ready()
-        .await
-        .unwrap()
-        .call(request())
-        .await
-        .unwrap()
-        .expect("recorded");
-    assert_eq!(routed.subset(), &OwnedSubset::Baseline);
-    assert!(
-        routed.fallback(),
-        "a gray request served by baseline is a fallback"
-    );
+    let baseline_request = || http::Request::new(());
+    for record in [RecordRouted::Always, RecordRouted::Fallbacks] {
+        let mut recording = BalanceLayer::new("svc", policy.clone())
+            .with_routed(record)
+            .layer(endpoints());
+        let routed = recording
+            .ready()
+            .await
+            .unwrap()
+            .call(request())
+            .await
+            .unwrap()
+            .expect("recorded");
+        assert_eq!(routed.subset(), &OwnedSubset::Baseline);
+        assert!(
+            routed.fallback(),
+            "a gray request served by baseline is a fallback"
+        );
+        // A baseline request served by baseline took no fallback.
+        let routed = recording
+            .ready()
+            .await
+            .unwrap()
+            .call(baseline_request())
+            .await
+            .unwrap();
+        match record {
+            RecordRouted::Always => {
+                let routed = routed.expect("recorded");
+                assert_eq!(routed.subset(), &OwnedSubset::Baseline);
+                assert!(!routed.fallback());
+            }
+            _ => assert_eq!(routed, None, "only fallbacks are recorded"),
+        }
+    }
 }

@@ -11,7 +11,7 @@ use std::{
 };
 
 use futures_util::{Stream, StreamExt};
-use gray_balance::{BalanceLayer, Routed, future::ResponseFuture as BalanceFuture};
+use gray_balance::{BalanceLayer, RecordRouted, Routed, future::ResponseFuture as BalanceFuture};
 use gray_core::{Context, Labelled, Labels, Lane, Policy};
 use gray_discovery::{
     Error as DiscoveryError, Instance, InstanceId,
@@ -362,7 +362,7 @@ impl Upstream {
         });
         let balance = BalanceLayer::new(&config.name, config.policy.clone())
             .with_pick(config.pick)
-            .with_routed(true)
+            .with_routed(RecordRouted::Fallbacks)
             .build(endpoints);
         Upstream {
             name: config.name.as_str().into(),
