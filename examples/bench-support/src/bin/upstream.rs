@@ -93,26 +93,7 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let runtime = if options.threads == 1 {
-        tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-    } else {
-        tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(options.threads)
-            .enable_all()
-            .build()
-    };
-    let result = runtime
-        .map_err(|e| format!("cannot start the tokio runtime: {e}"))
-        .and_then(|runtime| runtime.block_on(serve(options)));
-    match result {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(message) => {
-            eprintln!("upstream: {message}");
-            ExitCode::FAILURE
-        }
-    }
+    example_bench_support::run("upstream", options.threads, false, serve(options))
 }
 
 async fn serve(options: Options) -> Result<(), String> {
