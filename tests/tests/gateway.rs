@@ -332,6 +332,59 @@ async fn shutdown_lets_in_flight_requests_finish() {
     assert!(tokio::net::TcpStream::connect(gw).await.is_err());
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_waiting_for_a_first_instance_are_all_served_when_it_comes() {
+    let dir = TempDir(
+        std::env::temp_dir().join(format!("gray-gateway-test-late-{}", std::process::id())),
+    );
+    std::fs::create_dir_all(&dir.0).expect("temp dir");
+    let late = upstream("late-1").await;
+    std::fs::write(dir.0.join("instances.toml"), "").expect("write instances");
+    std::fs::write(
+        dir.0.join("gateway.toml"),
+        r#"
+listen = "127.0.0.1:0"
+trusted_clients = ["127.0.0.1/32"]
+instances = "instances.toml"
+upstream_timeout_ms = 8000
+
+[services.late]
+fallback = "baseline"
+"#,
+    )
+    .expect("write config");
+    let config = Config::load(&dir.0.join("gateway.toml")).expect("valid config");
+    let gateway = Gateway::start(config).await.expect("gateway starts");
+    let gw = gateway.addr();
+    // Four requests wait: the service has no instance yet. They give up after 4 s, half
+    // the gateway's timeout: a waiter that is not woken when the instance comes (within a
+    // second) would only be served when its 8 s timer fires.
+    let waiting: Vec<_> = (0..4)
+        .map(|i| {
+            let c = reqwest::Client::builder()
+                .timeout(Duration::from_secs(4))
+                .build()
+                .expect("client");
+            tokio::spawn(async move {
+                text(c.get(format!("http://{gw}/late/{i}")).send().await.unwrap()).await
+            })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    std::fs::write(
+        dir.0.join("instances.toml"),
+        instance("late", "late-1", late.addr(), false),
+    )
+    .expect("write instances");
+    // All of them, not only the last to poll the balancer, are served by it.
+    for (i, answer) in waiting.into_iter().enumerate() {
+        let (status, body) = answer.await.unwrap();
+        assert_eq!(status, 200, "request {i}: {body}");
+        assert!(body.starts_with(&format!("late-1 /{i} ")), "{body}");
+    }
+    gateway.shutdown().await;
+}
+
 async fn wait_until(mut check: impl AsyncFnMut() -> bool) -> bool {
     for _ in 0..60 {
         if check().await {

@@ -6,7 +6,7 @@ use std::{
     future::Future,
     pin::Pin,
     sync::{Arc, Mutex},
-    task::{Context as TaskCx, Poll},
+    task::{Context as TaskCx, Poll, Wake, Waker},
     time::Duration,
 };
 
@@ -21,6 +21,7 @@ use http::{HeaderName, HeaderValue, Request, Response};
 use hyper::body::Incoming;
 use hyper_util::client::legacy::connect::HttpConnector;
 use pin_project_lite::pin_project;
+use tokio::sync::{Notify, futures::OwnedNotified};
 use tower::{BoxError, Service, discover::Change};
 
 use crate::{
@@ -136,8 +137,29 @@ type DynBalance<F> = dyn Service<Request<Incoming>, Response = Response<Response
 /// balancer checks readiness and dispatches a request, never across an await: a request
 /// takes the lock once, for a few hundred nanoseconds, instead of a round trip through a
 /// `Buffer`'s worker task.
+///
+/// The balancer has one waker slot; every request polls it with the same waker, which
+/// wakes all the requests waiting for readiness at once (they are rare: only while no
+/// instance is ready), so none of them is forgotten when another takes the slot.
 pub struct Shared<F> {
     inner: Arc<Mutex<Box<DynBalance<F>>>>,
+    /// Woken by the balancer; wakes every waiting request.
+    ready: Arc<Notify>,
+    /// `ready` as the waker the balancer is polled with.
+    waker: Waker,
+}
+
+/// Wakes every request waiting on a [`Shared`] balancer.
+struct WakeAll(Arc<Notify>);
+
+impl Wake for WakeAll {
+    fn wake(self: Arc<Self>) {
+        self.0.notify_waiters();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        self.0.notify_waiters();
+    }
 }
 
 impl<F> std::fmt::Debug for Shared<F> {
@@ -150,6 +172,8 @@ impl<F> Clone for Shared<F> {
     fn clone(&self) -> Self {
         Shared {
             inner: self.inner.clone(),
+            ready: self.ready.clone(),
+            waker: self.waker.clone(),
         }
     }
 }
@@ -158,6 +182,15 @@ impl<F> Shared<F>
 where
     F: Future<Output = Result<Response<ResponseBody>, BoxError>>,
 {
+    fn new(balance: Box<DynBalance<F>>) -> Self {
+        let ready = Arc::new(Notify::new());
+        Shared {
+            inner: Arc::new(Mutex::new(balance)),
+            waker: Waker::from(Arc::new(WakeAll(ready.clone()))),
+            ready,
+        }
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, Box<DynBalance<F>>> {
         self.inner.lock().unwrap_or_else(|p| p.into_inner())
     }
@@ -168,13 +201,13 @@ where
     /// lock each time it is woken, so two connections never share one readiness. (Once
     /// dispatched, the endpoint's own response timeout applies.)
     pub fn send(&self, req: Request<Incoming>, timeout: Duration) -> SharedCall<F> {
-        let mut noop = TaskCx::from_waker(std::task::Waker::noop());
-        let state = match self.try_call(req, &mut noop) {
+        let state = match self.try_call(req) {
             Ok(state) => state,
-            // Boxed: this path is taken only before the first instance is discovered, and
-            // it keeps the future (which every request moves around) small.
+            // Boxed: this path is taken only while no instance is ready, and it keeps the
+            // future (which every request moves around) small.
             Err(req) => CallState::Waiting {
                 wait: Box::pin(Wait {
+                    notified: self.ready.clone().notified_owned(),
                     shared: self.clone(),
                     req: Some(req),
                     timer: tokio::time::sleep(timeout),
@@ -185,18 +218,16 @@ where
         SharedCall { state }
     }
 
-    /// Dispatches `req` if an endpoint is ready; gives it back if none is.
+    /// Dispatches `req` if an endpoint is ready; gives it back if none is. The balancer
+    /// is polled with the waker that wakes every waiting request.
     #[expect(
         clippy::result_large_err,
         reason = "the request goes back by value, as it came; both variants are as large"
     )]
-    fn try_call(
-        &self,
-        req: Request<Incoming>,
-        cx: &mut TaskCx<'_>,
-    ) -> Result<CallState<F>, Request<Incoming>> {
+    fn try_call(&self, req: Request<Incoming>) -> Result<CallState<F>, Request<Incoming>> {
+        let mut cx = TaskCx::from_waker(&self.waker);
         let mut balance = self.lock();
-        match balance.poll_ready(cx) {
+        match balance.poll_ready(&mut cx) {
             Poll::Ready(Ok(())) => Ok(CallState::Called {
                 future: balance.call(req),
             }),
@@ -224,6 +255,9 @@ impl std::error::Error for NotReady {}
 pin_project! {
     /// A request waiting for the balancer to become ready.
     struct Wait<F> {
+        // Made before each readiness check, so that a wake in between is not lost.
+        #[pin]
+        notified: OwnedNotified,
         shared: Shared<F>,
         req: Option<Request<Incoming>>,
         #[pin]
@@ -266,14 +300,19 @@ where
                         .unwrap_or_else(|| "polled after completion".into())));
                 }
                 CallStateProj::Waiting { wait } => {
-                    let w = wait.as_mut().project();
+                    let mut w = wait.as_mut().project();
                     let Some(req) = w.req.take() else {
                         return Poll::Ready(Err("polled after completion".into()));
                     };
-                    match w.shared.try_call(req, cx) {
+                    match w.shared.try_call(req) {
                         Ok(ready) => ready,
                         Err(req) => {
                             *w.req = Some(req);
+                            if w.notified.as_mut().poll(cx).is_ready() {
+                                // Woken since the last check: listen again, check again.
+                                w.notified.set(w.shared.ready.clone().notified_owned());
+                                continue;
+                            }
                             if w.timer.poll(cx).is_ready() {
                                 w.req.take();
                                 return Poll::Ready(Err(Box::new(NotReady { waited: *w.timeout })));
@@ -367,9 +406,7 @@ impl Upstream {
         Upstream {
             name: config.name.as_str().into(),
             policy: config.policy.clone(),
-            balancer: Shared {
-                inner: Arc::new(Mutex::new(Box::new(balance))),
-            },
+            balancer: Shared::new(Box::new(balance)),
             instances: view,
         }
     }
