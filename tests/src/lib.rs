@@ -94,7 +94,7 @@ impl Seen {
 }
 
 /// The handler of the last service: reports the stain it saw, one `key=value` a line.
-pub async fn echo(ctx: Option<axum::Extension<gray_core::Context>>, headers: HeaderMap) -> String {
+pub async fn echo(ctx: Option<axum::Extension<gray_core::Stain>>, headers: HeaderMap) -> String {
     let lane = gray_tower::task::current()
         .and_then(|c| c.lane().map(ToString::to_string))
         .unwrap_or_default();

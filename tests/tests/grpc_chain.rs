@@ -1,14 +1,14 @@
 //! A tonic gRPC chain A → B → C on real loopback ports (seed 003's nested RPC propagation).
 //!
-//! Every service is a tonic server behind `ExtractContextLayer`. A and B answer `Hop::call`
+//! Every service is a tonic server behind `ExtractStainLayer`. A and B answer `Hop::call`
 //! by calling the next service through a generated `HopClient` on a tonic `Channel` wrapped
-//! in `PropagateContextLayer`; their handlers never pass a context by hand. C answers with
+//! in `PropagateStainLayer`; their handlers never pass a context by hand. C answers with
 //! the lane it saw and the raw `x-gray-info` metadata. Every hop checks that the request
 //! extensions and the task-local context agree.
 
 use std::{future::Future, pin::Pin, sync::Arc, time::Duration};
 
-use gray_core::Context;
+use gray_core::Stain;
 use gray_tests::{
     Server, loopback_listener,
     proto::{
@@ -17,9 +17,7 @@ use gray_tests::{
         hop_server::{Hop, HopServer},
     },
 };
-use gray_tower::{
-    CaptureContextLayer, ExtractContextLayer, PropagateContext, PropagateContextLayer, task,
-};
+use gray_tower::{CaptureStainLayer, ExtractStainLayer, PropagateStain, PropagateStainLayer, task};
 use tokio::{sync::Semaphore, task::JoinSet};
 use tonic::{
     Request, Response, Status,
@@ -39,8 +37,8 @@ struct Node {
     next: Option<Forward>,
 }
 
-fn lane_of(ctx: Option<&Context>) -> String {
-    ctx.and_then(Context::lane)
+fn lane_of(ctx: Option<&Stain>) -> String {
+    ctx.and_then(Stain::lane)
         .map(ToString::to_string)
         .unwrap_or_default()
 }
@@ -49,7 +47,7 @@ fn lane_of(ctx: Option<&Context>) -> String {
 impl Hop for Node {
     async fn call(&self, request: Request<HopRequest>) -> Result<Response<HopReply>, Status> {
         let from_task = task::current();
-        let from_extensions = request.extensions().get::<Context>().cloned();
+        let from_extensions = request.extensions().get::<Stain>().cloned();
         if from_task != from_extensions {
             return Err(Status::internal(format!(
                 "{}: task-local context {from_task:?} differs from the extensions' {from_extensions:?}",
@@ -76,13 +74,13 @@ impl Hop for Node {
     }
 }
 
-/// Serves `node` on a free loopback port, behind `ExtractContextLayer`.
+/// Serves `node` on a free loopback port, behind `ExtractStainLayer`.
 async fn serve(node: Node) -> Server {
     let listener = loopback_listener().await;
     let addr = listener.local_addr().expect("local address");
     let handle = tokio::spawn(async move {
         tonic::transport::Server::builder()
-            .layer(ExtractContextLayer::new())
+            .layer(ExtractStainLayer::new())
             .add_service(HopServer::new(node))
             .serve_with_incoming(TcpIncoming::from(listener))
             .await
@@ -101,11 +99,11 @@ async fn channel(server: &Server) -> Channel {
         .expect("connect")
 }
 
-/// The recommended client: `PropagateContext` outside the `Channel` (itself a `Buffer`), so
+/// The recommended client: `PropagateStain` outside the `Channel` (itself a `Buffer`), so
 /// it runs in the caller's task, where the task-local context is set.
 fn propagate_outside(channel: Channel) -> Forward {
     let svc = ServiceBuilder::new()
-        .layer(PropagateContextLayer::new())
+        .layer(PropagateStainLayer::new())
         .service(channel);
     let client = HopClient::new(svc);
     Arc::new(move |req| {
@@ -114,15 +112,15 @@ fn propagate_outside(channel: Channel) -> Forward {
     })
 }
 
-/// `PropagateContext` *inside* one more `Buffer`: its `call()` runs in the buffer's worker
-/// task. With `capture`, `CaptureContextLayer` outside the buffer copies the caller's
+/// `PropagateStain` *inside* one more `Buffer`: its `call()` runs in the buffer's worker
+/// task. With `capture`, `CaptureStainLayer` outside the buffer copies the caller's
 /// context into the request extensions first.
 fn propagate_inside_buffer(channel: Channel, capture: bool) -> Forward {
-    let buffered = Buffer::new(PropagateContext::new(channel), 64);
+    let buffered = Buffer::new(PropagateStain::new(channel), 64);
     if capture {
         let client = HopClient::new(
             ServiceBuilder::new()
-                .layer(CaptureContextLayer::new())
+                .layer(CaptureStainLayer::new())
                 .service(buffered),
         );
         Arc::new(move |req| {
@@ -167,13 +165,13 @@ async fn chain(b_to_c: impl FnOnce(Channel) -> Forward) -> Chain {
 
 /// What a request carries when it reaches A.
 #[derive(Debug, Clone, Default)]
-struct Stain {
+struct Sent {
     lane: Option<String>,
     route: Option<String>,
 }
 
 /// Sends one request to A (by a client without any gray layer) and returns C's reply.
-async fn send(client: &mut HopClient<Channel>, stain: &Stain) -> Result<HopReply, Status> {
+async fn send(client: &mut HopClient<Channel>, stain: &Sent) -> Result<HopReply, Status> {
     let mut req = Request::new(HopRequest {
         path: "/hop".into(),
     });
@@ -200,7 +198,7 @@ fn trail() -> Vec<String> {
 async fn a_lane_arrives_at_c_exactly() {
     let chain = chain(propagate_outside).await;
     let mut client = client_of(&chain).await;
-    let stain = Stain {
+    let stain = Sent {
         lane: Some("canary".into()),
         route: None,
     };
@@ -216,7 +214,7 @@ async fn version_pins_arrive_at_c_byte_for_byte() {
     let mut client = client_of(&chain).await;
     // Not the canonical JSON form: the route header must be re-emitted as it came.
     let route = r#"{ "custom": {"svc-b": "v3"}, "all": "v2" }"#;
-    let pins_only = Stain {
+    let pins_only = Sent {
         lane: None,
         route: Some(route.into()),
     };
@@ -225,7 +223,7 @@ async fn version_pins_arrive_at_c_byte_for_byte() {
     assert_eq!(reply.route, route);
     assert_eq!(reply.trail, trail());
 
-    let both = Stain {
+    let both = Sent {
         lane: Some("gray".into()),
         route: Some(route.into()),
     };
@@ -238,7 +236,7 @@ async fn version_pins_arrive_at_c_byte_for_byte() {
 async fn an_unstained_request_stays_unstained() {
     let chain = chain(propagate_outside).await;
     let mut client = client_of(&chain).await;
-    let reply = send(&mut client, &Stain::default())
+    let reply = send(&mut client, &Sent::default())
         .await
         .expect("chain answers");
     assert_eq!(reply.lane, "");
@@ -251,11 +249,11 @@ async fn a_malformed_stain_is_answered_as_unstained() {
     let chain = chain(propagate_outside).await;
     let mut client = client_of(&chain).await;
     for stain in [
-        Stain {
+        Sent {
             lane: Some("not a token".into()),
             route: None,
         },
-        Stain {
+        Sent {
             lane: None,
             route: Some("{broken json".into()),
         },
@@ -277,7 +275,7 @@ async fn concurrent_requests_each_keep_their_own_stain() {
     let mut requests = JoinSet::new();
     for i in 0..REQUESTS {
         // Half stained with their own lane, every third pinned to its own version.
-        let stain = Stain {
+        let stain = Sent {
             lane: (i % 2 == 1).then(|| format!("lane-{i}")),
             route: (i % 3 == 0).then(|| format!(r#"{{"all":"v{i}"}}"#)),
         };
@@ -318,12 +316,12 @@ async fn concurrent_requests_each_keep_their_own_stain() {
 
 #[tokio::test]
 async fn the_stain_crosses_a_buffer_only_from_outside_it() {
-    let stain = Stain {
+    let stain = Sent {
         lane: Some("canary".into()),
         route: Some(r#"{"all":"v2"}"#.into()),
     };
 
-    // PropagateContext inside a Buffer runs in the worker task: no task-local there, and
+    // PropagateStain inside a Buffer runs in the worker task: no task-local there, and
     // nothing in the extensions, so the stain is lost at B. This keeps the docs true.
     let lost = chain(|channel| propagate_inside_buffer(channel, false)).await;
     let reply = send(&mut client_of(&lost).await, &stain)
@@ -331,7 +329,7 @@ async fn the_stain_crosses_a_buffer_only_from_outside_it() {
         .expect("chain answers");
     assert_eq!((reply.lane.as_str(), reply.route.as_str()), ("", ""));
 
-    // CaptureContext outside the Buffer carries it in the extensions.
+    // CaptureStain outside the Buffer carries it in the extensions.
     let captured = chain(|channel| propagate_inside_buffer(channel, true)).await;
     let reply = send(&mut client_of(&captured).await, &stain)
         .await
@@ -340,7 +338,7 @@ async fn the_stain_crosses_a_buffer_only_from_outside_it() {
     assert_eq!(reply.route, r#"{"all":"v2"}"#);
     assert_eq!(reply.trail, trail());
 
-    // PropagateContext outside the Channel (a Buffer itself) is all the other chains use;
+    // PropagateStain outside the Channel (a Buffer itself) is all the other chains use;
     // here every hop goes through it.
     let outside = chain(propagate_outside).await;
     let reply = send(&mut client_of(&outside).await, &stain)

@@ -3,8 +3,8 @@
 //! A's handler calls B with reqwest (through `PropagateMiddleware`), directly, from a task
 //! started with `gray_tower::task::spawn`, from `spawn_blocking`, and through a
 //! `tower::buffer::Buffer` around a hyper-util client; B calls C with the hyper-util client
-//! behind `PropagateContextLayer`; C reports the stain it saw. Every service reads the stain
-//! with `ExtractContextLayer`, and forwards the inbound `baggage` header the way an
+//! behind `PropagateStainLayer`; C reports the stain it saw. Every service reads the stain
+//! with `ExtractStainLayer`, and forwards the inbound `baggage` header the way an
 //! OpenTelemetry propagator would.
 
 use std::time::Duration;
@@ -14,8 +14,8 @@ use bytes::Bytes;
 use gray_core::{Carriers, codec::BaggageMember};
 use gray_tests::{Seen, Server, echo, serve};
 use gray_tower::{
-    CaptureContext, CaptureContextLayer, ExtractContextLayer, PropagateContext,
-    PropagateContextLayer, propagate::Existing, reqwest::PropagateMiddleware,
+    CaptureStain, CaptureStainLayer, ExtractStainLayer, PropagateStain, PropagateStainLayer,
+    propagate::Existing, reqwest::PropagateMiddleware,
 };
 use http::{HeaderValue, Request};
 use http_body_util::{BodyExt, Empty};
@@ -48,7 +48,7 @@ async fn read_body(res: http::Response<hyper::body::Incoming>) -> Result<String,
 #[derive(Clone)]
 struct HopState {
     next: String,
-    client: PropagateContext<HyperClient>,
+    client: PropagateStain<HyperClient>,
 }
 
 async fn hop(State(state): State<HopState>, headers: HeaderMap) -> Result<String, String> {
@@ -64,7 +64,7 @@ async fn hop(State(state): State<HopState>, headers: HeaderMap) -> Result<String
 struct EdgeState {
     next: String,
     reqwest: reqwest_middleware::ClientWithMiddleware,
-    buffered: CaptureContext<Buffer<Request<Empty<Bytes>>, ResponseFuture>>,
+    buffered: CaptureStain<Buffer<Request<Empty<Bytes>>, ResponseFuture>>,
 }
 
 impl EdgeState {
@@ -118,12 +118,12 @@ struct Chain {
 }
 
 async fn chain(carriers: Carriers, b_existing: Existing) -> Chain {
-    let extract = || ExtractContextLayer::with_carriers(carriers.clone());
+    let extract = || ExtractStainLayer::with_carriers(carriers.clone());
 
     let c = serve(Router::new().route("/echo", get(echo)).layer(extract())).await;
 
     let b_client = ServiceBuilder::new()
-        .layer(PropagateContextLayer::with_carriers(carriers.clone()).existing(b_existing))
+        .layer(PropagateStainLayer::with_carriers(carriers.clone()).existing(b_existing))
         .service(hyper_client());
     let b = serve(
         Router::new()
@@ -142,10 +142,10 @@ async fn chain(carriers: Carriers, b_existing: Existing) -> Chain {
     // The buffer's worker task runs the propagation; the capture layer, in the handler's
     // task, hands it the context through the request extensions.
     let inner = ServiceBuilder::new()
-        .layer(PropagateContextLayer::with_carriers(carriers.clone()))
+        .layer(PropagateStainLayer::with_carriers(carriers.clone()))
         .service(hyper_client());
     let buffered_client = ServiceBuilder::new()
-        .layer(CaptureContextLayer::new())
+        .layer(CaptureStainLayer::new())
         .service(Buffer::new(inner, 1024));
     let a = serve(
         Router::new()

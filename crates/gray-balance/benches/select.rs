@@ -17,13 +17,13 @@ use std::{
     future::{Future, Ready, ready},
     hint::black_box,
     pin::pin,
-    task::{Context as TaskCx, Poll, Waker},
+    task::{Context, Poll, Waker},
     time::Duration,
 };
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use gray_balance::{Balance, BalanceLayer};
-use gray_core::{Context, Labelled, Labels, Lane, Policy};
+use gray_core::{Labelled, Labels, Lane, Policy, Stain};
 use tower::{
     Service,
     discover::Change,
@@ -45,7 +45,7 @@ impl Service<Req> for Endpoint {
     type Error = Infallible;
     type Future = Ready<Result<(), Infallible>>;
 
-    fn poll_ready(&mut self, _: &mut TaskCx<'_>) -> Poll<Result<(), Infallible>> {
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
         Poll::Ready(Ok(()))
     }
 
@@ -69,7 +69,7 @@ fn endpoints(
 }
 
 /// One request through `svc`: poll_ready, call, complete.
-fn one<S>(svc: &mut S, cx: &mut TaskCx<'_>, req: Req)
+fn one<S>(svc: &mut S, cx: &mut Context<'_>, req: Req)
 where
     S: Service<Req>,
     S::Error: std::fmt::Debug,
@@ -96,11 +96,11 @@ fn bench(c: &mut Criterion) {
         .expect("runtime");
     let _guard = rt.enter();
     let waker = Waker::noop();
-    let mut cx = TaskCx::from_waker(waker);
+    let mut cx = Context::from_waker(waker);
 
     // One group per size, so that the three contenders run close together in time
     // (this machine is shared: interleaving keeps the ratios honest).
-    let gray = Context::in_lane(Lane::new("gray").expect("lane"));
+    let gray = Stain::in_lane(Lane::new("gray").expect("lane"));
     for n in SIZES {
         let mut group = c.benchmark_group(format!("select/{n}"));
         let mut plain: Balance<_, Req> = Balance::new(endpoints(n, 0), "svc-b", Policy::new());

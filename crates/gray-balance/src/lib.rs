@@ -3,8 +3,8 @@
 //! tower's `p2c::Balance` picks an endpoint in `poll_ready`, before it has seen the
 //! request, so it cannot route by the request's stain. [`Balance`] decides in `call`:
 //!
-//! 1. it reads the request's [`Context`](gray_core::Context) from the request extensions
-//!    ([`RequestContext`]), else from the task-local ([`gray_tower::task::current`]),
+//! 1. it reads the request's [`Stain`](gray_core::Stain) from the request extensions
+//!    ([`RequestStain`]), else from the task-local ([`gray_core::task::current`]),
 //!    else it uses the policy's own lane (seed 000: a request made by the instance itself);
 //! 2. it walks the [`Policy`](gray_core::Policy)'s chain of subsets (the pinned version,
 //!    the lane, baseline, all, as the fallback allows; see [`gray_core::matching`]) over
@@ -58,9 +58,9 @@
 //! # Example
 //!
 //! ```
-//! use std::{convert::Infallible, future::{Ready, ready}, task::{Context as TaskCx, Poll}};
+//! use std::{convert::Infallible, future::{Ready, ready}, task::{Context, Poll}};
 //! use gray_balance::BalanceLayer;
-//! use gray_core::{Context, Labelled, Labels, Lane, Policy};
+//! use gray_core::{Stain, Labelled, Labels, Lane, Policy};
 //! use tower::{Layer, Service, ServiceExt, discover::Change};
 //!
 //! /// An endpoint that answers with its own name.
@@ -74,7 +74,7 @@
 //!     type Response = &'static str;
 //!     type Error = Infallible;
 //!     type Future = Ready<Result<&'static str, Infallible>>;
-//!     fn poll_ready(&mut self, _: &mut TaskCx<'_>) -> Poll<Result<(), Infallible>> {
+//!     fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
 //!         Poll::Ready(Ok(()))
 //!     }
 //!     fn call(&mut self, _: http::Request<()>) -> Self::Future { ready(Ok(self.0)) }
@@ -89,7 +89,7 @@
 //! let mut balance = BalanceLayer::new("svc-b", Policy::seed_000()).layer(endpoints);
 //!
 //! let mut request = http::Request::new(());
-//! request.extensions_mut().insert(Context::in_lane(Lane::new("gray")?));
+//! request.extensions_mut().insert(Stain::in_lane(Lane::new("gray")?));
 //! assert_eq!(balance.ready().await?.call(request).await?, "gray-1");
 //!
 //! let request = http::Request::new(()); // no context, no own lane: baseline
@@ -110,7 +110,7 @@ pub mod health;
 
 pub use self::{
     layer::BalanceLayer,
-    service::{Balance, Pick, RecordRouted, RequestContext, Routed},
+    service::{Balance, Pick, RecordRouted, RequestStain, Routed},
 };
 
 #[cfg(test)]

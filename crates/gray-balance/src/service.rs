@@ -10,13 +10,13 @@ use std::{
         Arc,
         atomic::{AtomicBool, Ordering},
     },
-    task::{Context as TaskCx, Poll, Wake, Waker},
+    task::{Context, Poll, Wake, Waker},
     time::Duration,
 };
 
 use futures_util::task::AtomicWaker;
 use gray_core::{
-    Context, Labelled, Labels, Policy, Unroutable,
+    Labelled, Labels, Policy, Stain, Unroutable,
     matching::{Availability, Candidate, Decision, Key, Miss, OwnedSubset},
 };
 use tokio::time::{Instant, Sleep};
@@ -35,12 +35,12 @@ use crate::{
     layer::BalanceLayer,
 };
 
-/// Where the balancer finds a request's [`Context`]: in the request itself (for an
+/// Where the balancer finds a request's [`Stain`]: in the request itself (for an
 /// `http::Request`, its extensions). When it is not there, the balancer reads the
-/// task-local context ([`gray_tower::task::current`]).
-pub trait RequestContext {
+/// task-local context ([`gray_core::task::current`]).
+pub trait RequestStain {
     /// The context the request carries, if any.
-    fn gray_context(&self) -> Option<&Context>;
+    fn gray_stain(&self) -> Option<&Stain>;
 
     /// Records on the request how it was routed, when the balancer was built with
     /// [`BalanceLayer::with_routed`](crate::BalanceLayer::with_routed). Does nothing by
@@ -50,9 +50,9 @@ pub trait RequestContext {
     }
 }
 
-impl<B> RequestContext for http::Request<B> {
-    fn gray_context(&self) -> Option<&Context> {
-        self.extensions().get::<Context>()
+impl<B> RequestStain for http::Request<B> {
+    fn gray_stain(&self) -> Option<&Stain> {
+        self.extensions().get::<Stain>()
     }
 
     /// Inserts `routed` into the request extensions, where the endpoint service (and,
@@ -63,7 +63,7 @@ impl<B> RequestContext for http::Request<B> {
 }
 
 /// How one request was routed: the subset it was picked from and whether that subset was
-/// a fallback. Recorded on the request with [`RequestContext::record_routed`].
+/// a fallback. Recorded on the request with [`RequestStain::record_routed`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Routed {
     subset: OwnedSubset,
@@ -155,7 +155,7 @@ impl<S> Meter<S> {
         }
     }
 
-    fn poll_ready<Req>(&mut self, cx: &mut TaskCx<'_>) -> Poll<Result<(), S::Error>>
+    fn poll_ready<Req>(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), S::Error>>
     where
         S: Service<Req>,
     {
@@ -379,7 +379,7 @@ where
     /// context at all) over its endpoints as of the last `poll_ready`: the same
     /// [`Policy::walk`], as a value (for a gateway's admin endpoint). An endpoint called
     /// since the last `poll_ready` shows as unready; one due for ejection, as ejected.
-    pub fn explain(&self, ctx: Option<&Context>) -> Decision<D::Key> {
+    pub fn explain(&self, ctx: Option<&Stain>) -> Decision<D::Key> {
         let ejection = &self.core.ejection;
         let candidates = self.core.index.slots().map(|slot| {
             let availability = match slot.state {
@@ -443,7 +443,7 @@ impl<K: Hash + Eq + Clone + fmt::Debug, S> Core<K, S> {
     }
 
     /// Readmits endpoints whose ejection is over, and arms the timer for the next one.
-    fn poll_ejections(&mut self, cx: &mut TaskCx<'_>) {
+    fn poll_ejections(&mut self, cx: &mut Context<'_>) {
         if self.ejected.is_empty() {
             return;
         }
@@ -498,7 +498,7 @@ impl<K: Hash + Eq + Clone + fmt::Debug, S> Core<K, S> {
                 self.eject(slot);
                 continue;
             }
-            let mut cx = TaskCx::from_waker(&self.park_waker);
+            let mut cx = Context::from_waker(&self.park_waker);
             match s.endpoint.meter.poll_ready::<Req>(&mut cx) {
                 Poll::Ready(Ok(())) => self.index.set_ready(slot),
                 Poll::Pending => self.parked.push((slot, generation)),
@@ -624,7 +624,7 @@ where
     D::Error: Into<BoxError>,
     D::Service: Service<Req> + Labelled,
     <D::Service as Service<Req>>::Error: Into<BoxError>,
-    Req: RequestContext,
+    Req: RequestStain,
 {
     type Response = <D::Service as Service<Req>>::Response;
     type Error = BoxError;
@@ -635,10 +635,10 @@ where
     /// otherwise (no endpoint yet, none ready, or all ejected), woken by discovery, by an
     /// endpoint that becomes ready or by the end of an ejection. Fails only when the
     /// discovery stream fails ([`error::Discover`]).
-    fn poll_ready(&mut self, cx: &mut TaskCx<'_>) -> Poll<Result<(), Self::Error>> {
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
         self.core.park.task.register(cx.waker());
         let polled = !self.discover_done && self.discover_wake.woken.swap(false, Ordering::AcqRel);
-        let mut discover_cx = TaskCx::from_waker(&self.discover_waker);
+        let mut discover_cx = Context::from_waker(&self.discover_waker);
         while polled && !self.discover_done {
             match Pin::new(&mut self.discover).poll_discover(&mut discover_cx) {
                 Poll::Pending => break,
@@ -678,10 +678,10 @@ where
     fn call(&mut self, mut req: Req) -> Self::Future {
         let chosen = {
             let task_ctx;
-            let ctx = match req.gray_context() {
+            let ctx = match req.gray_stain() {
                 Some(ctx) => Some(ctx),
                 None => {
-                    task_ctx = gray_tower::task::current();
+                    task_ctx = gray_core::task::current();
                     task_ctx.as_ref()
                 }
             };

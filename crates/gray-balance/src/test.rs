@@ -4,13 +4,13 @@ use std::{
     convert::Infallible,
     io,
     pin::Pin,
-    task::{Context as TaskCx, Poll},
+    task::{Context, Poll},
     time::Duration,
 };
 
 use futures_util::Stream;
 use gray_core::{
-    Context, Labelled, Labels, Lane, Policy,
+    Labelled, Labels, Lane, Policy, Stain,
     matching::{OnUnready, UnroutableReason},
 };
 use tokio::sync::mpsc;
@@ -40,7 +40,7 @@ impl Service<Req> for Endpoint {
     type Error = BoxError;
     type Future = mock::future::ResponseFuture<&'static str>;
 
-    fn poll_ready(&mut self, cx: &mut TaskCx<'_>) -> Poll<Result<(), BoxError>> {
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
         self.mock.poll_ready(cx)
     }
 
@@ -55,7 +55,7 @@ struct Changes(mpsc::UnboundedReceiver<Change<&'static str, Endpoint>>);
 impl Stream for Changes {
     type Item = Result<Change<&'static str, Endpoint>, Infallible>;
 
-    fn poll_next(mut self: Pin<&mut Self>, cx: &mut TaskCx<'_>) -> Poll<Option<Self::Item>> {
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
         self.0.poll_recv(cx).map(|c| c.map(Ok))
     }
 }
@@ -93,13 +93,13 @@ impl Harness {
 fn gray_req() -> Req {
     let mut req = http::Request::new("hi");
     req.extensions_mut()
-        .insert(Context::in_lane(Lane::new("gray").unwrap()));
+        .insert(Stain::in_lane(Lane::new("gray").unwrap()));
     req
 }
 
 fn base_req() -> Req {
     let mut req = http::Request::new("hi");
-    req.extensions_mut().insert(Context::baseline());
+    req.extensions_mut().insert(Stain::baseline());
     req
 }
 
@@ -221,13 +221,13 @@ async fn task_local_then_own_lane() {
     // A task-local baseline context wins over the own lane.
     assert!(h.svc.poll_ready().is_ready());
     let fut =
-        gray_tower::task::sync_scope(Context::baseline(), || h.svc.call(http::Request::new("hi")));
+        gray_core::task::sync_scope(Stain::baseline(), || h.svc.call(http::Request::new("hi")));
     next(&mut base).await.send_response("b1");
     assert_eq!(fut.await.unwrap(), "b1");
 
     // The extension wins over the task-local.
     assert!(h.svc.poll_ready().is_ready());
-    let fut = gray_tower::task::sync_scope(Context::baseline(), || h.svc.call(gray_req()));
+    let fut = gray_core::task::sync_scope(Stain::baseline(), || h.svc.call(gray_req()));
     next(&mut gray).await.send_response("g1");
     assert_eq!(fut.await.unwrap(), "g1");
 }
@@ -281,7 +281,7 @@ async fn connection_errors_eject_with_growing_backoff() {
     let fut = route(&mut h);
     next(&mut base).await.send_response("b1");
     assert_eq!(fut.await.unwrap(), "b1");
-    let gray_ctx = Context::in_lane(Lane::new("gray").unwrap());
+    let gray_ctx = Stain::in_lane(Lane::new("gray").unwrap());
     assert!(
         h.svc.poll_ready().is_ready(),
         "explain reports as of the last poll_ready"
@@ -391,10 +391,10 @@ async fn routed_is_recorded_only_when_asked() {
     use std::{
         convert::Infallible,
         future::{Ready, ready},
-        task::{Context as TaskCx, Poll},
+        task::{Context, Poll},
     };
 
-    use gray_core::{Context, Labelled, Labels, Lane, Policy, matching::OwnedSubset};
+    use gray_core::{Labelled, Labels, Lane, Policy, Stain, matching::OwnedSubset};
     use tower::{Layer, Service, ServiceExt, discover::Change};
 
     use crate::{BalanceLayer, RecordRouted, Routed};
@@ -410,7 +410,7 @@ async fn routed_is_recorded_only_when_asked() {
         type Response = Option<Routed>;
         type Error = Infallible;
         type Future = Ready<Result<Option<Routed>, Infallible>>;
-        fn poll_ready(&mut self, _: &mut TaskCx<'_>) -> Poll<Result<(), Infallible>> {
+        fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
             Poll::Ready(Ok(()))
         }
         fn call(&mut self, req: http::Request<()>) -> Self::Future {
@@ -420,7 +420,7 @@ async fn routed_is_recorded_only_when_asked() {
     let endpoints = || {
         futures_util::stream::iter([Ok::<_, Infallible>(Change::Insert(1, Echo(Labels::new())))])
     };
-    let gray = Context::in_lane(Lane::new("gray").unwrap());
+    let gray = Stain::in_lane(Lane::new("gray").unwrap());
     let request = || {
         let mut req = http::Request::new(());
         req.extensions_mut().insert(gray.clone());

@@ -13,11 +13,11 @@ use std::{
     convert::Infallible,
     future::{Future, Ready, ready},
     pin::pin,
-    task::{Context as TaskCx, Poll, Waker},
+    task::{Context, Poll, Waker},
 };
 
 use gray_balance::{BalanceLayer, Pick};
-use gray_core::{Context, Labelled, Labels, Lane, Policy};
+use gray_core::{Labelled, Labels, Lane, Policy, Stain};
 use tower::{Service, discover::Change};
 
 /// `System`, counting the allocations (and reallocations) made by each thread.
@@ -80,7 +80,7 @@ impl Service<http::Request<()>> for Endpoint {
     type Error = Infallible;
     type Future = Ready<Result<usize, Infallible>>;
 
-    fn poll_ready(&mut self, _: &mut TaskCx<'_>) -> Poll<Result<(), Infallible>> {
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
         Poll::Ready(Ok(()))
     }
 
@@ -103,7 +103,7 @@ fn routing_a_lane_stain_allocates_nothing() {
         let mut balance = BalanceLayer::new("svc-b", Policy::seed_000())
             .with_pick(pick)
             .build(endpoints);
-        let gray = Context::in_lane(Lane::new("gray").unwrap());
+        let gray = Stain::in_lane(Lane::new("gray").unwrap());
         let requests: Vec<http::Request<()>> = (0..2_000)
             .map(|i| {
                 let mut req = http::Request::new(());
@@ -113,7 +113,7 @@ fn routing_a_lane_stain_allocates_nothing() {
                 req
             })
             .collect();
-        let mut cx = TaskCx::from_waker(Waker::noop());
+        let mut cx = Context::from_waker(Waker::noop());
         let mut route = |req| {
             assert!(balance.poll_ready(&mut cx).is_ready());
             let fut = pin!(balance.call(req));

@@ -5,7 +5,7 @@ use std::{convert::Infallible, net::SocketAddr, time::Duration};
 
 use bytes::Bytes;
 use gray_balance::{BalanceLayer, Pick, error::Unroutable, health::Ejection};
-use gray_core::{Context, Labels, Lane, Policy};
+use gray_core::{Labels, Lane, Policy, Stain};
 use gray_discovery::{Instance, StaticDiscover, http::HttpEndpoints};
 use http_body_util::{BodyExt, Full};
 use hyper_util::rt::TokioIo;
@@ -48,7 +48,7 @@ fn instance(id: &str, addr: SocketAddr, labels: &[(&str, &str)]) -> Instance {
     )
 }
 
-fn request(ctx: Option<Context>) -> http::Request<Full<Bytes>> {
+fn request(ctx: Option<Stain>) -> http::Request<Full<Bytes>> {
     let mut req = http::Request::get("/hello")
         .body(Full::new(Bytes::new()))
         .unwrap();
@@ -58,7 +58,7 @@ fn request(ctx: Option<Context>) -> http::Request<Full<Bytes>> {
     req
 }
 
-async fn send<S>(svc: &mut S, ctx: Option<Context>) -> Result<String, BoxError>
+async fn send<S>(svc: &mut S, ctx: Option<Stain>) -> Result<String, BoxError>
 where
     S: Service<
             http::Request<Full<Bytes>>,
@@ -97,12 +97,12 @@ async fn routes_real_http_by_lane_and_ejects_a_dead_gray_instance() {
         .with_ejection(ejection)
         .with_pick(Pick::RoundRobin)
         .layer(endpoints);
-    let gray = Context::in_lane(Lane::new("gray").unwrap());
+    let gray = Stain::in_lane(Lane::new("gray").unwrap());
 
     // Baseline traffic reaches both baseline instances and never a gray one.
     let mut seen = std::collections::BTreeSet::new();
     for _ in 0..40 {
-        seen.insert(send(&mut balance, Some(Context::baseline())).await.unwrap());
+        seen.insert(send(&mut balance, Some(Stain::baseline())).await.unwrap());
     }
     assert_eq!(seen.into_iter().collect::<Vec<_>>(), ["base-1", "base-2"]);
 
@@ -152,7 +152,7 @@ async fn unroutable_names_service_lane_and_policy() {
     let endpoints = HttpEndpoints::<_, Full<Bytes>>::new().discover(instances);
     let mut balance =
         BalanceLayer::new("svc-b", Policy::new().with_name("strict")).layer(endpoints);
-    let canary = Context::in_lane(Lane::new("canary").unwrap());
+    let canary = Stain::in_lane(Lane::new("canary").unwrap());
     let err = send(&mut balance, Some(canary)).await.unwrap_err();
     let err = err.downcast::<Unroutable>().unwrap();
     assert_eq!(

@@ -5,12 +5,12 @@ use std::{
     convert::Infallible,
     future::{Future, Ready, ready},
     pin::pin,
-    task::{Context as TaskCx, Poll, Waker},
+    task::{Context, Poll, Waker},
 };
 
 use gray_balance::{Balance, BalanceLayer, Pick, error::Unroutable};
 use gray_core::{
-    Context, Labelled, Labels, Lane, Pins, Policy, Version,
+    Labelled, Labels, Lane, Pins, Policy, Stain, Version,
     matching::{Availability, Candidate, Decision, Fallback, OnUnready, Unlabelled},
 };
 use proptest::prelude::*;
@@ -37,7 +37,7 @@ impl Service<Req> for Inst {
     type Error = Infallible;
     type Future = Ready<Result<usize, Infallible>>;
 
-    fn poll_ready(&mut self, _: &mut TaskCx<'_>) -> Poll<Result<(), Infallible>> {
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
         if self.ready {
             Poll::Ready(Ok(()))
         } else {
@@ -104,9 +104,9 @@ fn context() -> impl Strategy<Value = Option<(Option<usize>, Option<usize>)>> {
     )
 }
 
-fn build_context(spec: (Option<usize>, Option<usize>)) -> Context {
+fn build_context(spec: (Option<usize>, Option<usize>)) -> Stain {
     let (lane, pin) = spec;
-    let mut ctx = Context::baseline();
+    let mut ctx = Stain::baseline();
     if let Some(l) = lane {
         ctx = ctx.with_lane(Some(Lane::new(LANES[l]).unwrap()));
     }
@@ -139,8 +139,8 @@ fn balancer(policy: Policy, pick: Pick, insts: Vec<Inst>) -> Bal {
 type Outcome = Result<usize, Unroutable>;
 
 /// poll_ready, explain, then call, synchronously (every endpoint answers at once).
-fn route(bal: &mut Bal, ctx: Option<&Context>) -> Option<(Outcome, Decision<usize>)> {
-    let mut cx = TaskCx::from_waker(Waker::noop());
+fn route(bal: &mut Bal, ctx: Option<&Stain>) -> Option<(Outcome, Decision<usize>)> {
+    let mut cx = Context::from_waker(Waker::noop());
     if bal.poll_ready(&mut cx).is_pending() {
         return None;
     }
@@ -245,7 +245,7 @@ proptest! {
         }
         let pick = if round_robin { Pick::RoundRobin } else { Pick::PendingRequests };
         let mut bal = balancer(Policy::seed_000(), pick, insts);
-        let ctx = Context::in_lane(Lane::new("gray").unwrap());
+        let ctx = Stain::in_lane(Lane::new("gray").unwrap());
         let per = 300;
         let mut counts: HashMap<usize, usize> = HashMap::new();
         for _ in 0..gray * per {

@@ -16,7 +16,7 @@
 //!   serves only requests that pin no version; with `Wildcard` it serves every version.
 //! - **Request side** ([`Policy::key`]): the [`Key`] of a request for a service is its lane
 //!   and the version it pins *for that service* (a per-service pin wins over `all`). A
-//!   request that carries no [`Context`] at all (a background job, a message consumer)
+//!   request that carries no [`Stain`] at all (a background job, a message consumer)
 //!   takes the calling instance's own lane ([`Policy::with_own_lane`], seed 000); a request
 //!   that carries a baseline context stays baseline. When the policy reads no lane label
 //!   the request's lane is ignored, and when it reads no version label its pins are
@@ -43,7 +43,7 @@
 //! [`Policy::seed_004`].
 //!
 //! ```
-//! use gray_core::{Context, Labels, Lane};
+//! use gray_core::{Stain, Labels, Lane};
 //! use gray_core::matching::{Availability, Candidate, Fallback, Policy};
 //!
 //! let policy = Policy::new().with_fallback(Fallback::Baseline);
@@ -55,12 +55,12 @@
 //! ];
 //!
 //! // A gray request goes to the gray instance...
-//! let ctx = Context::in_lane(Lane::new("gray")?);
+//! let ctx = Stain::in_lane(Lane::new("gray")?);
 //! let decision = policy.decide("svc-b", Some(&ctx), instances.clone());
 //! assert_eq!(decision.candidates(), Some(&["g1"][..]));
 //!
 //! // ...a baseline one never does...
-//! let decision = policy.decide("svc-b", Some(&Context::baseline()), instances.clone());
+//! let decision = policy.decide("svc-b", Some(&Stain::baseline()), instances.clone());
 //! assert_eq!(decision.candidates(), Some(&["b1"][..]));
 //!
 //! // ...and a gray request falls back to baseline when no gray instance is left.
@@ -75,9 +75,9 @@ use std::{fmt, sync::Arc};
 use serde::{Deserialize, Serialize};
 
 use crate::{
-    context::Context,
     labels::Labels,
     name::{Lane, Version},
+    stain::Stain,
 };
 
 /// The default label that names an instance's lane.
@@ -466,7 +466,7 @@ impl Policy {
     ///
     /// `ctx` is `None` when the request carries no context at all; the policy's own
     /// lane then applies.
-    pub fn key<'a>(&'a self, service: &str, ctx: Option<&'a Context>) -> Key<'a> {
+    pub fn key<'a>(&'a self, service: &str, ctx: Option<&'a Stain>) -> Key<'a> {
         if !self.enabled {
             return Key::default();
         }
@@ -567,7 +567,7 @@ impl Policy {
     pub fn decide<'i, Id: Clone + 'i>(
         &self,
         service: &str,
-        ctx: Option<&Context>,
+        ctx: Option<&Stain>,
         instances: impl IntoIterator<Item = Candidate<'i, Id>>,
     ) -> Decision<Id> {
         let key = self.key(service, ctx);
@@ -1282,7 +1282,7 @@ mod tests {
     /// Decides over `(id, labels)` instances, all ready, and returns the candidates.
     fn route<'a>(
         policy: &Policy,
-        ctx: Option<&Context>,
+        ctx: Option<&Stain>,
         instances: &'a [(&'a str, Labels)],
     ) -> Option<Vec<&'a str>> {
         let cands = instances
@@ -1326,7 +1326,7 @@ mod tests {
     fn pin_decides_first_and_lane_is_the_next_fallback() {
         let p = Policy::new().with_fallback(Fallback::Baseline);
         let pins = Pins::new(None, [("svc-b", v("2"))]).unwrap();
-        let ctx = Context::in_lane(lane("gray")).with_pins(pins);
+        let ctx = Stain::in_lane(lane("gray")).with_pins(pins);
         let key = p.key("svc-b", Some(&ctx));
         let chain: Vec<_> = p.chain(&key).iter().collect();
         let (g, two) = (lane("gray"), v("2"));
@@ -1356,7 +1356,7 @@ mod tests {
         let p = Policy::seed_000().with_own_lane(Some(lane("gray")));
         let inst = [("b", labels(&[])), ("g", labels(&[("gray", "true")]))];
         assert_eq!(route(&p, None, &inst).unwrap(), ["g"]);
-        assert_eq!(route(&p, Some(&Context::baseline()), &inst).unwrap(), ["b"]);
+        assert_eq!(route(&p, Some(&Stain::baseline()), &inst).unwrap(), ["b"]);
         let d = p.decide(
             "svc-b",
             None,
@@ -1375,7 +1375,7 @@ mod tests {
                 Candidate::new("b", &inst_labels[1], Availability::Ready),
             ]
         };
-        let ctx = Context::in_lane(lane("gray"));
+        let ctx = Stain::in_lane(lane("gray"));
         let p = Policy::seed_000();
         let d = p.decide("svc-b", Some(&ctx), cands(Availability::Unready));
         let err = d.error().unwrap();
@@ -1399,7 +1399,7 @@ mod tests {
     #[test]
     fn no_match_error_names_service_lane_and_policy() {
         let p = Policy::new();
-        let ctx = Context::in_lane(lane("canary"));
+        let ctx = Stain::in_lane(lane("canary"));
         let l = labels(&[]);
         let d = p.decide(
             "svc-b",
@@ -1445,7 +1445,7 @@ mod tests {
             assert_eq!(route(&p, Some(&c), &both).unwrap(), ["base", "bad", "none"]);
         }
         // baseline with only gray instances → error
-        assert!(route(&p, Some(&Context::baseline()), &both[3..]).is_none());
+        assert!(route(&p, Some(&Stain::baseline()), &both[3..]).is_none());
         // absent → the caller's own flag
         assert_eq!(route(&p, None, &both).unwrap(), ["gray"]);
         let base_caller = Policy::seed_000();
@@ -1502,7 +1502,7 @@ mod tests {
             "no match → all"
         );
         // Absent header: the default rule from config is a context the caller supplies.
-        let default_rule = Context::pinned(Pins::all(v("v2")));
+        let default_rule = Stain::pinned(Pins::all(v("v2")));
         assert_eq!(route(&p, Some(&default_rule), &inst).unwrap(), ["v2"]);
         assert_eq!(route(&p, None, &inst).unwrap(), ["v2", "v3", "plain"]);
     }
@@ -1539,12 +1539,12 @@ mod tests {
             ("b", labels(&[("versions", "2.0")])),
             ("c", labels(&[])),
         ];
-        let pinned = |s| Context::pinned(Pins::all(v(s)));
+        let pinned = |s| Stain::pinned(Pins::all(v(s)));
         assert_eq!(route(&p, Some(&pinned("1.0")), &inst).unwrap(), ["a"]);
         assert_eq!(route(&p, Some(&pinned("2.0")), &inst).unwrap(), ["a", "b"]);
         assert!(route(&p, Some(&pinned("3.0")), &inst).is_none());
         assert_eq!(
-            route(&p, Some(&Context::baseline()), &inst).unwrap(),
+            route(&p, Some(&Stain::baseline()), &inst).unwrap(),
             ["a", "b", "c"]
         );
     }
@@ -1556,12 +1556,12 @@ mod tests {
             ("blue", labels(&[("lane", "blue")])),
             ("plain", labels(&[])),
         ];
-        let ctx = Context::in_lane(lane("green"));
+        let ctx = Stain::in_lane(lane("green"));
         assert_eq!(route(&p, Some(&ctx), &inst).unwrap(), ["plain"]);
-        let ctx = Context::in_lane(lane("blue"));
+        let ctx = Stain::in_lane(lane("blue"));
         assert_eq!(route(&p, Some(&ctx), &inst).unwrap(), ["blue", "plain"]);
         assert_eq!(
-            route(&p, Some(&Context::baseline()), &inst).unwrap(),
+            route(&p, Some(&Stain::baseline()), &inst).unwrap(),
             ["plain"]
         );
     }

@@ -2,7 +2,7 @@
 //! header codecs never panic on arbitrary input (a bounded smoke of the fuzz targets).
 
 use gray_core::{
-    Carriers, Context, Lane, Pins, Version,
+    Carriers, Lane, Pins, Stain, Version,
     codec::{BaggageMember, PlainHeader, RouteHeader},
     rules::{Format, RequestView, RuleSet},
 };
@@ -121,7 +121,7 @@ proptest! {
             all.map(|v| Version::new(v).expect("version")),
             svc.iter().map(|(s, v)| (s.as_str(), Version::new(v).expect("version"))),
         ).expect("pins");
-        let ctx = Context::baseline()
+        let ctx = Stain::baseline()
             .with_lane(lane.map(|l| Lane::new(l).expect("lane")))
             .with_pins(pins);
         let carriers = Carriers::default().with(BaggageMember::new("gray.lane").expect("key"));

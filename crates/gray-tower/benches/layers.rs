@@ -6,10 +6,10 @@
 //! stained `x-gray-lane: gray`; the request is built outside the timed part.
 //!
 //! - `bare`: no gray layer.
-//! - `layers`: `ExtractContextLayer` around the router (`Layer::layer(router)`, as tower
-//!   wraps any service) and `PropagateContextLayer` on the client, both with the lane
+//! - `layers`: `ExtractStainLayer` around the router (`Layer::layer(router)`, as tower
+//!   wraps any service) and `PropagateStainLayer` on the client, both with the lane
 //!   interned (`Carriers::with_names`), as a deployment configures them.
-//! - `router_layer`: the same, with `Router::layer(ExtractContextLayer)` instead; axum
+//! - `router_layer`: the same, with `Router::layer(ExtractStainLayer)` instead; axum
 //!   then boxes the layered route once more per request, which is axum's cost for any
 //!   layer added that way, not the gray layers'.
 //!
@@ -25,7 +25,7 @@ use axum::{
 };
 use criterion::{BatchSize, Criterion, criterion_group, criterion_main};
 use gray_core::{Carriers, Lane, Names};
-use gray_tower::{ExtractContextLayer, PropagateContextLayer};
+use gray_tower::{ExtractStainLayer, PropagateStainLayer};
 use http::{HeaderValue, Request, Response};
 use tower::{Layer, Service, ServiceExt, service_fn};
 
@@ -93,8 +93,8 @@ fn layers(c: &mut Criterion) {
     let carriers = Carriers::default()
         .with_names(Names::new().with_lanes([Lane::new("gray").expect("valid lane")]));
 
-    let extract = ExtractContextLayer::with_carriers(carriers.clone());
-    let client = PropagateContextLayer::with_carriers(carriers).layer(upstream());
+    let extract = ExtractStainLayer::with_carriers(carriers.clone());
+    let client = PropagateStainLayer::with_carriers(carriers).layer(upstream());
 
     let bare = app(upstream());
     let layered = extract.layer(app(client.clone()));

@@ -2,95 +2,95 @@
 //!
 //! A service behind `tower::buffer::Buffer` (tonic's `Channel` is one) runs its `call()` in
 //! the buffer's worker task, where the caller's task-local context is not set. Put
-//! [`CaptureContextLayer`] *outside* the buffer: it stores the caller's context in the
-//! request extensions, which travel with the request, so that [`PropagateContext`] or a
+//! [`CaptureStainLayer`] *outside* the buffer: it stores the caller's context in the
+//! request extensions, which travel with the request, so that [`PropagateStain`] or a
 //! balancer inside the buffer still sees it. A request that already has a context in its
 //! extensions keeps it.
 //!
 //! Inserting into `http::Extensions` allocates (three times into empty extensions: the map,
 //! its table and the boxed value; once when the map exists); when you can, put
-//! [`PropagateContext`] outside the buffer instead, which needs no capture.
+//! [`PropagateStain`] outside the buffer instead, which needs no capture.
 //!
-//! [`PropagateContext`]: crate::PropagateContext
+//! [`PropagateStain`]: crate::PropagateStain
 //!
 //! ```
-//! use gray_core::{Context, Lane};
-//! use gray_tower::{CaptureContextLayer, ContextExt, PropagateContextLayer};
+//! use gray_core::{Stain, Lane};
+//! use gray_tower::{CaptureStainLayer, StainExt, PropagateStainLayer};
 //! use http::{Request, Response};
 //! use tower::{ServiceBuilder, ServiceExt, buffer::Buffer, service_fn};
 //!
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() -> Result<(), tower::BoxError> {
 //! let inner = ServiceBuilder::new()
-//!     .layer(PropagateContextLayer::new())
+//!     .layer(PropagateStainLayer::new())
 //!     .service(service_fn(|req: Request<()>| async move {
 //!         Ok::<_, tower::BoxError>(Response::new(req.headers().get("x-gray-lane").cloned()))
 //!     }));
 //! // The buffer's worker task runs `inner`; the capture layer runs in the caller's task.
 //! let client = ServiceBuilder::new()
-//!     .layer(CaptureContextLayer::new())
+//!     .layer(CaptureStainLayer::new())
 //!     .service(Buffer::new(inner, 16));
 //!
-//! let ctx = Context::in_lane(Lane::new("gray")?);
-//! let res = client.oneshot(Request::new(())).with_context(ctx).await?;
+//! let ctx = Stain::in_lane(Lane::new("gray")?);
+//! let res = client.oneshot(Request::new(())).with_stain(ctx).await?;
 //! assert_eq!(res.body().as_ref().unwrap(), "gray");
 //! # Ok(())
 //! # }
 //! ```
 
-use std::task::{Context as TaskCx, Poll};
+use std::task::{Context, Poll};
 
-use gray_core::Context;
+use gray_core::Stain;
 use http::Request;
 use tower_layer::Layer;
 use tower_service::Service;
 
 use crate::task;
 
-/// Builds [`CaptureContext`].
+/// Builds [`CaptureStain`].
 #[derive(Debug, Clone, Copy, Default)]
-pub struct CaptureContextLayer {
+pub struct CaptureStainLayer {
     _priv: (),
 }
 
-impl CaptureContextLayer {
+impl CaptureStainLayer {
     /// A new capture layer.
     pub fn new() -> Self {
         Self::default()
     }
 }
 
-impl<S> Layer<S> for CaptureContextLayer {
-    type Service = CaptureContext<S>;
+impl<S> Layer<S> for CaptureStainLayer {
+    type Service = CaptureStain<S>;
 
     fn layer(&self, inner: S) -> Self::Service {
-        CaptureContext { inner }
+        CaptureStain { inner }
     }
 }
 
 /// Stores the task-local context in the request extensions, unless one is there already.
 ///
-/// Built by [`CaptureContextLayer`].
+/// Built by [`CaptureStainLayer`].
 #[derive(Debug, Clone)]
-pub struct CaptureContext<S> {
+pub struct CaptureStain<S> {
     inner: S,
 }
 
-impl<S> CaptureContext<S> {
+impl<S> CaptureStain<S> {
     /// Wraps `inner`.
     pub fn new(inner: S) -> Self {
-        CaptureContext { inner }
+        CaptureStain { inner }
     }
 
     /// A layer that builds this service.
-    pub fn layer() -> CaptureContextLayer {
-        CaptureContextLayer::new()
+    pub fn layer() -> CaptureStainLayer {
+        CaptureStainLayer::new()
     }
 
     define_inner_service_accessors!();
 }
 
-impl<S, B> Service<Request<B>> for CaptureContext<S>
+impl<S, B> Service<Request<B>> for CaptureStain<S>
 where
     S: Service<Request<B>>,
 {
@@ -98,12 +98,12 @@ where
     type Error = S::Error;
     type Future = S::Future;
 
-    fn poll_ready(&mut self, cx: &mut TaskCx<'_>) -> Poll<Result<(), Self::Error>> {
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
         self.inner.poll_ready(cx)
     }
 
     fn call(&mut self, mut req: Request<B>) -> Self::Future {
-        if req.extensions().get::<Context>().is_none() {
+        if req.extensions().get::<Stain>().is_none() {
             if let Some(ctx) = task::current() {
                 req.extensions_mut().insert(ctx);
             }

@@ -1,26 +1,26 @@
 //! Server side: read the stain of every inbound request.
 //!
-//! [`ExtractContextLayer`] reads the configured [`Carriers`] of each request, puts the
-//! resulting [`Context`] into the request extensions, and makes it the task-local context
+//! [`ExtractStainLayer`] reads the configured [`Carriers`] of each request, puts the
+//! resulting [`Stain`] into the request extensions, and makes it the task-local context
 //! (see [`crate::task`]) for both the synchronous `call()` of the inner service and every
 //! poll of its response future. A request without any carrier gets the layer's default
-//! context: baseline, unless [`ExtractContextLayer::with_default`] says otherwise (seed 000:
+//! context: baseline, unless [`ExtractStainLayer::with_default`] says otherwise (seed 000:
 //! a gray instance treats an unstained request as its own lane).
 //!
 //! Malformed carriers never fail the request: they are ignored, with a `tracing` event.
 //!
 //! ```
-//! use gray_core::Context;
-//! use gray_tower::{ExtractContextLayer, task};
+//! use gray_core::Stain;
+//! use gray_tower::{ExtractStainLayer, task};
 //! use http::{Request, Response};
 //! use tower::{ServiceBuilder, ServiceExt, service_fn};
 //!
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() -> Result<(), tower::BoxError> {
 //! let svc = ServiceBuilder::new()
-//!     .layer(ExtractContextLayer::new())
+//!     .layer(ExtractStainLayer::new())
 //!     .service(service_fn(|req: Request<()>| async move {
-//!         let from_extensions = req.extensions().get::<Context>().cloned();
+//!         let from_extensions = req.extensions().get::<Stain>().cloned();
 //!         let from_task = task::current();
 //!         assert_eq!(from_extensions, from_task);
 //!         let lane = from_task.and_then(|c| c.lane().map(|l| l.to_string()));
@@ -38,10 +38,10 @@ use std::{
     future::Future,
     pin::Pin,
     sync::Arc,
-    task::{Context as TaskCx, Poll},
+    task::{Context, Poll},
 };
 
-use gray_core::{Carriers, Context};
+use gray_core::{Carriers, Stain};
 use http::Request;
 use pin_project_lite::pin_project;
 use tokio::task::futures::TaskLocalFuture;
@@ -53,22 +53,22 @@ use crate::task;
 #[derive(Debug)]
 struct Config {
     carriers: Carriers,
-    default: Context,
+    default: Stain,
 }
 
-/// Builds [`ExtractContext`]: reads the stain of each inbound request.
+/// Builds [`ExtractStain`]: reads the stain of each inbound request.
 #[derive(Debug, Clone)]
-pub struct ExtractContextLayer {
+pub struct ExtractStainLayer {
     config: Arc<Config>,
 }
 
-impl Default for ExtractContextLayer {
+impl Default for ExtractStainLayer {
     fn default() -> Self {
         Self::new()
     }
 }
 
-impl ExtractContextLayer {
+impl ExtractStainLayer {
     /// Reads the default carriers (`x-gray-lane` and `x-gray-info`).
     pub fn new() -> Self {
         Self::with_carriers(Carriers::default())
@@ -76,19 +76,19 @@ impl ExtractContextLayer {
 
     /// Reads `carriers`.
     pub fn with_carriers(carriers: Carriers) -> Self {
-        ExtractContextLayer {
+        ExtractStainLayer {
             config: Arc::new(Config {
                 carriers,
-                default: Context::baseline(),
+                default: Stain::baseline(),
             }),
         }
     }
 
     /// Uses `ctx` for requests that carry no stain at all (an explicit `gray: false` still
     /// means baseline). Seed 000 sets this to the instance's own lane on gray instances.
-    pub fn with_default(self, ctx: Context) -> Self {
+    pub fn with_default(self, ctx: Stain) -> Self {
         let carriers = self.config.carriers.clone();
-        ExtractContextLayer {
+        ExtractStainLayer {
             config: Arc::new(Config {
                 carriers,
                 default: ctx,
@@ -102,11 +102,11 @@ impl ExtractContextLayer {
     }
 }
 
-impl<S> Layer<S> for ExtractContextLayer {
-    type Service = ExtractContext<S>;
+impl<S> Layer<S> for ExtractStainLayer {
+    type Service = ExtractStain<S>;
 
     fn layer(&self, inner: S) -> Self::Service {
-        ExtractContext {
+        ExtractStain {
             inner,
             config: self.config.clone(),
         }
@@ -115,28 +115,28 @@ impl<S> Layer<S> for ExtractContextLayer {
 
 /// Reads the stain of each inbound request into its extensions and the task-local context.
 ///
-/// Built by [`ExtractContextLayer`].
+/// Built by [`ExtractStainLayer`].
 #[derive(Debug, Clone)]
-pub struct ExtractContext<S> {
+pub struct ExtractStain<S> {
     inner: S,
     config: Arc<Config>,
 }
 
-impl<S> ExtractContext<S> {
+impl<S> ExtractStain<S> {
     /// Wraps `inner`, reading the default carriers.
     pub fn new(inner: S) -> Self {
-        ExtractContextLayer::new().layer(inner)
+        ExtractStainLayer::new().layer(inner)
     }
 
     /// A layer that reads the default carriers.
-    pub fn layer() -> ExtractContextLayer {
-        ExtractContextLayer::new()
+    pub fn layer() -> ExtractStainLayer {
+        ExtractStainLayer::new()
     }
 
     define_inner_service_accessors!();
 }
 
-impl<S, B> Service<Request<B>> for ExtractContext<S>
+impl<S, B> Service<Request<B>> for ExtractStain<S>
 where
     S: Service<Request<B>>,
 {
@@ -144,7 +144,7 @@ where
     type Error = S::Error;
     type Future = ResponseFuture<S::Future>;
 
-    fn poll_ready(&mut self, cx: &mut TaskCx<'_>) -> Poll<Result<(), Self::Error>> {
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
         self.inner.poll_ready(cx)
     }
 
@@ -160,19 +160,19 @@ where
 }
 
 pin_project! {
-    /// The response future of [`ExtractContext`]: the inner future, polled with the
+    /// The response future of [`ExtractStain`]: the inner future, polled with the
     /// request's context as the task-local context.
     #[derive(Debug)]
     pub struct ResponseFuture<F> {
         #[pin]
-        inner: TaskLocalFuture<Context, F>,
+        inner: TaskLocalFuture<Stain, F>,
     }
 }
 
 impl<F: Future> ResponseFuture<F> {
     /// Calls `inner` with `ctx` as the task-local context, and keeps it set for every poll
     /// of the returned future.
-    pub fn scoped<S, R>(ctx: Context, req: R, inner: &mut S) -> Self
+    pub fn scoped<S, R>(ctx: Stain, req: R, inner: &mut S) -> Self
     where
         S: Service<R, Future = F>,
     {
@@ -186,7 +186,7 @@ impl<F: Future> ResponseFuture<F> {
 impl<F: Future> Future for ResponseFuture<F> {
     type Output = F::Output;
 
-    fn poll(self: Pin<&mut Self>, cx: &mut TaskCx<'_>) -> Poll<Self::Output> {
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         self.project().inner.poll(cx)
     }
 }
@@ -202,11 +202,11 @@ mod tests {
 
     use super::*;
 
-    async fn lane_seen(layer: ExtractContextLayer, req: Request<()>) -> Option<String> {
+    async fn lane_seen(layer: ExtractStainLayer, req: Request<()>) -> Option<String> {
         let svc = layer.layer(service_fn(|req: Request<()>| async move {
             // The future is polled after an await point: the scope must still hold.
             tokio::task::yield_now().await;
-            let ext = req.extensions().get::<Context>().cloned();
+            let ext = req.extensions().get::<Stain>().cloned();
             assert_eq!(ext, task::current());
             Ok::<_, std::convert::Infallible>(Response::new(
                 task::current().and_then(|c| c.lane().map(ToString::to_string)),
@@ -222,11 +222,11 @@ mod tests {
             .body(())
             .unwrap();
         assert_eq!(
-            lane_seen(ExtractContextLayer::new(), req).await.as_deref(),
+            lane_seen(ExtractStainLayer::new(), req).await.as_deref(),
             Some("gray")
         );
         let req = Request::new(());
-        assert_eq!(lane_seen(ExtractContextLayer::new(), req).await, None);
+        assert_eq!(lane_seen(ExtractStainLayer::new(), req).await, None);
     }
 
     #[tokio::test]
@@ -242,7 +242,7 @@ mod tests {
             let mut req = Request::new(());
             req.headers_mut()
                 .insert(name, http::HeaderValue::from_bytes(value).unwrap());
-            let layer = ExtractContextLayer::with_carriers(carriers.clone());
+            let layer = ExtractStainLayer::with_carriers(carriers.clone());
             assert_eq!(lane_seen(layer, req).await, None);
         }
     }
@@ -250,11 +250,11 @@ mod tests {
     #[tokio::test]
     async fn default_applies_only_without_a_carrier() {
         let gray = Lane::new("gray").unwrap();
-        let layer = ExtractContextLayer::with_carriers(Carriers::new().with(PlainHeader::flag(
+        let layer = ExtractStainLayer::with_carriers(Carriers::new().with(PlainHeader::flag(
             HeaderName::from_static("gray"),
             gray.clone(),
         )))
-        .with_default(Context::in_lane(gray));
+        .with_default(Stain::in_lane(gray));
         assert_eq!(
             lane_seen(layer.clone(), Request::new(())).await.as_deref(),
             Some("gray")

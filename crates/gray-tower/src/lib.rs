@@ -1,7 +1,7 @@
 //! Tower layers that carry a gray stain from every inbound request to every outbound call.
 //!
 //! ```text
-//! inbound ──► ExtractContext ──► handler ──► PropagateContext ──► client ──► next service
+//! inbound ──► ExtractStain ──► handler ──► PropagateStain ──► client ──► next service
 //!              reads carriers     task-local    writes carriers
 //!              into extensions    + extensions
 //!              and task-local
@@ -28,8 +28,8 @@
 //! tonic `Channel`: both speak `http::Request`.
 //!
 //! ```
-//! use gray_core::Context;
-//! use gray_tower::{ExtractContextLayer, PropagateContextLayer, task};
+//! use gray_core::Stain;
+//! use gray_tower::{ExtractStainLayer, PropagateStainLayer, task};
 //! use http::{Request, Response};
 //! use tower::{Service, ServiceBuilder, ServiceExt, service_fn};
 //!
@@ -37,14 +37,14 @@
 //! # async fn main() -> Result<(), tower::BoxError> {
 //! // The outbound client: stands in for hyper-util's Client, echoes the header it got.
 //! let client = ServiceBuilder::new()
-//!     .layer(PropagateContextLayer::new())
+//!     .layer(PropagateStainLayer::new())
 //!     .service(service_fn(|req: Request<()>| async move {
 //!         Ok::<_, tower::BoxError>(Response::new(req.headers().get("x-gray-lane").cloned()))
 //!     }));
 //!
 //! // The inbound service: its handler calls the client without passing any context.
 //! let server = ServiceBuilder::new()
-//!     .layer(ExtractContextLayer::new())
+//!     .layer(ExtractStainLayer::new())
 //!     .service(service_fn(move |_req: Request<()>| {
 //!         let client = client.clone();
 //!         async move { client.oneshot(Request::new(())).await }
@@ -68,10 +68,39 @@ pub mod extract;
 pub mod propagate;
 #[cfg(feature = "reqwest")]
 pub mod reqwest;
-pub mod task;
+/// The task-local stain and its carriers (re-exported from `gray_core::task`).
+pub use gray_core::task;
 
-pub use capture::{CaptureContext, CaptureContextLayer};
-pub use edge::{LiveRules, Stain, StainLayer};
-pub use extract::{ExtractContext, ExtractContextLayer};
-pub use propagate::{Existing, PropagateContext, PropagateContextLayer};
-pub use task::{ContextExt, current};
+pub use capture::{CaptureStain, CaptureStainLayer};
+pub use edge::{Edge, EdgeLayer, LiveRules};
+pub use extract::{ExtractStain, ExtractStainLayer};
+pub use propagate::{Existing, PropagateStain, PropagateStainLayer};
+pub use task::{StainExt, current};
+
+/// The former names of this crate's layers, before `Context` became [`Stain`](gray_core::Stain).
+#[doc(hidden)]
+pub mod deprecated {
+    /// Renamed [`ExtractStainLayer`](crate::ExtractStainLayer).
+    #[deprecated(since = "0.2.0", note = "renamed to `ExtractStainLayer`")]
+    pub type ExtractContextLayer = crate::ExtractStainLayer;
+    /// Renamed [`ExtractStain`](crate::ExtractStain).
+    #[deprecated(since = "0.2.0", note = "renamed to `ExtractStain`")]
+    pub type ExtractContext<S> = crate::ExtractStain<S>;
+    /// Renamed [`PropagateStainLayer`](crate::PropagateStainLayer).
+    #[deprecated(since = "0.2.0", note = "renamed to `PropagateStainLayer`")]
+    pub type PropagateContextLayer = crate::PropagateStainLayer;
+    /// Renamed [`PropagateStain`](crate::PropagateStain).
+    #[deprecated(since = "0.2.0", note = "renamed to `PropagateStain`")]
+    pub type PropagateContext<S> = crate::PropagateStain<S>;
+    /// Renamed [`CaptureStainLayer`](crate::CaptureStainLayer).
+    #[deprecated(since = "0.2.0", note = "renamed to `CaptureStainLayer`")]
+    pub type CaptureContextLayer = crate::CaptureStainLayer;
+    /// Renamed [`CaptureStain`](crate::CaptureStain).
+    #[deprecated(since = "0.2.0", note = "renamed to `CaptureStain`")]
+    pub type CaptureContext<S> = crate::CaptureStain<S>;
+    /// Renamed [`EdgeLayer`](crate::EdgeLayer).
+    #[deprecated(since = "0.2.0", note = "renamed to `EdgeLayer`")]
+    pub type StainLayer = crate::EdgeLayer;
+}
+#[allow(deprecated)]
+pub use deprecated::*;

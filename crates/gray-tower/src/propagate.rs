@@ -1,6 +1,6 @@
 //! Client side: write the stain onto every outbound request.
 //!
-//! [`PropagateContextLayer`] wraps any `tower::Service<http::Request<B>>` client: the
+//! [`PropagateStainLayer`] wraps any `tower::Service<http::Request<B>>` client: the
 //! hyper-util `Client`, a tonic `Channel`, a balancer. For each request it takes the context
 //! from the request extensions first, else from the task-local context (see
 //! [`crate::task`]), and writes it into the configured [`Carriers`]. A request with neither
@@ -14,8 +14,8 @@
 //! (for `baggage`, only the stain's member) and rewritten from the context.
 //!
 //! ```
-//! use gray_core::{Context, Lane};
-//! use gray_tower::{ContextExt, PropagateContextLayer};
+//! use gray_core::{Stain, Lane};
+//! use gray_tower::{StainExt, PropagateStainLayer};
 //! use http::{Request, Response};
 //! use tower::{ServiceBuilder, ServiceExt, service_fn};
 //!
@@ -23,14 +23,14 @@
 //! # async fn main() -> Result<(), tower::BoxError> {
 //! // A stand-in for an HTTP client: answers with the lane header it was sent.
 //! let client = ServiceBuilder::new()
-//!     .layer(PropagateContextLayer::new())
+//!     .layer(PropagateStainLayer::new())
 //!     .service(service_fn(|req: Request<()>| async move {
 //!         let sent = req.headers().get("x-gray-lane").cloned();
 //!         Ok::<_, tower::BoxError>(Response::new(sent))
 //!     }));
 //!
-//! let ctx = Context::in_lane(Lane::new("canary")?);
-//! let res = client.oneshot(Request::new(())).with_context(ctx).await?;
+//! let ctx = Stain::in_lane(Lane::new("canary")?);
+//! let res = client.oneshot(Request::new(())).with_stain(ctx).await?;
 //! assert_eq!(res.body().as_ref().unwrap(), "canary");
 //! # Ok(())
 //! # }
@@ -38,10 +38,10 @@
 
 use std::{
     sync::Arc,
-    task::{Context as TaskCx, Poll},
+    task::{Context, Poll},
 };
 
-use gray_core::{Carriers, Context};
+use gray_core::{Carriers, Stain};
 use http::{HeaderMap, Request};
 use tower_layer::Layer;
 use tower_service::Service;
@@ -58,7 +58,7 @@ pub enum Existing {
     Replace,
 }
 
-/// How a context is written onto outbound headers; shared by [`PropagateContext`] and the
+/// How a context is written onto outbound headers; shared by [`PropagateStain`] and the
 /// reqwest middleware.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Propagator {
@@ -68,7 +68,7 @@ pub(crate) struct Propagator {
 
 impl Propagator {
     /// Writes `ctx` (or, without one, the task-local context) into `headers`.
-    pub(crate) fn apply(&self, ctx: Option<&Context>, headers: &mut HeaderMap) {
+    pub(crate) fn apply(&self, ctx: Option<&Stain>, headers: &mut HeaderMap) {
         let current;
         let ctx = match ctx {
             Some(ctx) => ctx,
@@ -96,13 +96,13 @@ impl Propagator {
     }
 }
 
-/// Builds [`PropagateContext`]: writes the stain onto each outbound request.
+/// Builds [`PropagateStain`]: writes the stain onto each outbound request.
 #[derive(Debug, Clone, Default)]
-pub struct PropagateContextLayer {
+pub struct PropagateStainLayer {
     propagator: Arc<Propagator>,
 }
 
-impl PropagateContextLayer {
+impl PropagateStainLayer {
     /// Writes the default carriers (`x-gray-lane` and `x-gray-info`), keeping existing ones.
     pub fn new() -> Self {
         Self::default()
@@ -110,7 +110,7 @@ impl PropagateContextLayer {
 
     /// Writes `carriers`, keeping existing ones.
     pub fn with_carriers(carriers: Carriers) -> Self {
-        PropagateContextLayer {
+        PropagateStainLayer {
             propagator: Arc::new(Propagator {
                 carriers,
                 existing: Existing::Keep,
@@ -120,7 +120,7 @@ impl PropagateContextLayer {
 
     /// Sets the rule for a request that already carries a stain.
     pub fn existing(self, existing: Existing) -> Self {
-        PropagateContextLayer {
+        PropagateStainLayer {
             propagator: Arc::new(Propagator {
                 carriers: self.propagator.carriers.clone(),
                 existing,
@@ -129,11 +129,11 @@ impl PropagateContextLayer {
     }
 }
 
-impl<S> Layer<S> for PropagateContextLayer {
-    type Service = PropagateContext<S>;
+impl<S> Layer<S> for PropagateStainLayer {
+    type Service = PropagateStain<S>;
 
     fn layer(&self, inner: S) -> Self::Service {
-        PropagateContext {
+        PropagateStain {
             inner,
             propagator: self.propagator.clone(),
         }
@@ -142,28 +142,28 @@ impl<S> Layer<S> for PropagateContextLayer {
 
 /// Writes the stain of the request (extensions first, else the task-local context) onto it.
 ///
-/// Built by [`PropagateContextLayer`]. Adds nothing to the response future.
+/// Built by [`PropagateStainLayer`]. Adds nothing to the response future.
 #[derive(Debug, Clone)]
-pub struct PropagateContext<S> {
+pub struct PropagateStain<S> {
     inner: S,
     propagator: Arc<Propagator>,
 }
 
-impl<S> PropagateContext<S> {
+impl<S> PropagateStain<S> {
     /// Wraps `inner`, writing the default carriers.
     pub fn new(inner: S) -> Self {
-        PropagateContextLayer::new().layer(inner)
+        PropagateStainLayer::new().layer(inner)
     }
 
     /// A layer that writes the default carriers.
-    pub fn layer() -> PropagateContextLayer {
-        PropagateContextLayer::new()
+    pub fn layer() -> PropagateStainLayer {
+        PropagateStainLayer::new()
     }
 
     define_inner_service_accessors!();
 }
 
-impl<S, B> Service<Request<B>> for PropagateContext<S>
+impl<S, B> Service<Request<B>> for PropagateStain<S>
 where
     S: Service<Request<B>>,
 {
@@ -171,13 +171,13 @@ where
     type Error = S::Error;
     type Future = S::Future;
 
-    fn poll_ready(&mut self, cx: &mut TaskCx<'_>) -> Poll<Result<(), Self::Error>> {
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
         self.inner.poll_ready(cx)
     }
 
     fn call(&mut self, mut req: Request<B>) -> Self::Future {
         // Cloning a context is at most two `Arc` increments.
-        let ctx = req.extensions().get::<Context>().cloned();
+        let ctx = req.extensions().get::<Stain>().cloned();
         self.propagator.apply(ctx.as_ref(), req.headers_mut());
         self.inner.call(req)
     }

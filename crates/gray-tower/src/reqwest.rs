@@ -1,4 +1,4 @@
-//! reqwest: the same propagation as [`PropagateContext`](crate::PropagateContext), as a
+//! reqwest: the same propagation as [`PropagateStain`](crate::PropagateStain), as a
 //! [`reqwest_middleware::Middleware`] (cargo feature `reqwest`).
 //!
 //! The context comes from the middleware extensions first, else the task-local context;
@@ -13,7 +13,7 @@
 //! # drop(client);
 //! ```
 
-use gray_core::{Carriers, Context};
+use gray_core::{Carriers, Stain};
 use http::Extensions;
 use reqwest_middleware::{Middleware, Next, Result};
 
@@ -57,7 +57,7 @@ impl Middleware for PropagateMiddleware {
         next: Next<'_>,
     ) -> Result<reqwest::Response> {
         self.propagator
-            .apply(extensions.get::<Context>(), req.headers_mut());
+            .apply(extensions.get::<Stain>(), req.headers_mut());
         next.run(req, extensions).await
     }
 }

@@ -3,7 +3,7 @@
 //! A lane stain must cost no allocation once the lane is interned (`Carriers::with_names`):
 //! reading it, scoping it as the task-local context, reading it back and writing it onto an
 //! outbound request only clone `Arc`s and `Bytes`. The one allocation source left on the
-//! full `ExtractContext` → handler → `PropagateContext` path is `http::Extensions`, which
+//! full `ExtractStain` → handler → `PropagateStain` path is `http::Extensions`, which
 //! boxes its map and each value; it is measured on its own and the full path must cost
 //! exactly that much, no more.
 //!
@@ -18,11 +18,11 @@ use std::{
     convert::Infallible,
     future::Future,
     pin::pin,
-    task::{Context as TaskCx, Poll, Waker},
+    task::{Context, Poll, Waker},
 };
 
-use gray_core::{Carriers, Context, Lane, Names};
-use gray_tower::{ExtractContextLayer, PropagateContextLayer, task};
+use gray_core::{Carriers, Lane, Names, Stain};
+use gray_tower::{ExtractStainLayer, PropagateStainLayer, task};
 use http::{HeaderMap, HeaderValue, Request, Response};
 use tower::{Layer, Service, ServiceExt, service_fn};
 
@@ -88,7 +88,7 @@ fn measure<R>(mut f: impl FnMut() -> R) -> (R, usize) {
 /// Polls `fut` once with a no-op waker; everything under test is ready at once.
 fn poll_once<F: Future>(fut: F) -> F::Output {
     let mut fut = pin!(fut);
-    match fut.as_mut().poll(&mut TaskCx::from_waker(Waker::noop())) {
+    match fut.as_mut().poll(&mut Context::from_waker(Waker::noop())) {
         Poll::Ready(out) => out,
         Poll::Pending => panic!("the future under test is not ready at its first poll"),
     }
@@ -173,9 +173,9 @@ fn an_unknown_lane_is_built_on_the_heap() {
     );
 }
 
-/// The allocations of one `http::Extensions::insert` of a context, as `ExtractContext`
+/// The allocations of one `http::Extensions::insert` of a context, as `ExtractStain`
 /// makes for every inbound request; `existing` other entries are in the map already.
-fn extensions_insert_cost(ctx: &Context, existing: bool) -> usize {
+fn extensions_insert_cost(ctx: &Stain, existing: bool) -> usize {
     /// Stands for what a server puts there before the layer runs (peer address, ...).
     #[derive(Clone)]
     struct Earlier;
@@ -205,21 +205,21 @@ fn the_extensions_insert_costs_three_allocations_or_one() {
     // allocates the box, the hash table and the boxed value; a later one only the value
     // (while the table has room). Every other step of the path allocates nothing, so
     // this is the whole per-request cost of the layers; see the next test.
-    let ctx = Context::in_lane(gray());
+    let ctx = Stain::in_lane(gray());
     assert_eq!(extensions_insert_cost(&ctx, false), 3);
     assert_eq!(extensions_insert_cost(&ctx, true), 1);
-    assert_eq!(extensions_insert_cost(&Context::baseline(), false), 3);
+    assert_eq!(extensions_insert_cost(&Stain::baseline(), false), 3);
 }
 
-/// Sends a request (stained `x-gray-lane: gray` or not) through `ExtractContext`, a
-/// handler, `PropagateContext` and a client stand-in, polled by hand. Returns the lane
+/// Sends a request (stained `x-gray-lane: gray` or not) through `ExtractStain`, a
+/// handler, `PropagateStain` and a client stand-in, polled by hand. Returns the lane
 /// header the client was sent and the allocations of one run after warm-up.
 fn full_path(stained: bool) -> (Option<HeaderValue>, usize) {
     let gray = gray();
     let carriers = carriers(&gray);
 
     // The outbound client: a stand-in answering with the lane header it was sent.
-    let client = PropagateContextLayer::with_carriers(carriers.clone()).layer(service_fn(
+    let client = PropagateStainLayer::with_carriers(carriers.clone()).layer(service_fn(
         |req: Request<()>| {
             let sent = req.headers().get("x-gray-lane").cloned();
             std::future::ready(Ok::<_, Infallible>(Response::new(sent)))
@@ -229,14 +229,14 @@ fn full_path(stained: bool) -> (Option<HeaderValue>, usize) {
     // extensions) by hand: what reaches the client comes from the task-local context.
     let handler = service_fn(move |mut req: Request<()>| {
         let mut client = client.clone();
-        let from_extensions = req.extensions_mut().remove::<Context>();
+        let from_extensions = req.extensions_mut().remove::<Stain>();
         req.headers_mut().remove("x-gray-lane");
         async move {
             assert_eq!(from_extensions, task::current());
             client.ready().await?.call(req).await
         }
     });
-    let mut server = ExtractContextLayer::with_carriers(carriers).layer(handler);
+    let mut server = ExtractStainLayer::with_carriers(carriers).layer(handler);
 
     // Requests are built outside the measured window: they are the caller's cost.
     let mut requests: Vec<Request<()>> = (0..9)
@@ -262,7 +262,7 @@ fn full_path(stained: bool) -> (Option<HeaderValue>, usize) {
 
 #[test]
 fn the_full_service_path_allocates_only_the_extensions_entry() {
-    let insert = extensions_insert_cost(&Context::in_lane(gray()), false);
+    let insert = extensions_insert_cost(&Stain::in_lane(gray()), false);
 
     let (sent, stained) = full_path(true);
     assert_eq!(sent.expect("a lane header"), "gray");

@@ -4,14 +4,14 @@
 use std::{convert::Infallible, net::SocketAddr};
 
 use gray_core::{
-    Carriers, Context, Lane,
+    Carriers, Lane, Stain,
     codec::{BaggageMember, PlainHeader},
     rules::{CidrList, Format, RuleSet},
 };
 use gray_tower::{
     edge::{
-        ClientIpResolver, DecidedBy, EdgeDecision, ForwardedHeader, LiveRules, PeerAddr,
-        Precedence, StainLayer, TrustedProxies,
+        ClientIpResolver, DecidedBy, EdgeDecision, EdgeLayer, ForwardedHeader, LiveRules, PeerAddr,
+        Precedence, TrustedProxies,
     },
     task,
 };
@@ -23,8 +23,8 @@ use tower::{Service, ServiceExt, service_fn};
 #[derive(Debug, Clone)]
 struct Seen {
     headers: HeaderMap,
-    ctx: Option<Context>,
-    task_ctx: Option<Context>,
+    ctx: Option<Stain>,
+    task_ctx: Option<Stain>,
     decision: Option<EdgeDecision>,
 }
 
@@ -33,14 +33,14 @@ fn backend() -> impl Service<Request<()>, Response = Response<Seen>, Error = Inf
         tokio::task::yield_now().await;
         Ok::<_, Infallible>(Response::new(Seen {
             headers: req.headers().clone(),
-            ctx: req.extensions().get::<Context>().cloned(),
+            ctx: req.extensions().get::<Stain>().cloned(),
             task_ctx: task::current(),
             decision: req.extensions().get::<EdgeDecision>().cloned(),
         }))
     })
 }
 
-async fn send(layer: &StainLayer, req: Request<()>) -> Seen {
+async fn send(layer: &EdgeLayer, req: Request<()>) -> Seen {
     let svc = tower::Layer::layer(layer, backend());
     let seen = svc.oneshot(req).await.expect("infallible").into_body();
     assert_eq!(seen.ctx, seen.task_ctx, "extensions and task-local agree");
@@ -75,8 +75,8 @@ fn seed003_rules(enabled: bool) -> RuleSet {
     RuleSet::parse(&text, Format::Yaml, "joylife-gateway.yaml").expect("seed 003 rules")
 }
 
-fn seed003_edge(enabled: bool) -> StainLayer {
-    StainLayer::new(seed003_rules(enabled))
+fn seed003_edge(enabled: bool) -> EdgeLayer {
+    EdgeLayer::new(seed003_rules(enabled))
         .with_carriers(carriers())
         .with_proxies(TrustedProxies::cidrs(
             CidrList::parse(["10.0.0.0/8"]).expect("cidrs"),
@@ -172,7 +172,7 @@ async fn spoofed_stains_and_forwarded_for_are_ignored_and_stripped() {
     assert!(seen.headers.get("gray").is_none());
 
     // Without seed 003 headers configured, forged ones are removed, not passed on.
-    let plain = StainLayer::new(seed003_rules(true)).with_carriers(carriers());
+    let plain = EdgeLayer::new(seed003_rules(true)).with_carriers(carriers());
     let seen = send(
         &plain,
         request(
@@ -193,7 +193,7 @@ async fn the_decision_extension_can_be_left_out() {
         "inline",
     )
     .expect("rules");
-    let with = StainLayer::new(rules);
+    let with = EdgeLayer::new(rules);
     let without = with.clone().with_decision_extension(false);
     let beta = || request("10.0.0.1:1", &[("cookie", "beta=1")]);
     let seen = send(&with, beta()).await;
@@ -222,7 +222,7 @@ async fn trusted_clients_and_precedence() {
     )
     .expect("rules");
     let internal = CidrList::parse(["10.20.0.0/16"]).expect("cidrs");
-    let rules_first = StainLayer::new(rules.clone()).with_trusted_clients(internal.clone());
+    let rules_first = EdgeLayer::new(rules.clone()).with_trusted_clients(internal.clone());
     let inbound_first = rules_first
         .clone()
         .with_precedence(Precedence::InboundFirst);
@@ -279,7 +279,7 @@ async fn trusted_clients_and_precedence() {
         "off",
     )
     .expect("rules");
-    let edge = StainLayer::new(off).with_trusted_clients(internal);
+    let edge = EdgeLayer::new(off).with_trusted_clients(internal);
     assert_eq!(
         lane_of(&send(&edge, trusted()).await).as_deref(),
         Some("canary")
@@ -290,7 +290,7 @@ async fn trusted_clients_and_precedence() {
 
 #[tokio::test]
 async fn rfc7239_forwarded_through_hops() {
-    let edge = StainLayer::new(seed003_rules(true))
+    let edge = EdgeLayer::new(seed003_rules(true))
         .with_proxies(TrustedProxies::hops(2))
         .with_forwarded_header(ForwardedHeader::Forwarded);
     let seen = send(
@@ -320,7 +320,7 @@ async fn rfc7239_forwarded_through_hops() {
 #[cfg(feature = "axum")]
 #[tokio::test]
 async fn axum_connect_info_is_the_peer() {
-    let edge = StainLayer::new(seed003_rules(true));
+    let edge = EdgeLayer::new(seed003_rules(true));
     let req = Request::builder()
         .extension(axum::extract::ConnectInfo(
             "127.0.0.1:5555".parse::<SocketAddr>().expect("addr"),
@@ -334,7 +334,7 @@ async fn axum_connect_info_is_the_peer() {
 #[tokio::test]
 async fn live_rules_take_effect_for_the_next_request() {
     let live = LiveRules::new(RuleSet::default());
-    let edge = StainLayer::new(live.clone());
+    let edge = EdgeLayer::new(live.clone());
     let seen = send(&edge, request("1.2.3.4:1", &[])).await;
     assert!(seen.ctx.expect("ctx").is_baseline());
     live.apply(

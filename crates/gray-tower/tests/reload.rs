@@ -10,9 +10,9 @@ use std::{
     },
 };
 
-use gray_core::{Context, rules::Format};
+use gray_core::{Stain, rules::Format};
 use gray_tower::{
-    edge::{EdgeDecision, LiveRules, PeerAddr, Revision, StainLayer},
+    edge::{EdgeDecision, EdgeLayer, LiveRules, PeerAddr, Revision},
     task,
 };
 use http::{Request, Response};
@@ -44,7 +44,7 @@ fn version_seen(req: &Request<()>) -> Result<u64, String> {
     if info != format!(r#"{{"all":"v{n}"}}"#).as_str() {
         return Err(format!("lane gen-{n} with route header {info:?}"));
     }
-    let ctx = req.extensions().get::<Context>().ok_or("no context")?;
+    let ctx = req.extensions().get::<Stain>().ok_or("no context")?;
     if ctx.lane().map(|l| l.as_str()) != Some(lane) {
         return Err(format!("extension lane {ctx:?} vs header {lane}"));
     }
@@ -73,7 +73,7 @@ async fn every_request_is_decided_by_exactly_one_snapshot() {
     let live = LiveRules::new(
         gray_core::RuleSet::parse(&rules_text(0), Format::Json, "v0").expect("rules v0"),
     );
-    let layer = StainLayer::new(live.clone());
+    let layer = EdgeLayer::new(live.clone());
     let done = Arc::new(AtomicUsize::new(0));
 
     let backend = service_fn(|req: Request<()>| async move {

@@ -1,13 +1,13 @@
 //! Run with: cargo run -p example-axum-service
 //!
 //! Two axum services on loopback ports. `orders` reads the stain of each request with
-//! `ExtractContextLayer` and calls `stock` with a reqwest client that carries
+//! `ExtractStainLayer` and calls `stock` with a reqwest client that carries
 //! `PropagateMiddleware`; the handler never touches the stain. `stock` answers with the lane
 //! it saw. The program sends one unstained and one stained request, prints what `stock`
 //! saw, and exits.
 
 use axum::{Router, extract::State, routing::get};
-use gray_tower::{ExtractContextLayer, reqwest::PropagateMiddleware};
+use gray_tower::{ExtractStainLayer, reqwest::PropagateMiddleware};
 use reqwest_middleware::{ClientBuilder, ClientWithMiddleware};
 use tokio::net::TcpListener;
 
@@ -41,7 +41,7 @@ async fn main() -> Result<(), BoxError> {
     let stock_url = serve(
         Router::new()
             .route("/", get(stock))
-            .layer(ExtractContextLayer::new()),
+            .layer(ExtractStainLayer::new()),
     )
     .await?;
 
@@ -52,7 +52,7 @@ async fn main() -> Result<(), BoxError> {
         Router::new()
             .route("/", get(orders))
             .with_state((client, stock_url))
-            .layer(ExtractContextLayer::new()),
+            .layer(ExtractStainLayer::new()),
     )
     .await?;
 

@@ -27,10 +27,10 @@ use axum::{
     routing::{get, post},
 };
 use gray_core::{
-    Context,
+    Stain,
     matching::{Availability, Candidate},
 };
-use gray_tower::edge::{EdgeDecision, LiveRules, PeerAddr, StainLayer};
+use gray_tower::edge::{EdgeDecision, EdgeLayer, LiveRules, PeerAddr};
 use http::{HeaderName, HeaderValue, Request};
 use serde::Deserialize;
 use tower::{Layer, ServiceExt, service_fn};
@@ -45,7 +45,7 @@ pub struct Admin {
     /// The staining rules in force.
     pub rules: LiveRules,
     /// The edge layer the proxy runs, to explain its decisions.
-    pub edge: StainLayer,
+    pub edge: EdgeLayer,
     /// The counters.
     pub metrics: Arc<Metrics>,
 }
@@ -139,10 +139,7 @@ async fn explain(State(admin): State<Admin>, body: Bytes) -> Response {
     // The same edge layer the proxy runs, around a service that reports what it decided.
     let probe = admin.edge.layer(service_fn(|req: Request<()>| async move {
         Ok::<_, Infallible>((
-            req.extensions()
-                .get::<Context>()
-                .cloned()
-                .unwrap_or_default(),
+            req.extensions().get::<Stain>().cloned().unwrap_or_default(),
             req.extensions().get::<EdgeDecision>().cloned(),
         ))
     }));

@@ -2,7 +2,7 @@
 //! addresses until [`Gateway::shutdown`]. The binary (`src/main.rs`) and the quickstart
 //! use it.
 //!
-//! Per request: [`StainLayer`] resolves the client IP (through trusted proxies), strips
+//! Per request: [`EdgeLayer`] resolves the client IP (through trusted proxies), strips
 //! the stain of untrusted clients, decides the lane by the live rules and writes it for
 //! downstream; the proxy routes `/{service}/rest` to `service`'s label-aware balancer
 //! (`gray-balance` over `gray-discovery`), which picks an instance that fits the stain or
@@ -22,7 +22,7 @@ use std::{collections::BTreeMap, net::SocketAddr, sync::Arc};
 
 use gray_core::{Lane, rules::RuleSet};
 use gray_discovery::{WatchedFile, etcd::EtcdRegistry, http::HttpEndpoints};
-use gray_tower::edge::{FileSource, LiveRules, StainLayer, TrustedProxies, WatchHandle};
+use gray_tower::edge::{EdgeLayer, FileSource, LiveRules, TrustedProxies, WatchHandle};
 use hyper_util::{
     rt::{TokioExecutor, TokioIo},
     server::conn::auto,
@@ -141,7 +141,7 @@ impl Gateway {
             metrics: metrics.clone(),
         });
 
-        let mut edge = StainLayer::new(rules.clone())
+        let mut edge = EdgeLayer::new(rules.clone())
             .with_trusted_clients(config.trusted_clients.clone())
             .with_proxies(TrustedProxies::cidrs(config.trusted_proxies.clone()));
         if config.seed003_headers {

@@ -6,7 +6,7 @@ use std::{
 };
 
 use bytes::Bytes;
-use gray_core::{Context, Lane, Unroutable};
+use gray_core::{Lane, Stain, Unroutable};
 use gray_discovery::http::{RequestError, ResponseBody};
 use http::{
     HeaderValue, Request, Response, StatusCode, Uri, header,
@@ -154,7 +154,7 @@ impl Service<Request<Incoming>> for Proxy {
         }
         let lane = req
             .extensions()
-            .get::<Context>()
+            .get::<Stain>()
             .and_then(|c| c.lane().cloned());
         // The endpoint's response timeout bounds the wait for the response head; `send`
         // bounds the wait for an instance to become ready.

@@ -6,13 +6,13 @@ use std::{
     future::Future,
     pin::Pin,
     sync::{Arc, Mutex},
-    task::{Context as TaskCx, Poll, Wake, Waker},
+    task::{Context, Poll, Wake, Waker},
     time::Duration,
 };
 
 use futures_util::{Stream, StreamExt};
 use gray_balance::{BalanceLayer, RecordRouted, Routed, future::ResponseFuture as BalanceFuture};
-use gray_core::{Context, Labelled, Labels, Lane, Policy};
+use gray_core::{Labelled, Labels, Lane, Policy, Stain};
 use gray_discovery::{
     Error as DiscoveryError, Instance, InstanceId,
     http::{HttpEndpoints, ResponseBody},
@@ -67,7 +67,7 @@ where
     type Error = BoxError;
     type Future = TaggedFuture<S::Future>;
 
-    fn poll_ready(&mut self, cx: &mut TaskCx<'_>) -> Poll<Result<(), BoxError>> {
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
         self.inner.poll_ready(cx)
     }
 
@@ -75,7 +75,7 @@ where
         let routed = req.extensions_mut().remove::<Routed>();
         let lane = req
             .extensions()
-            .get::<Context>()
+            .get::<Stain>()
             .and_then(|c| c.lane().cloned());
         TaggedFuture {
             inner: self.inner.call(req),
@@ -99,7 +99,7 @@ where
 {
     type Output = Result<Response<ResponseBody>, BoxError>;
 
-    fn poll(self: Pin<&mut Self>, cx: &mut TaskCx<'_>) -> Poll<Self::Output> {
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.project();
         // An error is counted by the proxy, which turns it into a 502.
         let mut res = std::task::ready!(this.inner.poll(cx))?;
@@ -225,7 +225,7 @@ where
         reason = "the request goes back by value, as it came; both variants are as large"
     )]
     fn try_call(&self, req: Request<Incoming>) -> Result<CallState<F>, Request<Incoming>> {
-        let mut cx = TaskCx::from_waker(&self.waker);
+        let mut cx = Context::from_waker(&self.waker);
         let mut balance = self.lock();
         match balance.poll_ready(&mut cx) {
             Poll::Ready(Ok(())) => Ok(CallState::Called {
@@ -289,7 +289,7 @@ where
 {
     type Output = Result<Response<ResponseBody>, BoxError>;
 
-    fn poll(self: Pin<&mut Self>, cx: &mut TaskCx<'_>) -> Poll<Self::Output> {
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let mut state = self.project().state;
         loop {
             let next = match state.as_mut().project() {

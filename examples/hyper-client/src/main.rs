@@ -1,14 +1,14 @@
 //! Run with: cargo run -p example-hyper-client
 //!
-//! The hyper-util legacy `Client` wrapped in `PropagateContextLayer` with `ServiceBuilder`:
+//! The hyper-util legacy `Client` wrapped in `PropagateStainLayer` with `ServiceBuilder`:
 //! version pins from the task-local context travel as seed 002's `x-gray-info` header, and a
 //! context put on one request's extensions wins over the task-local one. A small axum server
 //! on a loopback port answers with the headers it received.
 
 use axum::{Router, http::HeaderMap, routing::get};
 use bytes::Bytes;
-use gray_core::{Context, Lane, Pins, Version};
-use gray_tower::{ContextExt, PropagateContextLayer};
+use gray_core::{Lane, Pins, Stain, Version};
+use gray_tower::{PropagateStainLayer, StainExt};
 use http::Request;
 use http_body_util::{BodyExt, Empty};
 use hyper_util::{client::legacy::Client, rt::TokioExecutor};
@@ -37,7 +37,7 @@ async fn main() -> Result<(), BoxError> {
     });
 
     let client = ServiceBuilder::new()
-        .layer(PropagateContextLayer::new())
+        .layer(PropagateStainLayer::new())
         .service(Client::builder(TokioExecutor::new()).build_http::<Empty<Bytes>>());
 
     let send = |req: Request<Empty<Bytes>>| {
@@ -51,15 +51,15 @@ async fn main() -> Result<(), BoxError> {
 
     // Version pins in the task-local context: all services on v2, svc-b on v3.
     let pins = Pins::new(Some(Version::new("v2")?), [("svc-b", Version::new("v3")?)])?;
-    let pinned = Context::pinned(pins);
+    let pinned = Stain::pinned(pins);
     let from_task = send(Request::get(&url).body(Empty::new())?)
-        .with_context(pinned)
+        .with_stain(pinned)
         .await?;
 
     // A context on the request's extensions wins over the task-local one.
     let mut req = Request::get(&url).body(Empty::new())?;
     req.extensions_mut()
-        .insert(Context::in_lane(Lane::new("canary")?));
+        .insert(Stain::in_lane(Lane::new("canary")?));
     let from_extensions = send(req).await?;
 
     println!("task-local pins    -> {from_task}");

@@ -20,7 +20,7 @@ use example_gateway::{Gateway, config::Config};
 use gray_balance::BalanceLayer;
 use gray_core::{Policy, rules::sticky_bucket};
 use gray_discovery::{WatchedFile, http::HttpEndpoints};
-use gray_tower::{CaptureContextLayer, ExtractContextLayer, PropagateContextLayer};
+use gray_tower::{CaptureStainLayer, ExtractStainLayer, PropagateStainLayer};
 use http::Request;
 use http_body_util::{BodyExt, Empty};
 use serde::{Deserialize, Serialize};
@@ -164,7 +164,7 @@ async fn run(dir: &Path, serve_forever: bool) -> Result<(), BoxError> {
         let app = Router::new()
             .route("/", get(b_handler))
             .with_state(id)
-            .layer(ExtractContextLayer::new());
+            .layer(ExtractStainLayer::new());
         tokio::spawn(async move { axum::serve(listener, app).await });
     }
 
@@ -177,8 +177,8 @@ async fn run(dir: &Path, serve_forever: bool) -> Result<(), BoxError> {
         // The balancer runs in the buffer's worker task: the capture layer hands it the
         // handler's context through the request extensions.
         let client = ServiceBuilder::new()
-            .layer(CaptureContextLayer::new())
-            .layer(PropagateContextLayer::new())
+            .layer(CaptureStainLayer::new())
+            .layer(PropagateStainLayer::new())
             .service(Buffer::new(balance, 256));
         let state = AState {
             id,
@@ -187,7 +187,7 @@ async fn run(dir: &Path, serve_forever: bool) -> Result<(), BoxError> {
         let app = Router::new()
             .route("/hello", get(a_handler))
             .with_state(state)
-            .layer(ExtractContextLayer::new());
+            .layer(ExtractStainLayer::new());
         tokio::spawn(async move { axum::serve(listener, app).await });
     }
 

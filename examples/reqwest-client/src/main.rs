@@ -2,12 +2,12 @@
 //!
 //! A reqwest client with `PropagateMiddleware`, used outside any server: a batch job that
 //! stains its own calls. The stain comes from the task-local context (set here with
-//! `ContextExt::with_context`), or from the middleware extensions of one request. A small
+//! `StainExt::with_stain`), or from the middleware extensions of one request. A small
 //! axum server on a loopback port answers with the lane it received.
 
 use axum::{Router, http::HeaderMap, routing::get};
-use gray_core::{Context, Lane};
-use gray_tower::{ContextExt, reqwest::PropagateMiddleware, task};
+use gray_core::{Lane, Stain};
+use gray_tower::{StainExt, reqwest::PropagateMiddleware, task};
 use reqwest_middleware::ClientBuilder;
 use tokio::net::TcpListener;
 
@@ -38,7 +38,7 @@ async fn main() -> Result<(), BoxError> {
 
     // 2. The job runs in the `canary` lane: every call it makes, in this task or in tasks
     //    it starts with `task::spawn`, carries the lane.
-    let canary = Context::in_lane(Lane::new("canary")?);
+    let canary = Stain::in_lane(Lane::new("canary")?);
     let (direct, spawned) = async {
         let direct = client.get(&url).send().await?.text().await?;
         let client = client.clone();
@@ -50,12 +50,12 @@ async fn main() -> Result<(), BoxError> {
         .await??;
         Ok::<_, BoxError>((direct, spawned))
     }
-    .with_context(canary)
+    .with_stain(canary)
     .await?;
 
     // 3. One request with its own context, in the middleware extensions: it wins over the
     //    task-local context.
-    let blue = Context::in_lane(Lane::new("blue")?);
+    let blue = Stain::in_lane(Lane::new("blue")?);
     let explicit = client
         .get(&url)
         .with_extension(blue)

@@ -1,14 +1,14 @@
 //! Run with: cargo run -p example-tonic-chain
 //!
 //! Three tonic services A → B → C on loopback ports (seed 003's nested RPC propagation).
-//! Each server reads the stain with `Server::builder().layer(ExtractContextLayer::new())`;
-//! each client is a tonic `Channel` wrapped in `PropagateContextLayer`. The handlers never
+//! Each server reads the stain with `Server::builder().layer(ExtractStainLayer::new())`;
+//! each client is a tonic `Channel` wrapped in `PropagateStainLayer`. The handlers never
 //! touch the stain. The program calls A once unstained and once with `x-gray-lane: gray`
 //! metadata, prints the lane every hop saw, and exits.
 
 use std::net::SocketAddr;
 
-use gray_tower::{ExtractContextLayer, PropagateContext, PropagateContextLayer};
+use gray_tower::{ExtractStainLayer, PropagateStain, PropagateStainLayer};
 use tokio::net::TcpListener;
 use tonic::{
     Request, Response, Status,
@@ -33,7 +33,7 @@ type BoxError = Box<dyn std::error::Error + Send + Sync>;
 /// One hop: records the lane it saw, then calls the next hop if there is one.
 struct Hop {
     name: &'static str,
-    next: Option<GreeterClient<PropagateContext<Channel>>>,
+    next: Option<GreeterClient<PropagateStain<Channel>>>,
 }
 
 fn seen_lane() -> String {
@@ -66,20 +66,20 @@ async fn start(hop: Hop) -> Result<SocketAddr, BoxError> {
     let incoming = TcpIncoming::from(listener);
     tokio::spawn(
         Server::builder()
-            .layer(ExtractContextLayer::new())
+            .layer(ExtractStainLayer::new())
             .add_service(GreeterServer::new(hop))
             .serve_with_incoming(incoming),
     );
     Ok(addr)
 }
 
-async fn client(addr: SocketAddr) -> Result<GreeterClient<PropagateContext<Channel>>, BoxError> {
+async fn client(addr: SocketAddr) -> Result<GreeterClient<PropagateStain<Channel>>, BoxError> {
     let channel = Channel::from_shared(format!("http://{addr}"))?
         .connect()
         .await?;
     // The layer sits outside the Channel (a Buffer), in the caller's task.
     let svc = ServiceBuilder::new()
-        .layer(PropagateContextLayer::new())
+        .layer(PropagateStainLayer::new())
         .service(channel);
     Ok(GreeterClient::new(svc))
 }

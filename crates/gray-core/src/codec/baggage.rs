@@ -2,10 +2,10 @@ use std::fmt;
 
 use http::{HeaderMap, HeaderName, HeaderValue};
 
-use super::{Reason, Rejection, Stain};
+use super::{Decoded, Reason, Rejection};
 use crate::{
-    context::Context,
     name::{Lane, MAX_NAME_LEN, Names},
+    stain::Stain,
 };
 
 pub(super) static BAGGAGE: HeaderName = HeaderName::from_static("baggage");
@@ -37,7 +37,7 @@ impl std::error::Error for InvalidBaggageKey {}
 /// the caps whole members are dropped from the end, never the stain's own.
 ///
 /// ```
-/// use gray_core::{Carriers, Context, Lane, codec::BaggageMember};
+/// use gray_core::{Carriers, Stain, Lane, codec::BaggageMember};
 /// use http::{HeaderMap, HeaderValue};
 ///
 /// let carriers = Carriers::new().with(BaggageMember::new("gray.lane").unwrap());
@@ -46,7 +46,7 @@ impl std::error::Error for InvalidBaggageKey {}
 /// let ctx = carriers.extract(&headers).unwrap();
 /// assert_eq!(ctx.lane().unwrap(), "blue");
 ///
-/// carriers.inject(&Context::in_lane(Lane::new("green").unwrap()), &mut headers);
+/// carriers.inject(&Stain::in_lane(Lane::new("green").unwrap()), &mut headers);
 /// assert_eq!(headers["baggage"], "a=1;p=x,gray.lane=green");
 /// ```
 #[derive(Debug, Clone)]
@@ -185,7 +185,7 @@ impl BaggageMember {
         &self,
         headers: &HeaderMap,
         names: &Names,
-    ) -> Result<Option<Stain>, Rejection> {
+    ) -> Result<Option<Decoded>, Rejection> {
         let total = self.total_len(headers);
         if total == 0 {
             return Ok(None);
@@ -220,7 +220,7 @@ impl BaggageMember {
             None => Lane::from_bytes(value),
         }
         .map_err(|e| Rejection::new(&BAGGAGE, Reason::InvalidName(e)))?;
-        Ok(Some(Stain::Lane(lane)))
+        Ok(Some(Decoded::Lane(lane)))
     }
 
     pub(super) fn is_present(&self, headers: &HeaderMap) -> bool {
@@ -235,7 +235,7 @@ impl BaggageMember {
         }
     }
 
-    pub(super) fn encode(&self, ctx: &Context, headers: &mut HeaderMap) {
+    pub(super) fn encode(&self, ctx: &Stain, headers: &mut HeaderMap) {
         match ctx.lane() {
             Some(lane) => self.rewrite(Some(lane), headers),
             None => self.remove(headers),
@@ -326,15 +326,15 @@ mod tests {
     fn rewrite_keeps_other_members_and_removes_ours_for_baseline() {
         let c = carriers();
         let mut h = headers(&["userId=42;p=1", "gray.lane=old,tenant=acme"]);
-        c.inject(&Context::in_lane(Lane::new("new").unwrap()), &mut h);
+        c.inject(&Stain::in_lane(Lane::new("new").unwrap()), &mut h);
         assert_eq!(h["baggage"], "userId=42;p=1,tenant=acme,gray.lane=new");
-        c.inject(&Context::baseline(), &mut h);
+        c.inject(&Stain::baseline(), &mut h);
         assert_eq!(h["baggage"], "userId=42;p=1,tenant=acme");
         let mut only = headers(&["gray.lane=x"]);
         c.strip(&mut only);
         assert!(only.get("baggage").is_none());
         let mut untouched = headers(&["a=1, ,=broken"]);
-        c.inject(&Context::baseline(), &mut untouched);
+        c.inject(&Stain::baseline(), &mut untouched);
         assert_eq!(untouched["baggage"], "a=1, ,=broken");
     }
 
@@ -343,7 +343,7 @@ mod tests {
         let c = carriers();
         let many: Vec<String> = (0..W3C_MIN_MEMBERS).map(|i| format!("k{i}=v{i}")).collect();
         let mut h = headers(&[&many.join(",")]);
-        c.inject(&Context::in_lane(Lane::new("gray").unwrap()), &mut h);
+        c.inject(&Stain::in_lane(Lane::new("gray").unwrap()), &mut h);
         let out = h["baggage"].to_str().unwrap();
         assert_eq!(out.split(',').count(), W3C_MIN_MEMBERS + 1);
         assert!(out.ends_with(",gray.lane=gray"));
@@ -353,7 +353,7 @@ mod tests {
             .map(|i| format!("k{i}={}", "x".repeat(100)))
             .collect();
         let mut h = headers(&[&big.join(",")]);
-        c.inject(&Context::in_lane(Lane::new("gray").unwrap()), &mut h);
+        c.inject(&Stain::in_lane(Lane::new("gray").unwrap()), &mut h);
         let out = h["baggage"].to_str().unwrap();
         assert!(out.len() <= W3C_MIN_BYTES, "{}", out.len());
         assert!(out.ends_with(",gray.lane=gray"));

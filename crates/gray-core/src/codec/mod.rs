@@ -1,4 +1,4 @@
-//! Wire codecs: how a [`Context`] travels in HTTP headers.
+//! Wire codecs: how a [`Stain`] travels in HTTP headers.
 //!
 //! Three carriers are available, each configured by header name:
 //!
@@ -20,7 +20,7 @@
 //! version pins decides the pins.
 //!
 //! ```
-//! use gray_core::{Carriers, Context, Lane, codec::{BaggageMember, PlainHeader}};
+//! use gray_core::{Carriers, Stain, Lane, codec::{BaggageMember, PlainHeader}};
 //! use http::{HeaderMap, HeaderName, HeaderValue};
 //!
 //! let carriers = Carriers::new()
@@ -53,8 +53,8 @@ pub use self::{
     route::RouteHeader,
 };
 use crate::{
-    context::{Context, InvalidService, Pins},
     name::{InvalidName, Lane, Names},
+    stain::{InvalidService, Pins, Stain},
 };
 
 /// The default cap on a plain header value, in bytes.
@@ -64,7 +64,7 @@ pub const DEFAULT_ROUTE_MAX_LEN: usize = 4096;
 
 /// What one carrier found on a request.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Stain {
+pub enum Decoded {
     /// The request is in this lane.
     Lane(Lane),
     /// The request says explicitly that it is baseline (`gray: false`).
@@ -218,7 +218,7 @@ impl Carrier {
     /// Decodes this carrier from `headers`.
     ///
     /// `Ok(None)` means the carrier is absent; an error means it is present but unusable.
-    pub fn decode(&self, headers: &HeaderMap, names: &Names) -> Result<Option<Stain>, Rejection> {
+    pub fn decode(&self, headers: &HeaderMap, names: &Names) -> Result<Option<Decoded>, Rejection> {
         match self {
             Carrier::Plain(c) => c.decode(headers, names),
             Carrier::Route(c) => c.decode(headers, names),
@@ -229,7 +229,7 @@ impl Carrier {
     /// Writes `ctx` into `headers` (replacing this carrier's previous value).
     ///
     /// A baseline context writes nothing; the carrier's previous value is removed.
-    pub fn encode(&self, ctx: &Context, headers: &mut HeaderMap) {
+    pub fn encode(&self, ctx: &Stain, headers: &mut HeaderMap) {
         match self {
             Carrier::Plain(c) => c.encode(ctx, headers),
             Carrier::Route(c) => c.encode(ctx, headers),
@@ -341,7 +341,7 @@ impl Carriers {
     /// Returns `None` when no carrier is present at all, so the caller can apply its own
     /// default. A carrier that is present but malformed counts as present and unstained
     /// (seed 000: "anything else is false"), as does an explicit `gray: false`.
-    pub fn extract(&self, headers: &HeaderMap) -> Option<Context> {
+    pub fn extract(&self, headers: &HeaderMap) -> Option<Stain> {
         self.extract_with(headers, |rejection| {
             tracing::debug!(
                 target: "gray::codec",
@@ -357,7 +357,7 @@ impl Carriers {
         &self,
         headers: &HeaderMap,
         mut on_reject: impl FnMut(&Rejection),
-    ) -> Option<Context> {
+    ) -> Option<Stain> {
         let mut found = false;
         let mut lane_decided = false;
         let mut lane = None;
@@ -365,18 +365,18 @@ impl Carriers {
         for carrier in &self.list {
             match carrier.decode(headers, &self.names) {
                 Ok(None) => {}
-                Ok(Some(Stain::Lane(l))) => {
+                Ok(Some(Decoded::Lane(l))) => {
                     found = true;
                     if !lane_decided {
                         lane_decided = true;
                         lane = Some(l);
                     }
                 }
-                Ok(Some(Stain::Baseline)) => {
+                Ok(Some(Decoded::Baseline)) => {
                     found = true;
                     lane_decided = true;
                 }
-                Ok(Some(Stain::Pins(p))) => {
+                Ok(Some(Decoded::Pins(p))) => {
                     found = true;
                     if pins.is_none() {
                         pins = Some(p);
@@ -388,11 +388,11 @@ impl Carriers {
                 }
             }
         }
-        found.then(|| Context::baseline().with_lane(lane).with_shared_pins(pins))
+        found.then(|| Stain::baseline().with_lane(lane).with_shared_pins(pins))
     }
 
     /// Writes `ctx` into every carrier, replacing what they held.
-    pub fn inject(&self, ctx: &Context, headers: &mut HeaderMap) {
+    pub fn inject(&self, ctx: &Stain, headers: &mut HeaderMap) {
         for carrier in &self.list {
             carrier.encode(ctx, headers);
         }

@@ -1,9 +1,9 @@
 use http::{HeaderMap, HeaderName, HeaderValue};
 
-use super::{DEFAULT_PLAIN_MAX_LEN, Reason, Rejection, Stain, single_value};
+use super::{DEFAULT_PLAIN_MAX_LEN, Decoded, Reason, Rejection, single_value};
 use crate::{
-    context::{Context, Pins},
     name::{Lane, Names},
+    stain::{Pins, Stain},
 };
 
 /// A plain header that carries the stain: a boolean flag, a lane name, or a version.
@@ -94,7 +94,7 @@ impl PlainHeader {
         &self,
         headers: &HeaderMap,
         names: &Names,
-    ) -> Result<Option<Stain>, Rejection> {
+    ) -> Result<Option<Decoded>, Rejection> {
         let Some(value) = single_value(headers, &self.name, self.max_len)? else {
             return Ok(None);
         };
@@ -102,14 +102,14 @@ impl PlainHeader {
         let stain = match &self.form {
             Form::Flag(lane) => {
                 if bytes.eq_ignore_ascii_case(b"true") {
-                    Stain::Lane(lane.clone())
+                    Decoded::Lane(lane.clone())
                 } else if bytes.eq_ignore_ascii_case(b"false") {
-                    Stain::Baseline
+                    Decoded::Baseline
                 } else {
                     return Err(Rejection::new(&self.name, Reason::NotABoolean));
                 }
             }
-            Form::Lane => Stain::Lane(
+            Form::Lane => Decoded::Lane(
                 names
                     .lane(bytes)
                     .map_err(|e| Rejection::new(&self.name, Reason::InvalidName(e)))?,
@@ -118,13 +118,13 @@ impl PlainHeader {
                 let version = names
                     .version(bytes)
                     .map_err(|e| Rejection::new(&self.name, Reason::InvalidName(e)))?;
-                Stain::Pins(Pins::all(version).into())
+                Decoded::Pins(Pins::all(version).into())
             }
         };
         Ok(Some(stain))
     }
 
-    pub(super) fn encode(&self, ctx: &Context, headers: &mut HeaderMap) {
+    pub(super) fn encode(&self, ctx: &Stain, headers: &mut HeaderMap) {
         let value = match &self.form {
             Form::Flag(lane) => (ctx.lane() == Some(lane)).then_some(TRUE),
             Form::Lane => ctx.lane().map(|l| l.header_value().clone()),
@@ -190,9 +190,9 @@ mod tests {
             gray.clone(),
         ));
         let mut h = HeaderMap::new();
-        c.inject(&Context::in_lane(gray), &mut h);
+        c.inject(&Stain::in_lane(gray), &mut h);
         assert_eq!(h["gray"], "true");
-        c.inject(&Context::in_lane(Lane::new("blue").unwrap()), &mut h);
+        c.inject(&Stain::in_lane(Lane::new("blue").unwrap()), &mut h);
         assert!(h.get("gray").is_none());
     }
 
@@ -203,22 +203,22 @@ mod tests {
         let dup = headers(&[("x-gray-lane", b"a"), ("x-gray-lane", b"a")]);
         assert_eq!(
             c.extract_with(&dup, |r| seen.push(r.reason().clone())),
-            Some(Context::baseline())
+            Some(Stain::baseline())
         );
         let long = headers(&[("x-gray-lane", b"abcdefghij")]);
         assert_eq!(
             c.extract_with(&long, |r| seen.push(r.reason().clone())),
-            Some(Context::baseline())
+            Some(Stain::baseline())
         );
         let bad = headers(&[("x-gray-lane", b"a b")]);
         assert_eq!(
             c.extract_with(&bad, |r| seen.push(r.reason().clone())),
-            Some(Context::baseline())
+            Some(Stain::baseline())
         );
         let empty = headers(&[("x-gray-lane", b"")]);
         assert_eq!(
             c.extract_with(&empty, |r| seen.push(r.reason().clone())),
-            Some(Context::baseline())
+            Some(Stain::baseline())
         );
         assert!(matches!(seen[0], Reason::Duplicated));
         assert!(matches!(seen[1], Reason::TooLong { len: 10, max: 8 }));

@@ -2,10 +2,10 @@ use std::collections::BTreeMap;
 
 use http::{HeaderMap, HeaderName};
 
-use super::{DEFAULT_ROUTE_MAX_LEN, Reason, Rejection, Stain, single_value};
+use super::{DEFAULT_ROUTE_MAX_LEN, Decoded, Reason, Rejection, single_value};
 use crate::{
-    context::{Context, Pins, validate_service},
     name::Names,
+    stain::{Pins, Stain, validate_service},
 };
 
 /// Seed 002's JSON route header: `x-gray-info: {"all":"v2","custom":{"svc-b":"v3"}}`.
@@ -66,7 +66,7 @@ impl RouteHeader {
         &self,
         headers: &HeaderMap,
         names: &Names,
-    ) -> Result<Option<Stain>, Rejection> {
+    ) -> Result<Option<Decoded>, Rejection> {
         let Some(value) = single_value(headers, &self.name, self.max_len)? else {
             return Ok(None);
         };
@@ -98,12 +98,12 @@ impl RouteHeader {
         if all.is_none() && services.is_empty() {
             return Ok(None);
         }
-        Ok(Some(Stain::Pins(
+        Ok(Some(Decoded::Pins(
             Pins::from_parts(all, services, Some(value.clone())).into(),
         )))
     }
 
-    pub(super) fn encode(&self, ctx: &Context, headers: &mut HeaderMap) {
+    pub(super) fn encode(&self, ctx: &Stain, headers: &mut HeaderMap) {
         match ctx.pins() {
             Some(pins) => {
                 headers.insert(&self.name, pins.route_header_value().clone());
@@ -122,7 +122,7 @@ mod tests {
     use super::*;
     use crate::Carriers;
 
-    fn extract(value: &'static [u8]) -> Option<Context> {
+    fn extract(value: &'static [u8]) -> Option<Stain> {
         let c = Carriers::new().with(RouteHeader::new(HeaderName::from_static("x-gray-info")));
         let mut h = HeaderMap::new();
         h.insert("x-gray-info", HeaderValue::from_bytes(value).unwrap());

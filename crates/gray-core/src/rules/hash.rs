@@ -13,7 +13,7 @@
 //! user inside 10 % stays inside at 20 %. The function is fixed: it is part of the
 //! configuration contract and never changes between releases.
 
-use std::cell::Cell;
+use crate::rand::Rng;
 
 /// The number of buckets: percentages have a resolution of 0.01.
 pub const BUCKETS: u32 = 10_000;
@@ -60,56 +60,31 @@ pub fn content_hash(bytes: &[u8]) -> u64 {
     fmix64(fnv1a(FNV_OFFSET, bytes))
 }
 
-/// A source of random rolls in `[0, 10000)`, for `random` conditions and `split` rules.
+/// A source of random rolls in `[0, 10000)`, for `random` conditions and `split` rules: the
+/// workspace's one generator, [`Rng`](crate::rand::Rng).
 #[derive(Debug, Clone)]
 pub struct Dice {
-    state: u64,
+    rng: Rng,
 }
 
 impl Dice {
     /// A deterministic sequence from `seed` (for tests and replay).
     pub fn seeded(seed: u64) -> Self {
-        Dice { state: seed }
+        Dice {
+            rng: Rng::seeded(seed),
+        }
     }
 
     /// A sequence seeded from the thread's generator.
     pub fn from_thread() -> Self {
-        Dice {
-            state: thread_seed(),
-        }
+        Dice { rng: Rng::new() }
     }
 
     /// The next roll in `[0, bound)`; `bound` 0 yields 0.
     pub fn roll(&mut self, bound: u32) -> u32 {
-        if bound == 0 {
-            return 0;
-        }
-        // splitmix64
-        self.state = self.state.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let z = fmix64(self.state);
-        // Multiply-shift maps the 64-bit value onto [0, bound) without modulo bias
-        // worth measuring; the result is < bound, so it fits in u32.
-        ((u128::from(z) * u128::from(bound)) >> 64) as u32
+        // The result is below `bound`, so it fits in u32.
+        self.rng.below(u64::from(bound)) as u32
     }
-}
-
-thread_local! {
-    static THREAD_STATE: Cell<u64> = Cell::new(initial_seed());
-}
-
-fn initial_seed() -> u64 {
-    use std::hash::{BuildHasher, Hasher};
-    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-    h.write_u64(0x6772_6179); // "gray"
-    h.finish()
-}
-
-fn thread_seed() -> u64 {
-    THREAD_STATE.with(|s| {
-        let next = fmix64(s.get().wrapping_add(0x9e37_79b9_7f4a_7c15));
-        s.set(next);
-        next
-    })
 }
 
 #[cfg(test)]

@@ -30,8 +30,8 @@ use self::{
     error::At,
 };
 use crate::{
-    context::{Context, Pins},
     name::{Lane, Names, Version},
+    stain::{Pins, Stain},
 };
 
 /// A compiled, validated rule set: rules in priority order, first match wins.
@@ -70,11 +70,8 @@ pub struct Rule {
 
 #[derive(Debug, Clone)]
 enum Outcome {
-    Fixed(Context),
-    Split {
-        arms: Vec<(u32, Context)>,
-        total: u32,
-    },
+    Fixed(Stain),
+    Split { arms: Vec<(u32, Stain)>, total: u32 },
     VersionFrom(VersionFrom),
 }
 
@@ -83,7 +80,7 @@ struct VersionFrom {
     source: VersionSource,
     strip_prefix: Box<[u8]>,
     lane: Option<Lane>,
-    known: HashMap<Box<[u8]>, Context>,
+    known: HashMap<Box<[u8]>, Stain>,
 }
 
 #[derive(Debug, Clone)]
@@ -114,7 +111,7 @@ impl Rule {
         self.enabled
     }
 
-    fn matches(&self, req: &RequestView<'_>, dice: &mut Option<Dice>) -> Option<Context> {
+    fn matches(&self, req: &RequestView<'_>, dice: &mut Option<Dice>) -> Option<Stain> {
         if !self.enabled {
             return None;
         }
@@ -137,7 +134,7 @@ impl Rule {
 }
 
 impl VersionFrom {
-    fn context(&self, req: &RequestView<'_>) -> Option<Context> {
+    fn context(&self, req: &RequestView<'_>) -> Option<Stain> {
         let decoded;
         let raw: &[u8] = match &self.source {
             VersionSource::PathSegment(n) => req
@@ -158,7 +155,7 @@ impl VersionFrom {
         }
         // Open set: build the context on the spot (allocates; list `known` to avoid it).
         let version = Version::from_bytes(value).ok()?;
-        Some(Context::pinned(Pins::all(version)).with_lane(self.lane.clone()))
+        Some(Stain::pinned(Pins::all(version)).with_lane(self.lane.clone()))
     }
 }
 
@@ -166,7 +163,7 @@ impl VersionFrom {
 #[derive(Debug, Clone)]
 pub struct Decision<'a> {
     rule: &'a Rule,
-    context: Context,
+    context: Stain,
 }
 
 impl<'a> Decision<'a> {
@@ -176,12 +173,12 @@ impl<'a> Decision<'a> {
     }
 
     /// The decided context (baseline for a `baseline = true` rule or a baseline split arm).
-    pub fn context(&self) -> &Context {
+    pub fn context(&self) -> &Stain {
         &self.context
     }
 
     /// The decided context, by value.
-    pub fn into_context(self) -> Context {
+    pub fn into_context(self) -> Stain {
         self.context
     }
 }
@@ -375,7 +372,7 @@ fn fixed_context(
     all: Option<&str>,
     services: &std::collections::BTreeMap<String, String>,
     names: &mut Names,
-) -> Result<Context, RulesError> {
+) -> Result<Stain, RulesError> {
     let lane = lane_name
         .map(|l| lane(at, &format!("{prefix}lane"), l, names))
         .transpose()?;
@@ -394,7 +391,7 @@ fn fixed_context(
             Some(e.to_string()),
         )
     })?;
-    Ok(Context::baseline().with_lane(lane).with_pins(pins))
+    Ok(Stain::baseline().with_lane(lane).with_pins(pins))
 }
 
 fn compile_rule(
@@ -426,7 +423,7 @@ fn compile_rule(
         ));
     }
     let outcome = if rc.baseline {
-        Outcome::Fixed(Context::baseline())
+        Outcome::Fixed(Stain::baseline())
     } else if fixed {
         Outcome::Fixed(fixed_context(
             at,
@@ -525,7 +522,7 @@ fn compile_version_from(
     let mut known = HashMap::with_capacity(vf.known.len());
     for (i, k) in vf.known.iter().enumerate() {
         let v = version(at, &format!("version_from.known[{i}]"), k, names)?;
-        let ctx = Context::pinned(Pins::all(v)).with_lane(lane.clone());
+        let ctx = Stain::pinned(Pins::all(v)).with_lane(lane.clone());
         known.insert(Box::<[u8]>::from(k.as_bytes()), ctx);
     }
     Ok(VersionFrom {

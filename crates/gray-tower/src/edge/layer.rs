@@ -7,7 +7,7 @@ use tower_layer::Layer;
 use super::{
     client_ip::{ClientIpResolver, ForwardedHeader, TrustedProxies},
     live::LiveRules,
-    service::Stain,
+    service::Edge,
 };
 
 /// Seed 003's flag header, `x-gray-flag: true|false`.
@@ -38,21 +38,21 @@ pub(crate) struct Config {
     pub(crate) decision_extension: bool,
 }
 
-/// Builds [`Stain`]: the edge layer that decides each request's stain by the rules.
+/// Builds [`Edge`]: the edge layer that decides each request's stain by the rules.
 ///
 /// Defaults: the carriers `x-gray-lane` + `x-gray-info`, no trusted proxy (the TCP peer is
 /// the client), no trusted client (every inbound stain is stripped), [`Precedence::RulesFirst`],
 /// no seed 003 headers (`x-gray-flag` and `x-gray-ip` are still stripped from untrusted
 /// clients).
 #[derive(Debug, Clone)]
-pub struct StainLayer {
+pub struct EdgeLayer {
     config: Arc<Config>,
 }
 
-impl StainLayer {
+impl EdgeLayer {
     /// Decides by `rules` (a [`LiveRules`], or a fixed [`RuleSet`](gray_core::RuleSet)).
     pub fn new(rules: impl Into<LiveRules>) -> Self {
-        StainLayer {
+        EdgeLayer {
             config: Arc::new(Config {
                 rules: rules.into(),
                 carriers: Carriers::default(),
@@ -100,7 +100,7 @@ impl StainLayer {
     }
 
     /// Reads `header` for the client address chain (default `X-Forwarded-For`).
-    /// Call after [`StainLayer::with_proxies`].
+    /// Call after [`EdgeLayer::with_proxies`].
     pub fn with_forwarded_header(self, header: ForwardedHeader) -> Self {
         self.edit(|c| c.resolver = c.resolver.clone().with_header(header))
     }
@@ -129,7 +129,7 @@ impl StainLayer {
     }
 
     /// Whether each request carries its [`EdgeDecision`](super::EdgeDecision) in its
-    /// extensions, beside the [`Context`](gray_core::Context) (default: yes). Where nothing
+    /// extensions, beside the [`Stain`](gray_core::Stain) (default: yes). Where nothing
     /// reads it (a proxy that only forwards), turning it off saves an allocation and a map
     /// insert per request.
     pub fn with_decision_extension(self, on: bool) -> Self {
@@ -142,10 +142,10 @@ impl StainLayer {
     }
 }
 
-impl<S> Layer<S> for StainLayer {
-    type Service = Stain<S>;
+impl<S> Layer<S> for EdgeLayer {
+    type Service = Edge<S>;
 
     fn layer(&self, inner: S) -> Self::Service {
-        Stain::from_parts(inner, self.config.clone())
+        Edge::from_parts(inner, self.config.clone())
     }
 }

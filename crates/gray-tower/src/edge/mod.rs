@@ -15,7 +15,7 @@ pub use self::{
     client_ip::{ClientIpResolver, ForwardedHeader, PeerAddr, TrustedProxies, peer_ip},
     error::SourceError,
     file::{FileSource, WatchHandle},
-    layer::{Precedence, StainLayer, X_GRAY_FLAG, X_GRAY_IP},
+    layer::{EdgeLayer, Precedence, X_GRAY_FLAG, X_GRAY_IP},
     live::{LiveRules, Revision, Snapshot, SnapshotGuard, Status},
-    service::{DecidedBy, EdgeDecision, Stain},
+    service::{DecidedBy, Edge, EdgeDecision},
 };

@@ -1,11 +1,11 @@
 use std::{
     net::IpAddr,
     sync::Arc,
-    task::{Context as TaskCx, Poll},
+    task::{Context, Poll},
 };
 
 use gray_core::{
-    Context,
+    Stain,
     rules::{Decision, RequestView},
 };
 use http::{HeaderValue, Request};
@@ -13,7 +13,7 @@ use tower_service::Service;
 
 use super::{
     client_ip::peer_ip,
-    layer::{Config, Precedence, StainLayer, X_GRAY_FLAG, X_GRAY_IP},
+    layer::{Config, EdgeLayer, Precedence, X_GRAY_FLAG, X_GRAY_IP},
 };
 use crate::extract::ResponseFuture;
 
@@ -29,7 +29,7 @@ pub enum DecidedBy {
 }
 
 /// The edge's decision for one request, in the request extensions (beside the
-/// [`Context`]): for handlers, logs and admin endpoints.
+/// [`Stain`]): for handlers, logs and admin endpoints.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct EdgeDecision {
     /// What decided.
@@ -47,17 +47,17 @@ pub struct EdgeDecision {
 }
 
 /// The edge layer's service: decides the stain by the rules, strips untrusted stains,
-/// writes the decided stain for downstream. Built by [`StainLayer`].
+/// writes the decided stain for downstream. Built by [`EdgeLayer`].
 #[derive(Debug, Clone)]
-pub struct Stain<S> {
+pub struct Edge<S> {
     inner: S,
     config: Arc<Config>,
     peer: Option<IpAddr>,
 }
 
-impl<S> Stain<S> {
+impl<S> Edge<S> {
     pub(crate) fn from_parts(inner: S, config: Arc<Config>) -> Self {
-        Stain {
+        Edge {
             inner,
             config,
             peer: None,
@@ -70,16 +70,16 @@ impl<S> Stain<S> {
     /// `ConnectInfo`) still wins.
     ///
     /// ```
-    /// use gray_core::{Context, rules::{CidrList, RuleSet}};
-    /// use gray_tower::edge::{LiveRules, StainLayer};
+    /// use gray_core::{Stain, rules::{CidrList, RuleSet}};
+    /// use gray_tower::edge::{LiveRules, EdgeLayer};
     /// use tower::{Layer, ServiceExt, service_fn};
     ///
     /// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
     /// // Stains from 10.0.0.0/8 are honoured.
-    /// let edge = StainLayer::new(LiveRules::new(RuleSet::default()))
+    /// let edge = EdgeLayer::new(LiveRules::new(RuleSet::default()))
     ///     .with_trusted_clients(CidrList::parse(["10.0.0.0/8"]).unwrap());
     /// let lane_seen = service_fn(|req: http::Request<()>| async move {
-    ///     let lane = req.extensions().get::<Context>().and_then(|c| c.lane().cloned());
+    ///     let lane = req.extensions().get::<Stain>().and_then(|c| c.lane().cloned());
     ///     Ok::<_, std::convert::Infallible>(lane.map(|l| l.to_string()))
     /// });
     /// // In the accept loop, once per connection:
@@ -95,21 +95,21 @@ impl<S> Stain<S> {
     }
 
     /// A layer deciding by `rules`.
-    pub fn layer(rules: impl Into<super::LiveRules>) -> StainLayer {
-        StainLayer::new(rules)
+    pub fn layer(rules: impl Into<super::LiveRules>) -> EdgeLayer {
+        EdgeLayer::new(rules)
     }
 
     define_inner_service_accessors!();
 }
 
-fn from_rule(d: Decision<'_>, e: &mut EdgeDecision) -> Context {
+fn from_rule(d: Decision<'_>, e: &mut EdgeDecision) -> Stain {
     e.decided_by = DecidedBy::Rule;
     e.rule_index = Some(d.rule().index());
     e.rule_name = d.rule().shared_name().cloned();
     d.into_context()
 }
 
-impl<S, B> Service<Request<B>> for Stain<S>
+impl<S, B> Service<Request<B>> for Edge<S>
 where
     S: Service<Request<B>>,
 {
@@ -117,7 +117,7 @@ where
     type Error = S::Error;
     type Future = ResponseFuture<S::Future>;
 
-    fn poll_ready(&mut self, cx: &mut TaskCx<'_>) -> Poll<Result<(), Self::Error>> {
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
         self.inner.poll_ready(cx)
     }
 
@@ -156,7 +156,7 @@ where
                             decision.decided_by = DecidedBy::Inbound;
                             ctx
                         }
-                        None => Context::baseline(),
+                        None => Stain::baseline(),
                     },
                 },
                 Precedence::InboundFirst => match inbound() {
@@ -166,7 +166,7 @@ where
                     }
                     None => match rule() {
                         Some(d) => from_rule(d, &mut decision),
-                        None => Context::baseline(),
+                        None => Stain::baseline(),
                     },
                 },
             };

@@ -1,27 +1,30 @@
-//! The task-local context, and the carriers that take it across task boundaries.
+//! The task-local stain, and the carriers that take it across task boundaries (cargo
+//! feature `task`).
 //!
-//! [`ExtractContext`](crate::ExtractContext) sets the context for the whole handling of a
-//! request: the synchronous `call()` and every poll of the response future. Code running
-//! there reads it with [`current`]; [`PropagateContext`](crate::PropagateContext) writes it
-//! onto outbound requests.
+//! gray-tower's `ExtractStain` sets the stain for the whole handling of a request: the
+//! synchronous `call()` and every poll of the response future. Code running there reads it
+//! with [`current`]; gray-tower's `PropagateStain` and gray-balance's balancer read it for
+//! outbound requests. It lives here, at the bottom of the workspace, so that every crate can
+//! read it without depending on the layer crate (as tower-service and tower-layer sit below
+//! tower).
 //!
 //! A tokio task-local lives in one task. It does **not** reach:
 //!
 //! | where | why | what to use |
 //! |---|---|---|
-//! | `tokio::spawn(fut)` | a new task | [`spawn`], or `tokio::spawn(fut.in_current_context())` ([`ContextExt`]) |
+//! | `tokio::spawn(fut)` | a new task | [`spawn`], or `tokio::spawn(fut.in_current_stain())` ([`StainExt`]) |
 //! | `tokio::task::spawn_blocking(f)` | a pool thread | [`spawn_blocking`] |
-//! | a service behind `tower::buffer::Buffer` (tonic's `Channel` is one) | the inner `call()` runs in the buffer's worker task | put [`PropagateContext`](crate::PropagateContext) outside the `Buffer`, or [`CaptureContext`](crate::CaptureContext) outside it so inner layers read the request extensions |
+//! | a service behind `tower::buffer::Buffer` (tonic's `Channel` is one) | the inner `call()` runs in the buffer's worker task | put gray-tower's `PropagateStain` outside the `Buffer`, or its `CaptureStain` outside it so inner layers read the request extensions |
 //! | `std::thread::spawn` | a plain thread | capture with [`current`], then [`sync_scope`] inside the thread |
-//! | `JoinSet::spawn`, `LocalSet::spawn_local` | new tasks | wrap the future with [`ContextExt::in_current_context`] |
+//! | `JoinSet::spawn`, `LocalSet::spawn_local` | new tasks | wrap the future with [`StainExt::in_current_stain`] |
 //!
 //! ```
-//! use gray_core::{Context, Lane};
-//! use gray_tower::task::{self, ContextExt};
+//! use gray_core::{Stain, Lane};
+//! use gray_core::task::{self, StainExt};
 //!
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() {
-//! let ctx = Context::in_lane(Lane::new("gray").unwrap());
+//! let ctx = Stain::in_lane(Lane::new("gray").unwrap());
 //! async {
 //!     // A bare tokio::spawn loses the context...
 //!     let lost = tokio::spawn(async { task::current() }).await.unwrap();
@@ -32,7 +35,7 @@
 //!     let kept = task::spawn_blocking(task::current).await.unwrap();
 //!     assert_eq!(kept.unwrap().lane().unwrap(), "gray");
 //! }
-//! .with_context(ctx)
+//! .with_stain(ctx)
 //! .await;
 //! # }
 //! ```
@@ -40,32 +43,32 @@
 use std::{
     future::Future,
     pin::Pin,
-    task::{Context as TaskCx, Poll},
+    task::{Context, Poll},
 };
 
-use gray_core::Context;
+use crate::Stain;
 use pin_project_lite::pin_project;
 use tokio::task::{JoinHandle, futures::TaskLocalFuture};
 
 tokio::task_local! {
-    static CURRENT: Context;
+    static CURRENT: Stain;
 }
 
 /// The context of the current task, if one was set.
 ///
 /// Cloning a context costs at most two `Arc` increments.
-pub fn current() -> Option<Context> {
-    CURRENT.try_with(Context::clone).ok()
+pub fn current() -> Option<Stain> {
+    CURRENT.try_with(Stain::clone).ok()
 }
 
 /// Runs `fut` with `ctx` as the current context.
-pub fn scope<F: Future>(ctx: Context, fut: F) -> TaskLocalFuture<Context, F> {
+pub fn scope<F: Future>(ctx: Stain, fut: F) -> TaskLocalFuture<Stain, F> {
     CURRENT.scope(ctx, fut)
 }
 
 /// Runs the closure `f` with `ctx` as the current context (for synchronous code and
 /// plain threads).
-pub fn sync_scope<R>(ctx: Context, f: impl FnOnce() -> R) -> R {
+pub fn sync_scope<R>(ctx: Stain, f: impl FnOnce() -> R) -> R {
     CURRENT.sync_scope(ctx, f)
 }
 
@@ -75,7 +78,7 @@ where
     F: Future + Send + 'static,
     F::Output: Send + 'static,
 {
-    tokio::spawn(fut.in_current_context())
+    tokio::spawn(fut.in_current_stain())
 }
 
 /// `tokio::task::spawn_blocking`, carrying the current context to the blocking thread.
@@ -92,9 +95,9 @@ where
 
 /// Attaches a context to any future, so that it travels into `spawn`, `JoinSet`, a
 /// `select!` arm or a stream combinator.
-pub trait ContextExt: Future + Sized {
+pub trait StainExt: Future + Sized {
     /// Runs this future with `ctx` as its current context.
-    fn with_context(self, ctx: Context) -> WithContext<Self> {
+    fn with_stain(self, ctx: Stain) -> WithContext<Self> {
         WithContext {
             inner: Inner::Scoped {
                 fut: CURRENT.scope(ctx, self),
@@ -104,9 +107,9 @@ pub trait ContextExt: Future + Sized {
 
     /// Runs this future with the context that is current *now*, when this is called
     /// (or without one, if none is set).
-    fn in_current_context(self) -> WithContext<Self> {
+    fn in_current_stain(self) -> WithContext<Self> {
         match current() {
-            Some(ctx) => self.with_context(ctx),
+            Some(ctx) => self.with_stain(ctx),
             None => WithContext {
                 inner: Inner::Bare { fut: self },
             },
@@ -114,10 +117,10 @@ pub trait ContextExt: Future + Sized {
     }
 }
 
-impl<F: Future> ContextExt for F {}
+impl<F: Future> StainExt for F {}
 
 pin_project! {
-    /// A future that runs with a captured context; see [`ContextExt`].
+    /// A future that runs with a captured context; see [`StainExt`].
     #[derive(Debug)]
     #[must_use = "futures do nothing unless polled"]
     pub struct WithContext<F: Future> {
@@ -130,7 +133,7 @@ pin_project! {
     #[project = InnerProj]
     #[derive(Debug)]
     enum Inner<F: Future> {
-        Scoped { #[pin] fut: TaskLocalFuture<Context, F> },
+        Scoped { #[pin] fut: TaskLocalFuture<Stain, F> },
         Bare { #[pin] fut: F },
     }
 }
@@ -138,7 +141,7 @@ pin_project! {
 impl<F: Future> Future for WithContext<F> {
     type Output = F::Output;
 
-    fn poll(self: Pin<&mut Self>, cx: &mut TaskCx<'_>) -> Poll<Self::Output> {
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         match self.project().inner.project() {
             InnerProj::Scoped { fut } => fut.poll(cx),
             InnerProj::Bare { fut } => fut.poll(cx),
@@ -148,12 +151,12 @@ impl<F: Future> Future for WithContext<F> {
 
 #[cfg(test)]
 mod tests {
-    use gray_core::Lane;
+    use crate::Lane;
 
     use super::*;
 
-    fn gray() -> Context {
-        Context::in_lane(Lane::new("gray").unwrap())
+    fn gray() -> Stain {
+        Stain::in_lane(Lane::new("gray").unwrap())
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -173,9 +176,9 @@ mod tests {
             .unwrap();
             assert_eq!(from_thread, Some(gray()));
         }
-        .with_context(gray())
+        .with_stain(gray())
         .await;
         assert_eq!(current(), None);
-        assert_eq!(async { current() }.in_current_context().await, None);
+        assert_eq!(async { current() }.in_current_stain().await, None);
     }
 }

@@ -4,13 +4,13 @@
 //! version for every service, and a per-service entry wins over `all`.
 //!
 //! ```
-//! use gray_core::{Context, Lane, Pins, Version};
+//! use gray_core::{Stain, Lane, Pins, Version};
 //!
-//! let ctx = Context::baseline();
+//! let ctx = Stain::baseline();
 //! assert!(ctx.is_baseline());
 //!
 //! let pins = Pins::new(Some(Version::new("v2")?), [("svc-b", Version::new("v3")?)])?;
-//! let ctx = Context::in_lane(Lane::new("gray")?).with_pins(pins);
+//! let ctx = Stain::in_lane(Lane::new("gray")?).with_pins(pins);
 //! assert_eq!(ctx.lane().map(|l| l.as_str()), Some("gray"));
 //! assert_eq!(ctx.version_for("svc-a").map(|v| v.as_str()), Some("v2"));
 //! assert_eq!(ctx.version_for("svc-b").map(|v| v.as_str()), Some("v3"));
@@ -28,15 +28,15 @@ pub const MAX_SERVICE_LEN: usize = 128;
 
 /// What a request is stained with. Cloning costs at most two `Arc` increments.
 #[derive(Clone, Default, PartialEq, Eq)]
-pub struct Context {
+pub struct Stain {
     lane: Option<Lane>,
     pins: Option<Arc<Pins>>,
 }
 
-impl Context {
+impl Stain {
     /// An unstained context: baseline traffic.
     pub const fn baseline() -> Self {
-        Context {
+        Stain {
             lane: None,
             pins: None,
         }
@@ -44,7 +44,7 @@ impl Context {
 
     /// A context in `lane`, without version pins.
     pub fn in_lane(lane: Lane) -> Self {
-        Context {
+        Stain {
             lane: Some(lane),
             pins: None,
         }
@@ -52,7 +52,7 @@ impl Context {
 
     /// A context with only version pins.
     pub fn pinned(pins: Pins) -> Self {
-        Context::baseline().with_pins(pins)
+        Stain::baseline().with_pins(pins)
     }
 
     /// This context with its lane replaced.
@@ -99,9 +99,9 @@ impl Context {
     }
 }
 
-impl fmt::Debug for Context {
+impl fmt::Debug for Stain {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let mut d = f.debug_struct("Context");
+        let mut d = f.debug_struct("Stain");
         match &self.lane {
             Some(lane) => d.field("lane", lane),
             None => d.field("lane", &"baseline"),
@@ -265,7 +265,7 @@ mod tests {
     #[test]
     fn empty_pins_are_dropped() {
         let pins = Pins::new::<&str>(None, []).unwrap();
-        assert!(Context::pinned(pins).is_baseline());
+        assert!(Stain::pinned(pins).is_baseline());
     }
 
     #[test]

@@ -1,0 +1,302 @@
+//! One file, polled for changes (feature `file`).
+//!
+//! [`FileSource::watch`] checks the file every 250 ms (configurable): its modification time
+//! and size first, and its bytes when they changed or when the file was modified in the
+//! last few seconds (a second edit within the granularity of the file system's clock does
+//! not show in the modification time). Whenever the bytes differ from the last ones
+//! handed out, the stream yields an [`Update::Reset`] with one [`Entry`]: the key is the
+//! path, the value the bytes, the revision [`Revision::File`].
+//!
+//! No platform file watcher is used, so it works the same on every file system, bind
+//! mounts and Kubernetes ConfigMaps (whose files are replaced through a symlink swap)
+//! included. A missing or unreadable file is logged once (WARN, target `gray::source`),
+//! recorded in the [`Status`](crate::Status), and changes nothing; when it is readable
+//! again, its content is handed out if it changed meanwhile.
+//!
+//! Write files atomically (write a temporary file, then rename it over the old one). A
+//! consumer that reads a half-written file rejects it, as its parser fails, and picks up
+//! the complete file at the next check.
+//!
+//! ```
+//! use futures_util::StreamExt;
+//! use gray_source::{Source, Update, file::FileSource};
+//! use std::time::Duration;
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let path = std::env::temp_dir().join(format!("gray-file-doc-{}.txt", std::process::id()));
+//! std::fs::write(&path, "one")?;
+//! let mut updates = FileSource::new(&path).with_interval(Duration::from_millis(10)).watch();
+//! let Some(Update::Reset(first)) = updates.next().await else { unreachable!() };
+//! assert_eq!(first.entries[0].value, b"one");
+//!
+//! std::fs::write(&path, "two")?;
+//! let Some(Update::Reset(second)) = updates.next().await else { unreachable!() };
+//! assert_eq!(second.entries[0].value, b"two");
+//! # std::fs::remove_file(&path)?;
+//! # Ok(())
+//! # }
+//! ```
+
+use std::{
+    future::Future,
+    path::Path,
+    pin::Pin,
+    sync::Arc,
+    time::{Duration, SystemTime},
+};
+
+use futures_util::stream;
+use gray_core::rules::content_hash;
+use tokio::time::{Interval, MissedTickBehavior};
+
+use crate::{Entry, Revision, Snapshot, Source, SourceError, StatusHandle, Update, Updates};
+
+/// The default polling interval.
+pub const DEFAULT_INTERVAL: Duration = Duration::from_millis(250);
+
+/// A file modified less than this long ago is compared by content as well, as its
+/// modification time may not change on a second edit on file systems with coarse times.
+const RACY_WINDOW: Duration = Duration::from_secs(3);
+
+/// One file, polled; see the [module docs](self).
+#[derive(Debug, Clone)]
+pub struct FileSource {
+    path: Arc<Path>,
+    interval: Duration,
+}
+
+impl FileSource {
+    /// The file at `path`, polled every [`DEFAULT_INTERVAL`].
+    pub fn new(path: impl AsRef<Path>) -> Self {
+        FileSource {
+            path: Arc::from(path.as_ref()),
+            interval: DEFAULT_INTERVAL,
+        }
+    }
+
+    /// Polls every `interval` (at least 1 ms).
+    pub fn with_interval(mut self, interval: Duration) -> Self {
+        self.interval = interval.max(Duration::from_millis(1));
+        self
+    }
+
+    /// The file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The polling interval.
+    pub fn interval(&self) -> Duration {
+        self.interval
+    }
+
+    fn read_error(&self, source: std::io::Error) -> SourceError {
+        SourceError::Read {
+            path: self.path.to_path_buf(),
+            source,
+        }
+    }
+
+    fn snapshot(&self, stamp: Stamp, bytes: Vec<u8>) -> Snapshot {
+        let revision = Revision::File {
+            modified: stamp.modified,
+            hash: content_hash(&bytes),
+        };
+        Snapshot {
+            entries: vec![Entry {
+                key: self.path.display().to_string(),
+                value: bytes,
+                revision: revision.clone(),
+            }],
+            revision,
+        }
+    }
+
+    async fn read(&self) -> Result<(Stamp, Vec<u8>), SourceError> {
+        let meta = tokio::fs::metadata(&self.path)
+            .await
+            .map_err(|e| self.read_error(e))?;
+        let bytes = tokio::fs::read(&self.path)
+            .await
+            .map_err(|e| self.read_error(e))?;
+        Ok((Stamp::of(&meta), bytes))
+    }
+}
+
+impl Source for FileSource {
+    fn describe(&self) -> String {
+        format!("file {}", self.path.display())
+    }
+
+    fn load(&self) -> Pin<Box<dyn Future<Output = Result<Snapshot, SourceError>> + Send + '_>> {
+        Box::pin(async move {
+            let (stamp, bytes) = self.read().await?;
+            Ok(self.snapshot(stamp, bytes))
+        })
+    }
+
+    fn watch(&self) -> Updates {
+        let status = StatusHandle::new();
+        let mut ticker = tokio::time::interval(self.interval);
+        ticker.set_missed_tick_behavior(MissedTickBehavior::Delay);
+        let poller = Poller {
+            source: self.clone(),
+            ticker,
+            stamp: None,
+            hash: None,
+            failing: false,
+            status: status.clone(),
+        };
+        Updates::new(
+            stream::unfold(poller, |mut p| async move {
+                let update = p.next().await;
+                Some((update, p))
+            }),
+            status,
+        )
+    }
+}
+
+/// What identifies a version of the file cheaply.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Stamp {
+    modified: Option<SystemTime>,
+    len: u64,
+}
+
+impl Stamp {
+    fn of(meta: &std::fs::Metadata) -> Stamp {
+        Stamp {
+            modified: meta.modified().ok(),
+            len: meta.len(),
+        }
+    }
+
+    /// Whether the file was modified so recently that an edit may not show in the stamp.
+    fn is_recent(&self) -> bool {
+        match self.modified {
+            Some(modified) => SystemTime::now()
+                .duration_since(modified)
+                .map_or(true, |age| age < RACY_WINDOW),
+            None => true,
+        }
+    }
+}
+
+struct Poller {
+    source: FileSource,
+    ticker: Interval,
+    /// The stamp at the last read.
+    stamp: Option<Stamp>,
+    /// The hash of the bytes last handed out.
+    hash: Option<u64>,
+    /// Whether the last check failed, so that a failure is logged once.
+    failing: bool,
+    status: StatusHandle,
+}
+
+impl Poller {
+    /// Waits for the next version of the file.
+    async fn next(&mut self) -> Update {
+        loop {
+            // The first tick completes at once: the first version is read immediately.
+            self.ticker.tick().await;
+            match self.check().await {
+                Ok(Some(snapshot)) => return Update::Reset(snapshot),
+                Ok(None) => {}
+                Err(error) => {
+                    self.status.failure(&error);
+                    if !self.failing {
+                        self.failing = true;
+                        tracing::warn!(target: "gray::source", %error, "file unreadable; what it held stays in force");
+                    }
+                }
+            }
+        }
+    }
+
+    /// The file's new content, if it changed.
+    async fn check(&mut self) -> Result<Option<Snapshot>, SourceError> {
+        let path = &self.source.path;
+        let meta = tokio::fs::metadata(path)
+            .await
+            .map_err(|e| self.source.read_error(e))?;
+        let stamp = Stamp::of(&meta);
+        if self.failing {
+            self.failing = false;
+            tracing::info!(target: "gray::source", file = %path.display(), "file readable again");
+        }
+        if self.stamp == Some(stamp) && !stamp.is_recent() {
+            self.status.contact(None);
+            return Ok(None);
+        }
+        let bytes = tokio::fs::read(path)
+            .await
+            .map_err(|e| self.source.read_error(e))?;
+        self.status.contact(None);
+        self.stamp = Some(stamp);
+        let hash = content_hash(&bytes);
+        if self.hash == Some(hash) {
+            return Ok(None);
+        }
+        self.hash = Some(hash);
+        Ok(Some(self.source.snapshot(stamp, bytes)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use futures_util::StreamExt;
+
+    use std::path::PathBuf;
+
+    use super::*;
+
+    fn temp(name: &str) -> PathBuf {
+        std::env::temp_dir().join(format!("gray-source-{}-{name}", std::process::id()))
+    }
+
+    #[tokio::test]
+    async fn yields_each_new_content_once_and_survives_deletion() {
+        let path = temp("survive");
+        std::fs::write(&path, "a").unwrap();
+        let source = FileSource::new(&path).with_interval(Duration::from_millis(5));
+        let mut updates = source.watch();
+        let next = |u: Option<Update>| match u {
+            Some(Update::Reset(s)) => String::from_utf8(s.entries[0].value.clone()).unwrap(),
+            other => panic!("expected a reset, got {other:?}"),
+        };
+        assert_eq!(next(updates.next().await), "a");
+
+        std::fs::remove_file(&path).unwrap();
+        // Deleted: nothing is yielded, the failure shows in the status.
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+        while updates.status().failures == 0 {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "no failure recorded"
+            );
+            tokio::select! {
+                u = updates.next() => panic!("nothing expected, got {u:?}"),
+                () = tokio::time::sleep(Duration::from_millis(5)) => {}
+            }
+        }
+        assert!(!updates.status().connected);
+        assert!(updates.status().last_error.unwrap().contains("cannot read"));
+
+        // Back with the same content: nothing new. Then a new content.
+        std::fs::write(&path, "a").unwrap();
+        std::fs::write(&path, "b").unwrap();
+        assert_eq!(next(updates.next().await), "b");
+        assert!(updates.status().connected);
+        std::fs::remove_file(&path).unwrap();
+    }
+
+    #[tokio::test]
+    async fn load_reports_a_missing_file() {
+        let err = FileSource::new(temp("missing")).load().await.unwrap_err();
+        assert!(matches!(err, SourceError::Read { .. }), "{err}");
+        assert!(err.to_string().contains("missing"), "{err}");
+    }
+}
