@@ -5,11 +5,8 @@
 //! nothing; neither does an unstained request. Requests are built before counting
 //! (`http::Extensions` boxes its map), and everything runs on the test's own thread
 //! (the allocator counts per thread), polled by hand with a no-op waker.
-#![allow(unsafe_code)] // a `GlobalAlloc` impl is `unsafe` by definition; only in this test
 
 use std::{
-    alloc::{GlobalAlloc, Layout, System},
-    cell::Cell,
     convert::Infallible,
     future::{Future, Ready, ready},
     pin::pin,
@@ -18,53 +15,14 @@ use std::{
 
 use gray_balance::{BalanceLayer, Pick};
 use gray_core::{Labelled, Labels, Lane, Policy, Stain};
+use gray_test_support::alloc::Counting;
 use tower::{Service, discover::Change};
-
-/// `System`, counting the allocations (and reallocations) made by each thread.
-struct Counting;
-
-thread_local! {
-    static ALLOCATIONS: Cell<usize> = const { Cell::new(0) };
-}
-
-fn note_allocation() {
-    let _ = ALLOCATIONS.try_with(|n| n.set(n.get() + 1));
-}
-
-// SAFETY: every method forwards to `System` with the caller's arguments unchanged; the
-// counting touches only a const-initialised thread-local `Cell` and never allocates.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        note_allocation();
-        // SAFETY: forwarded unchanged; the caller upholds `GlobalAlloc::alloc`'s contract.
-        unsafe { System.alloc(layout) }
-    }
-
-    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        note_allocation();
-        // SAFETY: as above.
-        unsafe { System.alloc_zeroed(layout) }
-    }
-
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        note_allocation();
-        // SAFETY: as above; `ptr` was allocated by `System` through this wrapper.
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: as above.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-}
 
 #[global_allocator]
 static ALLOCATOR: Counting = Counting;
 
 fn allocations_in(f: impl FnOnce()) -> usize {
-    let before = ALLOCATIONS.with(Cell::get);
-    f();
-    ALLOCATIONS.with(Cell::get) - before
+    gray_test_support::alloc::allocations_in(f).1
 }
 
 struct Endpoint(usize, Labels);

@@ -84,3 +84,31 @@ impl Labelled for Labels {
         self
     }
 }
+
+/// Anything that knows where its instance listens: a registry instance, or an endpoint
+/// service built from one.
+///
+/// Clients that keep their own connection pool (reqwest) route by rewriting a request's
+/// URL: a balancer picks an instance by its [`Labels`], and the URL's scheme and authority
+/// become the instance's.
+///
+/// ```
+/// use gray_core::Origin;
+/// use http::uri::{Authority, Scheme};
+///
+/// struct Instance(Authority);
+///
+/// impl Origin for Instance {
+///     fn scheme(&self) -> &Scheme { &Scheme::HTTP }
+///     fn authority(&self) -> &Authority { &self.0 }
+/// }
+///
+/// let i = Instance(Authority::from_static("10.0.0.7:8080"));
+/// assert_eq!(i.authority().port_u16(), Some(8080));
+/// ```
+pub trait Origin {
+    /// `http` or `https`.
+    fn scheme(&self) -> &http::uri::Scheme;
+    /// `host:port`.
+    fn authority(&self) -> &http::uri::Authority;
+}

@@ -57,7 +57,7 @@ pub use stain::{Pins, Stain};
     note = "renamed to `Stain`, which collides with neither `std::task::Context` nor `opentelemetry::Context`"
 )]
 pub type Context = Stain;
-pub use labels::{Labelled, Labels};
+pub use labels::{Labelled, Labels, Origin};
 pub use matching::{Fallback, Policy, Unlabelled, Unroutable};
 pub use name::{Lane, Names, Version};
 pub use rules::{RequestView, RuleSet, RulesError};

@@ -10,11 +10,8 @@
 //! The allocator counts per thread, so the test harness's other threads do not disturb a
 //! measurement; every measured closure runs on the test's own thread (the futures are
 //! polled by hand with a no-op waker, no runtime involved).
-#![allow(unsafe_code)] // a `GlobalAlloc` impl is `unsafe` by definition; only in this test
 
 use std::{
-    alloc::{GlobalAlloc, Layout, System},
-    cell::Cell,
     convert::Infallible,
     future::Future,
     pin::pin,
@@ -22,68 +19,13 @@ use std::{
 };
 
 use gray_core::{Carriers, Lane, Names, Stain};
+use gray_test_support::alloc::{Counting, measure};
 use gray_tower::{ExtractStainLayer, PropagateStainLayer, task};
 use http::{HeaderMap, HeaderValue, Request, Response};
 use tower::{Layer, Service, ServiceExt, service_fn};
 
-/// `System`, counting the allocations (and reallocations) made by each thread.
-struct Counting;
-
-thread_local! {
-    // Const-initialised and without a destructor: touching it never allocates.
-    static ALLOCATIONS: Cell<usize> = const { Cell::new(0) };
-}
-
-fn note_allocation() {
-    // `try_with`: the thread may be tearing its thread-locals down.
-    let _ = ALLOCATIONS.try_with(|n| n.set(n.get() + 1));
-}
-
-// SAFETY: every method forwards to `System` with the caller's arguments unchanged; the
-// counting touches only a const-initialised thread-local `Cell` and never allocates.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        note_allocation();
-        // SAFETY: forwarded unchanged; the caller upholds `GlobalAlloc::alloc`'s contract.
-        unsafe { System.alloc(layout) }
-    }
-
-    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        note_allocation();
-        // SAFETY: as above.
-        unsafe { System.alloc_zeroed(layout) }
-    }
-
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        note_allocation();
-        // SAFETY: as above; `ptr` was allocated by `System` through this wrapper.
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: as above.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-}
-
 #[global_allocator]
 static ALLOCATOR: Counting = Counting;
-
-fn allocations() -> usize {
-    ALLOCATIONS.with(Cell::get)
-}
-
-/// Runs `f` a few times to warm up (first-use thread-locals, one-time `Bytes` promotion),
-/// then returns its result and the allocations the current thread made during one more run.
-fn measure<R>(mut f: impl FnMut() -> R) -> (R, usize) {
-    for _ in 0..8 {
-        drop(f());
-    }
-    let before = allocations();
-    let out = f();
-    let after = allocations();
-    (out, after - before)
-}
 
 /// Polls `fut` once with a no-op waker; everything under test is ready at once.
 fn poll_once<F: Future>(fut: F) -> F::Output {

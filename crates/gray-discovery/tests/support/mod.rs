@@ -1,52 +1,18 @@
 //! Test helpers: temporary directories and change streams as text; `etcd`: a real etcd server
 //! and a TCP proxy that can cut connections.
 
-#![allow(dead_code, unreachable_pub)]
+#![allow(dead_code, unreachable_pub, unused_imports)]
 
-use std::{
-    path::{Path, PathBuf},
-    sync::atomic::{AtomicUsize, Ordering},
-    time::Duration,
-};
+use std::time::Duration;
 
 use futures_util::{Stream, StreamExt};
 use gray_discovery::{Instance, InstanceId};
 use tower::discover::Change;
 
 #[cfg(feature = "etcd")]
-pub mod etcd;
+pub use gray_test_support::etcd;
 
-/// How long any single wait in these tests may take before the test fails.
-pub const WAIT: Duration = Duration::from_secs(20);
-
-/// A temporary directory, removed on drop.
-pub struct TempDir(PathBuf);
-
-impl TempDir {
-    pub fn new(tag: &str) -> TempDir {
-        static COUNTER: AtomicUsize = AtomicUsize::new(0);
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.subsec_nanos());
-        let dir = std::env::temp_dir().join(format!(
-            "gray-discovery-{tag}-{}-{}-{nanos}",
-            std::process::id(),
-            COUNTER.fetch_add(1, Ordering::Relaxed)
-        ));
-        std::fs::create_dir_all(&dir).expect("create a temporary directory");
-        TempDir(dir)
-    }
-
-    pub fn path(&self) -> &Path {
-        &self.0
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
+pub use gray_test_support::{TempDir, WAIT};
 
 /// A change as text: `+id address {k=v,..}` or `-id`.
 pub fn describe(change: &Change<InstanceId, Instance>) -> String {

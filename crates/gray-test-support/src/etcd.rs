@@ -1,4 +1,4 @@
-//! A real etcd server on free loopback ports with a temporary data dir, killed at the end,
+//! A real etcd server on free loopback ports (feature `etcd`) with a temporary data dir, killed at the end,
 //! and a TCP proxy whose connections a test can cut to break a client's connection to etcd.
 
 use std::{
@@ -19,14 +19,7 @@ use tokio::{
     task::AbortHandle,
 };
 
-use super::{TempDir, WAIT};
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("bind a free loopback port")
-}
+use crate::{TempDir, WAIT, free_port};
 
 fn etcd_binary() -> PathBuf {
     if let Some(bin) = std::env::var_os("ETCD_BIN") {
@@ -47,7 +40,8 @@ fn etcd_binary() -> PathBuf {
     })
 }
 
-/// One etcd member on 127.0.0.1, killed when dropped.
+/// One etcd member on 127.0.0.1 with its own data dir, killed when dropped.
+#[derive(Debug)]
 pub struct Etcd {
     child: Option<Child>,
     dir: TempDir,
@@ -56,6 +50,7 @@ pub struct Etcd {
 }
 
 impl Etcd {
+    /// Starts a member on free loopback ports and waits until it answers.
     pub async fn start() -> Etcd {
         let mut etcd = Etcd {
             child: None,
@@ -67,10 +62,12 @@ impl Etcd {
         etcd
     }
 
+    /// Its client URL, `http://127.0.0.1:<port>`.
     pub fn endpoint(&self) -> String {
         format!("http://127.0.0.1:{}", self.client_port)
     }
 
+    /// Its client address.
     pub fn addr(&self) -> SocketAddr {
         SocketAddr::from(([127, 0, 0, 1], self.client_port))
     }
@@ -172,6 +169,28 @@ impl Etcd {
     pub async fn client(&self) -> Client {
         connect(&self.endpoint()).await
     }
+
+    /// Puts `key` = `value`; returns the store revision of the put.
+    pub async fn put(&self, key: &str, value: &str) -> i64 {
+        let response = self
+            .client()
+            .await
+            .put(key, value, None)
+            .await
+            .expect("etcd put");
+        response.header().map_or(0, |h| h.revision())
+    }
+
+    /// Deletes `key`; returns the store revision of the deletion.
+    pub async fn delete(&self, key: &str) -> i64 {
+        let response = self
+            .client()
+            .await
+            .delete(key, None)
+            .await
+            .expect("etcd delete");
+        response.header().map_or(0, |h| h.revision())
+    }
 }
 
 impl Drop for Etcd {
@@ -182,6 +201,7 @@ impl Drop for Etcd {
     }
 }
 
+/// A client of `endpoint` with HTTP/2 keep-alives and a short connect timeout.
 pub async fn connect(endpoint: &str) -> Client {
     let options = ConnectOptions::new()
         .with_keep_alive(Duration::from_secs(1), Duration::from_secs(1))
@@ -193,6 +213,7 @@ pub async fn connect(endpoint: &str) -> Client {
 }
 
 /// A loopback TCP proxy to `target` whose connections can be cut and restored.
+#[derive(Debug)]
 pub struct Proxy {
     addr: SocketAddr,
     cut: Arc<AtomicBool>,
@@ -201,6 +222,7 @@ pub struct Proxy {
 }
 
 impl Proxy {
+    /// Starts proxying a free loopback port to `target`.
     pub async fn start(target: SocketAddr) -> Proxy {
         let listener = TcpListener::bind("127.0.0.1:0")
             .await
@@ -235,6 +257,7 @@ impl Proxy {
         }
     }
 
+    /// Its URL, `http://127.0.0.1:<port>`.
     pub fn endpoint(&self) -> String {
         format!("http://{}", self.addr)
     }
@@ -247,6 +270,7 @@ impl Proxy {
         }
     }
 
+    /// Accepts connections again.
     pub fn restore(&self) {
         self.cut.store(false, Ordering::SeqCst);
     }

@@ -1,0 +1,61 @@
+//! Test support shared by every crate of the gray workspace (dev-dependency only, not
+//! published):
+//!
+//! - [`alloc`]: a global allocator that counts the allocations of each thread, to prove
+//!   that a request path allocates nothing;
+//! - `etcd` (feature `etcd`): a real etcd server on free loopback ports with a temporary
+//!   data dir, killed at the end, and a TCP proxy whose connections a test can cut;
+//! - [`TempDir`] and [`WAIT`], the bound of every wait in the real-network tests.
+
+pub mod alloc;
+#[cfg(feature = "etcd")]
+pub mod etcd;
+
+use std::{
+    path::{Path, PathBuf},
+    sync::atomic::{AtomicUsize, Ordering},
+    time::Duration,
+};
+
+/// How long any single wait in the real-network tests may take before the test fails.
+pub const WAIT: Duration = Duration::from_secs(20);
+
+/// A temporary directory, removed on drop.
+#[derive(Debug)]
+pub struct TempDir(PathBuf);
+
+impl TempDir {
+    /// A new, empty directory under the system's temporary directory, named after `tag`.
+    pub fn new(tag: &str) -> TempDir {
+        static COUNTER: AtomicUsize = AtomicUsize::new(0);
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.subsec_nanos());
+        let dir = std::env::temp_dir().join(format!(
+            "gray-test-{tag}-{}-{}-{nanos}",
+            std::process::id(),
+            COUNTER.fetch_add(1, Ordering::Relaxed)
+        ));
+        std::fs::create_dir_all(&dir).expect("create a temporary directory");
+        TempDir(dir)
+    }
+
+    /// The directory.
+    pub fn path(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// Binds a free loopback port and returns its number (the listener is closed at once).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("bind a free loopback port")
+}
