@@ -375,15 +375,7 @@ impl Watcher {
         };
         if let Some(header) = response.header() {
             self.status.cluster(header.cluster_id());
-            let reset = self.identity.observe(header).or_else(|| {
-                // The member answered a linearizable read on this connection before the
-                // watch was created, so it cannot be lagging: a lower revision is a loss.
-                (header.revision() < held).then_some(Reset::Revision {
-                    old: held,
-                    new: header.revision(),
-                })
-            });
-            if let Some(reset) = reset {
+            if let Some(reset) = self.identity.observe(header) {
                 self.reset(&reset, conn, header.revision());
                 return Ok(());
             }
@@ -405,6 +397,18 @@ impl Watcher {
                     response.cancel_reason()
                 )),
             });
+        }
+        // The member answered a linearizable read on this connection before the watch was
+        // created, so it cannot be lagging: a lower revision is a loss. (A response about
+        // a compaction or a cancellation may carry no revision, 0: handled above.)
+        let revision = response.header().map_or(0, ResponseHeader::revision);
+        if revision > 0 && revision < held {
+            let reset = Reset::Revision {
+                old: held,
+                new: revision,
+            };
+            self.reset(&reset, conn, revision);
+            return Ok(());
         }
         if let Err(what) = self.apply(response.events()) {
             self.queue.clear();

@@ -320,36 +320,67 @@ impl Etcd {
         .expect("connect to etcd")
     }
 
+    /// Runs `op` on a fresh client of this member until it succeeds (a cluster may be
+    /// electing a leader), each attempt bounded; fails the test after [`WAIT`].
+    async fn retry<T, F>(&self, what: &str, mut op: impl FnMut(Client) -> F) -> T
+    where
+        F: Future<Output = Result<T, etcd_client::Error>>,
+    {
+        let deadline = tokio::time::Instant::now() + WAIT;
+        loop {
+            let attempt = tokio::time::timeout(Duration::from_secs(5), async {
+                let client =
+                    Client::connect([self.endpoint()], Some(self.connect_options())).await?;
+                op(client).await
+            })
+            .await;
+            let error = match attempt {
+                Ok(Ok(t)) => return t,
+                Ok(Err(e)) => e.to_string(),
+                Err(_) => "no answer within 5 s".to_owned(),
+            };
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "etcd {what} through {} failed for {WAIT:?}: {error}",
+                self.endpoint()
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
     /// Puts `key` = `value` through this member; returns the store revision of the put.
-    pub async fn put(&self, key: &str, value: &str) -> i64 {
-        let mut client = self.client().await;
-        let response = bounded("etcd put", client.put(key, value, None))
-            .await
-            .expect("etcd put");
-        response.header().map_or(0, |h| h.revision())
+    pub async fn put(&self, key: &str, value: impl Into<Vec<u8>>) -> i64 {
+        let value = value.into();
+        self.retry("put", |mut client| {
+            let value = value.clone();
+            async move { client.put(key, value, None).await }
+        })
+        .await
+        .header()
+        .map_or(0, |h| h.revision())
     }
 
     /// Deletes `key` through this member; returns the store revision of the deletion.
     pub async fn delete(&self, key: &str) -> i64 {
-        let mut client = self.client().await;
-        let response = bounded("etcd delete", client.delete(key, None))
-            .await
-            .expect("etcd delete");
-        response.header().map_or(0, |h| h.revision())
+        self.retry("delete", |mut client| async move {
+            client.delete(key, None).await
+        })
+        .await
+        .header()
+        .map_or(0, |h| h.revision())
     }
 
     /// Compacts the store up to `revision` (physically: the revisions are gone).
     pub async fn compact(&self, revision: i64) {
-        let mut client = self.client().await;
-        bounded(
-            "etcd compact",
-            client.compact(
-                revision,
-                Some(etcd_client::CompactionOptions::new().with_physical()),
-            ),
-        )
-        .await
-        .expect("etcd compact");
+        self.retry("compact", |mut client| async move {
+            client
+                .compact(
+                    revision,
+                    Some(etcd_client::CompactionOptions::new().with_physical()),
+                )
+                .await
+        })
+        .await;
     }
 }
 
