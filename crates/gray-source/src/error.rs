@@ -46,7 +46,7 @@ impl fmt::Display for SourceError {
             #[cfg(feature = "etcd")]
             SourceError::Etcd { action, source } => {
                 write!(f, "etcd {action} failed: ")?;
-                explain(source, f)
+                explain(source, action.ends_with(crate::etcd::OVER_TLS), f)
             }
             SourceError::Timeout { action, after } => {
                 write!(f, "{action}: no answer within {after:?}")
@@ -59,11 +59,10 @@ impl fmt::Display for SourceError {
 /// etcd-client's error, compact (tonic's `Status` prints its details and metadata), with
 /// the causes of a transport failure and a hint where the fix is the operator's.
 #[cfg(feature = "etcd")]
-fn explain(error: &etcd_client::Error, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+fn explain(error: &etcd_client::Error, tls: bool, f: &mut fmt::Formatter<'_>) -> fmt::Result {
     use std::error::Error as _;
 
-    let (mut text, mut cause): (String, Option<&(dyn std::error::Error + 'static)>) = match error
-    {
+    let (mut text, mut cause): (String, Option<&(dyn std::error::Error + 'static)>) = match error {
         etcd_client::Error::GRpcStatus(status) => (
             format!("{:?}: {}", status.code(), status.message()),
             status.source(),
@@ -94,6 +93,15 @@ fn explain(error: &etcd_client::Error, f: &mut fmt::Formatter<'_>) -> fmt::Resul
         || lower.contains("https")
     {
         Some("check the TLS settings: the CA, the client certificate and key, the server name")
+    } else if tls
+        && (lower.contains("connection closed")
+            || lower.contains("connection reset")
+            || lower.contains("broken pipe"))
+    {
+        Some(
+            "a member closes the connection when it refuses the client certificate: \
+             check the TLS settings: the CA, the client certificate and key",
+        )
     } else {
         None
     };

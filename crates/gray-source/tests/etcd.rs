@@ -30,7 +30,10 @@ fn keys(update: &Update) -> Vec<&str> {
 /// A config that retries fast, for tests whose outage is short.
 fn config(endpoints: impl IntoIterator<Item = String>) -> EtcdConfig {
     EtcdConfig::new(endpoints)
-        .with_backoff(Backoff::new(Duration::from_millis(50), Duration::from_millis(500)))
+        .with_backoff(Backoff::new(
+            Duration::from_millis(50),
+            Duration::from_millis(500),
+        ))
         .with_request_timeout(Duration::from_secs(2))
 }
 
@@ -44,7 +47,10 @@ async fn a_prefix_is_listed_then_every_change_arrives_once_in_order() {
     // The first endpoint has nothing listening: load and watch go on to the next one.
     let dead = format!("http://127.0.0.1:{}", free_port());
     let source = EtcdSource::prefix(config([dead, etcd.endpoint()]), PREFIX);
-    let snapshot = source.load().await.expect("load through the second endpoint");
+    let snapshot = source
+        .load()
+        .await
+        .expect("load through the second endpoint");
     assert_eq!(
         snapshot
             .entries
@@ -147,7 +153,11 @@ async fn revisions_compacted_while_away_are_listed_again() {
     let update = follow.next().await;
     assert_eq!(keys(&update), ["/gray/b", "/gray/c"]);
     assert_eq!(follow.status().revision, Some(last));
-    assert_eq!(follow.status().resets, 0, "a compaction is not a reset cluster");
+    assert_eq!(
+        follow.status().resets,
+        0,
+        "a compaction is not a reset cluster"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -158,7 +168,10 @@ async fn a_cluster_restarted_without_its_data_converges_to_the_new_keys() {
     }
     let source = EtcdSource::prefix(config([etcd.endpoint()]), PREFIX);
     let mut follow = Follow::start(&source);
-    assert_eq!(keys(&follow.next().await), ["/gray/a", "/gray/b", "/gray/c"]);
+    assert_eq!(
+        keys(&follow.next().await),
+        ["/gray/a", "/gray/b", "/gray/c"]
+    );
 
     // Same name, same URLs, same cluster ID; revisions start again from 1. Without the
     // checks, the watch would resume from revision 5 and see nothing before it.
@@ -173,7 +186,12 @@ async fn a_cluster_restarted_without_its_data_converges_to_the_new_keys() {
     let reset = seen
         .iter()
         .position(|u| matches!(u, Update::Reset(_)))
-        .unwrap_or_else(|| panic!("no reset in {:?}", seen.iter().map(describe).collect::<Vec<_>>()));
+        .unwrap_or_else(|| {
+            panic!(
+                "no reset in {:?}",
+                seen.iter().map(describe).collect::<Vec<_>>()
+            )
+        });
     for update in &seen[reset..] {
         let text = describe(update);
         assert!(
@@ -309,7 +327,10 @@ async fn user_and_password_log_in_and_wrong_ones_say_so() {
     let etcd = Etcd::start_auth("gray", "secret").await;
     etcd.put("/gray/a", "1").await;
 
-    let good = EtcdSource::prefix(config([etcd.endpoint()]).with_user("gray", "secret"), PREFIX);
+    let good = EtcdSource::prefix(
+        config([etcd.endpoint()]).with_user("gray", "secret"),
+        PREFIX,
+    );
     assert_eq!(good.load().await.expect("logged in").entries.len(), 1);
     let mut follow = Follow::start(&good);
     assert_eq!(keys(&follow.next().await), ["/gray/a"]);
@@ -335,12 +356,13 @@ async fn user_and_password_log_in_and_wrong_ones_say_so() {
 
         // A watch says so in its status, and hands out nothing.
         let mut follow = Follow::start(&source);
-        let status = follow
-            .status_until("the refusal", |s| s.failures > 0)
-            .await;
+        let status = follow.status_until("the refusal", |s| s.failures > 0).await;
         assert!(!status.connected);
         assert!(
-            status.last_error.as_deref().is_some_and(|e| e.contains(expected)),
+            status
+                .last_error
+                .as_deref()
+                .is_some_and(|e| e.contains(expected)),
             "{status:?}"
         );
         follow.assert_quiet(Duration::from_millis(300)).await;
@@ -354,7 +376,13 @@ async fn load_without_endpoints_is_a_configuration_error() {
         .await
         .unwrap_err();
     assert!(
-        matches!(error, SourceError::Config { field: "endpoints", .. }),
+        matches!(
+            error,
+            SourceError::Config {
+                field: "endpoints",
+                ..
+            }
+        ),
         "{error:?}"
     );
 }

@@ -230,11 +230,11 @@ impl EtcdConfig {
     pub(crate) async fn connect_to(&self, endpoints: &[String]) -> Result<Client, SourceError> {
         let options = self.connect_options().await?;
         let action = || {
-            if endpoints.len() == 1 {
+            self.action(if endpoints.len() == 1 {
                 format!("connect to {}", endpoints[0])
             } else {
                 format!("connect to {endpoints:?}")
-            }
+            })
         };
         // Connecting is lazy except for the login, which is a request.
         let bound = self.connect_timeout + self.request_timeout;
@@ -278,16 +278,29 @@ impl EtcdConfig {
         match tokio::time::timeout(self.request_timeout, fut).await {
             Ok(Ok(t)) => Ok(t),
             Ok(Err(source)) => Err(SourceError::Etcd {
-                action: action(),
+                action: self.action(action()),
                 source,
             }),
             Err(_) => Err(SourceError::Timeout {
-                action: action(),
+                action: self.action(action()),
                 after: self.request_timeout,
             }),
         }
     }
+
+    /// What a request does, saying when it goes over TLS (a member that refuses a client
+    /// certificate just closes the connection: the error alone cannot tell).
+    fn action(&self, action: String) -> String {
+        if self.tls.is_some() {
+            action + " " + OVER_TLS
+        } else {
+            action
+        }
+    }
 }
+
+/// How an action over TLS ends.
+pub(crate) const OVER_TLS: &str = "over TLS";
 
 fn no_endpoints() -> SourceError {
     SourceError::Config {
@@ -349,7 +362,11 @@ impl EtcdTls {
     }
 
     /// Presents the client certificate in the PEM file `cert`, with its key in `key`.
-    pub fn with_identity_files(mut self, cert: impl Into<PathBuf>, key: impl Into<PathBuf>) -> Self {
+    pub fn with_identity_files(
+        mut self,
+        cert: impl Into<PathBuf>,
+        key: impl Into<PathBuf>,
+    ) -> Self {
         self.identity = Some((Pem::File(cert.into()), Pem::File(key.into())));
         self
     }
@@ -383,9 +400,8 @@ impl EtcdTls {
                 }
             }
         }
-        let mut tls = TlsOptions::new().ca_certificate(Certificate::from_pem(
-            read(&self.ca, "tls.ca_file").await?,
-        ));
+        let mut tls = TlsOptions::new()
+            .ca_certificate(Certificate::from_pem(read(&self.ca, "tls.ca_file").await?));
         if let Some((cert, key)) = &self.identity {
             tls = tls.identity(Identity::from_pem(
                 read(cert, "tls.cert_file").await?,
@@ -570,7 +586,10 @@ mod tests {
     #[test]
     fn wrong_settings_name_their_field() {
         for (text, expected) in [
-            (r#"endpoints = []"#, "field `endpoints`: expected at least one"),
+            (
+                r#"endpoints = []"#,
+                "field `endpoints`: expected at least one",
+            ),
             (
                 r#"endpoints = ["x:1"]
                 user = "gray""#,
@@ -595,8 +614,11 @@ mod tests {
                 ca = "ca.pem""#,
                 "unknown field `ca`",
             ),
-            (r#"endpoints = ["x:1"]
-            request_timeout = 5"#, "unknown field `request_timeout`"),
+            (
+                r#"endpoints = ["x:1"]
+            request_timeout = 5"#,
+                "unknown field `request_timeout`",
+            ),
         ] {
             let err = parse(text).unwrap_err();
             assert!(err.contains(expected), "{text}: {err}");

@@ -65,6 +65,7 @@ use std::{collections::HashMap, future::Future, pin::Pin, sync::Arc};
 use etcd_client::{Client, GetOptions, ResponseHeader};
 use tonic::Code;
 
+pub(crate) use self::config::OVER_TLS;
 pub use self::config::{
     DEFAULT_KEEP_ALIVE, DEFAULT_PROGRESS_DEADLINE, DEFAULT_TIMEOUT, EtcdConfig, EtcdTls,
 };
@@ -121,12 +122,16 @@ impl EtcdSource {
 
     /// Lists the key or prefix: the entries, sorted by key, and the header (whose
     /// revision is the store revision they were read at).
-    pub(crate) async fn list(&self, client: &mut Client) -> Result<Listing, SourceError> {
+    pub(crate) async fn list(
+        &self,
+        client: &mut Client,
+        endpoint: &str,
+    ) -> Result<Listing, SourceError> {
         let options = self.prefix.then(|| GetOptions::new().with_prefix());
         let mut response = self
             .config
             .timed(
-                || format!("get {}", self.key),
+                || format!("get {} at {endpoint}", self.key),
                 client.get(self.key.as_str(), options),
             )
             .await?;
@@ -194,7 +199,7 @@ impl Source for EtcdSource {
                         .config
                         .connect_to(std::slice::from_ref(endpoint))
                         .await?;
-                    self.list(&mut client).await
+                    self.list(&mut client, endpoint).await
                 };
                 match attempt.await {
                     Ok(listing) => {

@@ -192,8 +192,7 @@ impl Watcher {
             .config
             .connect_to(std::slice::from_ref(&endpoint))
             .await?;
-        self.status
-            .update(|s| s.endpoint = Some(endpoint.clone()));
+        self.status.update(|s| s.endpoint = Some(endpoint.clone()));
         Ok(Conn {
             client,
             endpoint,
@@ -221,7 +220,7 @@ impl Watcher {
             entries,
             versions,
             header,
-        } = self.source.list(&mut conn.client).await?;
+        } = self.source.list(&mut conn.client, &conn.endpoint).await?;
         let revision = header.as_ref().map_or(0, ResponseHeader::revision);
         if let Some(header) = &header {
             // Listing anyway: a changed cluster only needs saying.

@@ -275,8 +275,7 @@ impl Etcd {
     pub async fn restart_empty(&mut self) {
         self.kill().await;
         let data = self.dir.path().join("data");
-        std::fs::remove_dir_all(&data)
-            .unwrap_or_else(|e| panic!("remove {}: {e}", data.display()));
+        std::fs::remove_dir_all(&data).unwrap_or_else(|e| panic!("remove {}: {e}", data.display()));
         let auth = self.auth.take();
         self.spawn();
         self.wait_ready().await;
