@@ -22,7 +22,10 @@ fn rules(name: &str) -> String {
 
 fn config(endpoints: impl IntoIterator<Item = String>) -> EtcdConfig {
     EtcdConfig::new(endpoints)
-        .with_backoff(Backoff::new(Duration::from_millis(20), Duration::from_millis(200)))
+        .with_backoff(Backoff::new(
+            Duration::from_millis(20),
+            Duration::from_millis(200),
+        ))
         .with_request_timeout(Duration::from_secs(2))
 }
 
@@ -94,13 +97,17 @@ async fn an_etcd_key_reloads_rejects_and_survives_a_restart() {
     assert_eq!(watch.status().revision, Some(rev2));
 
     // An invalid put is rejected; two stays.
-    etcd.put(KEY, r#"{"rules":[{"name":"bad","lane":"no spaces allowed"}]}"#)
-        .await;
+    etcd.put(
+        KEY,
+        r#"{"rules":[{"name":"bad","lane":"no spaces allowed"}]}"#,
+    )
+    .await;
     let s = wait_for(&mut rx, WAIT, "the rejection", |s| s.rejected == 1).await;
     assert_eq!(s.generation, 2);
     let err = s.last_error.expect("error");
     assert!(
-        err.starts_with("etcd key /gray/rules") && err.contains(": rules[0] (\"bad\"), field `lane`"),
+        err.starts_with("etcd key /gray/rules")
+            && err.contains(": rules[0] (\"bad\"), field `lane`"),
         "{err}"
     );
     assert_eq!(name(&live).as_deref(), Some("two"));

@@ -121,6 +121,10 @@ impl Identity {
     fn observe(&mut self, header: &ResponseHeader) -> Option<Reset> {
         let mut reset = None;
         let cluster = header.cluster_id();
+        if cluster == 0 {
+            // Not filled in (a proxy in between): nothing to tell.
+            return None;
+        }
         match self.cluster {
             Some(old) if old != cluster => {
                 reset = Some(Reset::Cluster { old, new: cluster });
@@ -270,7 +274,9 @@ impl Watcher {
             )
             .await?;
         conn.checked = true;
-        self.status.contact(None);
+        // A contact, but not yet followed: `connected` waits for the watch.
+        self.status
+            .update(|s| s.last_contact = Some(std::time::Instant::now()));
         if let Some(header) = response.header() {
             self.status.cluster(header.cluster_id());
             let reset = self.identity.observe(header).or_else(|| {

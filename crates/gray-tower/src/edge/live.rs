@@ -98,8 +98,8 @@ use std::{
 
 use arc_swap::ArcSwap;
 use futures_util::StreamExt;
-pub use gray_source::Revision;
 use gray_core::rules::{Format, RuleSet, RulesError, content_hash};
+pub use gray_source::Revision;
 use gray_source::{Entry, Source, StatusHandle, Update, WatchHandle};
 use tokio::sync::watch;
 
@@ -373,10 +373,7 @@ impl LiveRules {
             },
             failing: false,
         };
-        WatchHandle::with_status(
-            tokio::spawn(follower.run(updates, status.clone())),
-            status,
-        )
+        WatchHandle::with_status(tokio::spawn(follower.run(updates, status.clone())), status)
     }
 }
 

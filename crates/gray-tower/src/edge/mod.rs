@@ -6,11 +6,6 @@ mod layer;
 pub mod live;
 mod service;
 
-#[cfg(feature = "etcd")]
-pub use gray_source::etcd::{EtcdConfig, EtcdSource, EtcdTls};
-#[cfg(feature = "file")]
-pub use gray_source::file::FileSource;
-pub use gray_source::{Source, WatchHandle};
 pub use self::{
     client_ip::{ClientIpResolver, ForwardedHeader, PeerAddr, TrustedProxies, peer_ip},
     error::RuleSourceError,
@@ -18,3 +13,8 @@ pub use self::{
     live::{LiveRules, Revision, Snapshot, SnapshotGuard, Status},
     service::{DecidedBy, Edge, EdgeDecision},
 };
+#[cfg(feature = "etcd")]
+pub use gray_source::etcd::{EtcdConfig, EtcdSource, EtcdTls};
+#[cfg(feature = "file")]
+pub use gray_source::file::FileSource;
+pub use gray_source::{Source, WatchHandle};
