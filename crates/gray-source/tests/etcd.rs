@@ -16,7 +16,7 @@ use gray_test_support::{
     etcd::{Cluster, Etcd, Proxy},
     free_port,
 };
-use support::{Follow, describe};
+use support::{Follow, describe, fast as config};
 
 const PREFIX: &str = "/gray/";
 
@@ -25,16 +25,6 @@ fn keys(update: &Update) -> Vec<&str> {
         Update::Reset(s) => s.entries.iter().map(|e| e.key.as_str()).collect(),
         other => panic!("expected a reset, got {other:?}"),
     }
-}
-
-/// A config that retries fast, for tests whose outage is short.
-fn config(endpoints: impl IntoIterator<Item = String>) -> EtcdConfig {
-    EtcdConfig::new(endpoints)
-        .with_backoff(Backoff::new(
-            Duration::from_millis(50),
-            Duration::from_millis(500),
-        ))
-        .with_request_timeout(Duration::from_secs(2))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -110,9 +100,7 @@ async fn a_restart_resumes_where_it_left_without_a_reset() {
     assert_eq!(keys(&follow.next().await), ["/gray/a"]);
 
     etcd.kill().await;
-    follow
-        .status_until("the failure", |s| !s.connected && s.failures > 0)
-        .await;
+    follow.lost().await;
     etcd.restart().await;
     // Written while the watch may still be reconnecting: it resumes from its revision.
     etcd.put("/gray/b", "2").await;
@@ -140,9 +128,7 @@ async fn revisions_compacted_while_away_are_listed_again() {
     assert_eq!(keys(&follow.next().await), ["/gray/a"]);
 
     proxy.cut();
-    follow
-        .status_until("the failure", |s| !s.connected && s.failures > 0)
-        .await;
+    follow.lost().await;
     etcd.put("/gray/b", "2").await;
     etcd.delete("/gray/a").await;
     let last = etcd.put("/gray/c", "3").await;
@@ -224,9 +210,7 @@ async fn a_reset_cluster_past_the_old_revision_is_caught_by_its_history() {
     // were handed out (same cluster ID, same raft term): its revision tells nothing. The
     // instance `a` registers again, last: a creation of a key held.
     proxy.cut();
-    follow
-        .status_until("the failure", |s| !s.connected && s.failures > 0)
-        .await;
+    follow.lost().await;
     etcd.restart_empty().await;
     for key in ["n1", "n2", "n3", "a"] {
         etcd.put(&format!("/gray/{key}"), "new").await;
@@ -310,9 +294,7 @@ async fn the_first_change_after_an_outage_arrives_without_a_backoff_sleep() {
     assert_eq!(keys(&follow.next().await), ["/gray/a"]);
 
     etcd.kill().await;
-    follow
-        .status_until("the failure", |s| !s.connected && s.failures > 0)
-        .await;
+    follow.lost().await;
     etcd.restart().await;
     // The next attempt, one backoff sleep after the failure, reconnects.
     follow

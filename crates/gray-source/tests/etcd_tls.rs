@@ -6,7 +6,6 @@ mod support;
 
 use std::time::Duration;
 
-use gray_core::backoff::Backoff;
 use gray_source::{
     Source, SourceError, Update,
     etcd::{EtcdConfig, EtcdSource, EtcdTls},
@@ -18,13 +17,7 @@ use gray_test_support::{
 use support::{Follow, describe};
 
 fn config(etcd: &Etcd, tls: EtcdTls) -> EtcdConfig {
-    EtcdConfig::new([etcd.endpoint()])
-        .with_tls(tls)
-        .with_backoff(Backoff::new(
-            Duration::from_millis(50),
-            Duration::from_millis(500),
-        ))
-        .with_request_timeout(Duration::from_secs(2))
+    support::fast([etcd.endpoint()]).with_tls(tls)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

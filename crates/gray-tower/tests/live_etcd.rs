@@ -62,6 +62,17 @@ async fn source_status(
     waited.unwrap_or_else(|| panic!("timed out waiting for {what}: {:?}", watch.status()))
 }
 
+/// Rules read from `source` and followed, once the watch runs: what a gateway does.
+async fn follow(source: &EtcdSource) -> (LiveRules, watch::Receiver<Status>, WatchHandle) {
+    let live = LiveRules::from_source(source, Format::Json)
+        .await
+        .expect("first load");
+    let rx = live.subscribe();
+    let watch = live.follow(source, Format::Json);
+    source_status(&watch, WAIT, "watching", |s| s.connected).await;
+    (live, rx, watch)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_etcd_key_reloads_rejects_and_survives_a_restart() {
     let mut etcd = Etcd::start().await;
@@ -147,12 +158,7 @@ async fn rules_follow_a_cluster_restarted_without_its_data() {
     }
     etcd.put(KEY, rules("old")).await;
     let source = EtcdSource::key(config([etcd.endpoint()]), KEY);
-    let live = LiveRules::from_source(&source, Format::Json)
-        .await
-        .expect("first load");
-    let mut rx = live.subscribe();
-    let watch = live.follow(&source, Format::Json);
-    source_status(&watch, WAIT, "watching", |s| s.connected).await;
+    let (live, mut rx, watch) = follow(&source).await;
 
     // The new cluster's revisions start again from 1: the new version's revision (2) is
     // below the old one's (7). Resuming from 8 would skip it forever.
@@ -179,14 +185,9 @@ async fn rules_follow_through_a_frozen_member() {
         .with_keep_alive(None)
         .with_progress_deadline(Some(Duration::from_secs(3)));
     let source = EtcdSource::key(config, KEY);
-    let live = LiveRules::from_source(&source, Format::Json)
-        .await
-        .expect("first load");
-    let mut rx = live.subscribe();
-    let watch = live.follow(&source, Format::Json);
+    let (live, mut rx, watch) = follow(&source).await;
     let frozen = cluster.member(0).endpoint();
-    let s = source_status(&watch, WAIT, "watching", |s| s.connected).await;
-    assert_eq!(s.endpoint.as_deref(), Some(frozen.as_str()));
+    assert_eq!(watch.status().endpoint.as_deref(), Some(frozen.as_str()));
 
     let _frozen = cluster.freeze(0); // continued when dropped, also on failure
     cluster.member(2).put(KEY, rules("two")).await;
@@ -208,12 +209,7 @@ async fn rules_arrive_promptly_after_an_outage() {
     let config =
         EtcdConfig::new([etcd.endpoint()]).with_backoff(Backoff::new(CAP, CAP).without_jitter());
     let source = EtcdSource::key(config, KEY);
-    let live = LiveRules::from_source(&source, Format::Json)
-        .await
-        .expect("first load");
-    let mut rx = live.subscribe();
-    let watch = live.follow(&source, Format::Json);
-    source_status(&watch, WAIT, "watching", |s| s.connected).await;
+    let (live, mut rx, watch) = follow(&source).await;
 
     etcd.kill().await;
     source_status(&watch, WAIT, "the failure", |s| !s.connected).await;

@@ -12,7 +12,7 @@
 //! endpoint (round robin), where it resumes from the last revision it handed out + 1: the
 //! changes made meanwhile arrive as if nothing had happened. The stream never yields an
 //! error: failures are logged (`tracing`, target `gray::source`, WARN), counted in the
-//! [`Status`](crate::Status) ([`Updates::status`](crate::Updates::status)), and meanwhile
+//! [`Status`](crate::Status) ([`Updates::status`]), and meanwhile
 //! the consumer keeps what it has.
 //!
 //! # Faults, and how fast they heal
@@ -29,7 +29,7 @@
 //! | the whole cluster is down | connections refused | retried with backoff, capped at its max (5 s) | at most one backoff sleep after etcd is back (≤ 5 s); then at once: no backoff is slept after a successful reconnection |
 //! | revisions compacted while away | the watch answers with a compact revision | list again, hand out an [`Update::Reset`](crate::Update::Reset) | one listing |
 //! | the cluster restarted **without its data** (a member restored empty, a wrong data dir) or was **replaced** | before resuming on a new connection, a linearizable read shows a store revision below the one handed out; the cluster ID changes; a member's raft term goes back; any watch response carries a revision below the one handed out; the history does not follow from what was handed out (a key held is created again, a key not held changes or is deleted, a version is skipped) | list again, hand out an `Update::Reset` (the consumer diffs it: keys gone are deleted, none comes back); WARN with the old and new cluster ID and revision; [`Status::resets`](crate::Status::resets) + 1 | at reconnection, or at the first change that does not follow |
-//! | wrong user or password, TLS mismatch, no permission | the login, handshake or request fails | [`Source::load`](crate::Source::load) fails at once with the reason; a watch logs WARN, records it in its status, and retries with backoff | when the operator fixes it |
+//! | wrong user or password, TLS mismatch, no permission | the login, handshake or request fails | [`Source::load`] fails at once with the reason; a watch logs WARN, records it in its status, and retries with backoff | when the operator fixes it |
 //!
 //! What cannot be detected: a cluster that lost its data and, before the watch reconnects,
 //! got **more** revisions than were handed out, with the same cluster ID, no lower raft

@@ -5,9 +5,20 @@
 use std::{collections::BTreeMap, time::Duration};
 
 use futures_util::StreamExt;
-use gray_source::{Source, Status, StatusHandle, Update};
+use gray_core::backoff::Backoff;
+use gray_source::{Source, Status, StatusHandle, Update, etcd::EtcdConfig};
 use gray_test_support::WAIT;
 use tokio::sync::mpsc;
+
+/// A config that retries fast, for tests whose outages are short.
+pub fn fast(endpoints: impl IntoIterator<Item = String>) -> EtcdConfig {
+    EtcdConfig::new(endpoints)
+        .with_backoff(Backoff::new(
+            Duration::from_millis(50),
+            Duration::from_millis(500),
+        ))
+        .with_request_timeout(Duration::from_secs(2))
+}
 
 /// A watch polled by a task of its own (the stream only works while polled), its updates
 /// forwarded here, and what a consumer applying them holds.
@@ -120,6 +131,12 @@ impl Follow {
         ok: impl Fn(&Status) -> bool,
     ) -> Status {
         wait_status(&self.status, within, what, ok).await
+    }
+
+    /// Waits until the watch has noticed that its member is gone.
+    pub async fn lost(&self) -> Status {
+        self.status_until("the failure", |s| !s.connected && s.failures > 0)
+            .await
     }
 
     /// Waits until the status satisfies `ok`, within [`WAIT`].

@@ -10,7 +10,7 @@
 //!   with `rcgen`;
 //! - [`Proxy`]: a TCP proxy whose connections a test can cut and restore.
 //!
-//! Every wait is bounded by [`WAIT`](crate::WAIT); a member that does not come up fails the
+//! Every wait is bounded by [`WAIT`]; a member that does not come up fails the
 //! test with its log.
 
 mod cluster;
