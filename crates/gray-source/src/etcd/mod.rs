@@ -58,6 +58,7 @@
 //! ```
 
 mod config;
+mod tls;
 mod watch;
 
 use std::{collections::HashMap, future::Future, pin::Pin, sync::Arc};
@@ -66,8 +67,9 @@ use etcd_client::{Client, GetOptions, ResponseHeader};
 use tonic::Code;
 
 pub(crate) use self::config::OVER_TLS;
-pub use self::config::{
-    DEFAULT_KEEP_ALIVE, DEFAULT_PROGRESS_DEADLINE, DEFAULT_TIMEOUT, EtcdConfig, EtcdTls,
+pub use self::{
+    config::{DEFAULT_KEEP_ALIVE, DEFAULT_PROGRESS_DEADLINE, DEFAULT_TIMEOUT, EtcdConfig},
+    tls::EtcdTls,
 };
 use crate::{Entry, Revision, Snapshot, Source, SourceError, Updates};
 
