@@ -36,7 +36,10 @@ use crate::SourceError;
 /// ```
 ///
 /// Only `endpoints` is required; the others default to the values shown (keep-alive and
-/// progress deadline on; no authentication, no TLS).
+/// progress deadline on; no authentication, no TLS). A program whose `[etcd]` table has
+/// fields of its own flattens this one into it, and still rejects unknown fields:
+/// `#[serde(deny_unknown_fields)] struct Table { prefix: String, #[serde(flatten)] etcd:
+/// EtcdConfig }`.
 ///
 /// ```
 /// use std::time::Duration;
@@ -467,6 +470,44 @@ mod tests {
         .unwrap();
         assert_eq!(off.keep_alive(), None);
         assert_eq!(off.progress_deadline(), None);
+    }
+
+    /// How a program's `[etcd]` table with settings of its own (a key prefix) maps onto it.
+    #[test]
+    fn a_wider_table_flattens_onto_it() {
+        #[derive(Debug, Deserialize)]
+        #[serde(deny_unknown_fields)]
+        struct Table {
+            prefix: String,
+            #[serde(flatten)]
+            client: EtcdConfig,
+        }
+        let table: Table = toml::from_str(
+            r#"prefix = "/gray"
+            endpoints = ["x:1"]
+            user = "gray"
+            password = "p""#,
+        )
+        .unwrap();
+        assert_eq!(table.prefix, "/gray");
+        assert_eq!(table.client.user(), Some("gray"));
+        let err = toml::from_str::<Table>(
+            r#"prefix = "/gray"
+            endpoints = ["x:1"]
+            usr = "gray""#,
+        )
+        .unwrap_err();
+        assert!(err.to_string().contains("unknown field `usr`"), "{err}");
+        let err = toml::from_str::<Table>(
+            r#"prefix = "/gray"
+            endpoints = ["x:1"]
+            user = "gray""#,
+        )
+        .unwrap_err();
+        assert!(
+            err.to_string().contains("given without `password`"),
+            "{err}"
+        );
     }
 
     #[test]
