@@ -44,12 +44,70 @@ impl fmt::Display for SourceError {
                 write!(f, "cannot read {}: {source}", path.display())
             }
             #[cfg(feature = "etcd")]
-            SourceError::Etcd { action, source } => write!(f, "etcd {action} failed: {source}"),
+            SourceError::Etcd { action, source } => {
+                write!(f, "etcd {action} failed: ")?;
+                explain(source, action.ends_with(crate::etcd::OVER_TLS), f)
+            }
             SourceError::Timeout { action, after } => {
                 write!(f, "{action}: no answer within {after:?}")
             }
             SourceError::Config { field, message } => write!(f, "setting `{field}`: {message}"),
         }
+    }
+}
+
+/// etcd-client's error, compact (tonic's `Status` prints its details and metadata), with
+/// the causes of a transport failure and a hint where the fix is the operator's.
+#[cfg(feature = "etcd")]
+fn explain(error: &etcd_client::Error, tls: bool, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+    use std::error::Error as _;
+
+    let (mut text, mut cause): (String, Option<&(dyn std::error::Error + 'static)>) = match error {
+        etcd_client::Error::GRpcStatus(status) => (
+            format!("{:?}: {}", status.code(), status.message()),
+            status.source(),
+        ),
+        etcd_client::Error::TransportError(e) => (e.to_string(), e.source()),
+        other => (other.to_string(), None),
+    };
+    while let Some(c) = cause {
+        let more = c.to_string();
+        if !text.contains(&more) {
+            text.push_str(": ");
+            text.push_str(&more);
+        }
+        cause = c.source();
+    }
+    f.write_str(&text)?;
+    let lower = text.to_ascii_lowercase();
+    let hint = if lower.contains("authentication failed")
+        || lower.contains("invalid auth token")
+        || lower.contains("user name is empty")
+    {
+        Some("check the user and password")
+    } else if lower.contains("permission denied") {
+        Some("the user lacks a permission on this key")
+    } else if lower.contains("certificate")
+        || lower.contains("handshake")
+        || lower.contains("tls")
+        || lower.contains("https")
+    {
+        Some("check the TLS settings: the CA, the client certificate and key, the server name")
+    } else if tls
+        && (lower.contains("connection closed")
+            || lower.contains("connection reset")
+            || lower.contains("broken pipe"))
+    {
+        Some(
+            "a member closes the connection when it refuses the client certificate: \
+             check the TLS settings: the CA, the client certificate and key",
+        )
+    } else {
+        None
+    };
+    match hint {
+        Some(hint) => write!(f, " ({hint})"),
+        None => Ok(()),
     }
 }
 

@@ -2,17 +2,37 @@
 
 use tokio::task::JoinHandle;
 
-/// A running watch: the task that follows a source. Dropping it (or calling
-/// [`WatchHandle::stop`]) stops the task.
+use crate::{Status, StatusHandle};
+
+/// A running watch: the task that follows a source, and the source's [`Status`]. Dropping
+/// it (or calling [`WatchHandle::stop`]) stops the task.
 #[derive(Debug)]
 pub struct WatchHandle {
     task: JoinHandle<()>,
+    status: StatusHandle,
 }
 
 impl WatchHandle {
-    /// Takes ownership of the task that follows a source.
+    /// Takes ownership of the task that follows a source, without a status (it stays
+    /// empty).
     pub fn new(task: JoinHandle<()>) -> Self {
-        WatchHandle { task }
+        WatchHandle::with_status(task, StatusHandle::new())
+    }
+
+    /// Takes ownership of the task that follows a source, and of the status it reports to
+    /// (usually [`Updates::status_handle`](crate::Updates::status_handle)).
+    pub fn with_status(task: JoinHandle<()>, status: StatusHandle) -> Self {
+        WatchHandle { task, status }
+    }
+
+    /// How fresh the followed source is now.
+    pub fn status(&self) -> Status {
+        self.status.get()
+    }
+
+    /// A handle that reads the source's status from elsewhere (a metrics endpoint).
+    pub fn status_handle(&self) -> StatusHandle {
+        self.status.clone()
     }
 
     /// Stops watching.

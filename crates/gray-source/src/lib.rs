@@ -12,11 +12,14 @@
 //!   [`Source::watch`] (a stream of [`Update`]s that starts with the whole content);
 //! - [`file::FileSource`] (feature `file`, on by default): one file, polled;
 //! - `etcd::EtcdSource` (feature `etcd`): one etcd key or every key under a prefix, watched
-//!   from the last revision seen, listed again when the watch cannot resume;
-//! - [`Status`]: how fresh a watch is (last contact, revision, cluster, last error), for
-//!   metrics and alerts;
+//!   from the last revision seen, on one member at a time (the next one when it fails or
+//!   falls silent), listed again when the watch cannot resume or the cluster lost its
+//!   data; `etcd::EtcdConfig` holds the client options (timeouts, keep-alive, progress
+//!   deadline, backoff, user and password, TLS) and deserializes from a config file;
+//! - [`Status`]: how fresh a watch is (last contact, revision, cluster, endpoint,
+//!   failures, resets, last error), for metrics and alerts;
 //! - [`WatchHandle`]: the background task a consumer runs to follow a source, stopped when
-//!   dropped.
+//!   dropped, with the source's status.
 //!
 //! The consumers decide what the bytes mean: gray-tower parses a rule set, gray-discovery
 //! parses instances. A consumer applies each [`Update`] in order: a [`Update::Reset`]
@@ -29,6 +32,7 @@
 //! |---|---|---|---|
 //! | `file` | yes | [`file::FileSource`] | tokio's `fs` |
 //! | `etcd` | no | `etcd::EtcdSource` | `etcd-client` (building it needs `protoc` and the well-known protos) |
+//! | `etcd-tls` | no | TLS to etcd (`etcd::EtcdTls`) | etcd-client's rustls on `ring` |
 //!
 //! # Example
 //!

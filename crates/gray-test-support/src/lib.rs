@@ -3,8 +3,11 @@
 //!
 //! - [`alloc`]: a global allocator that counts the allocations of each thread, to prove
 //!   that a request path allocates nothing;
-//! - `etcd` (feature `etcd`): a real etcd server on free loopback ports with a temporary
-//!   data dir, killed at the end, and a TCP proxy whose connections a test can cut;
+//! - `etcd` (feature `etcd`): real etcd servers on free loopback ports with temporary
+//!   data dirs, killed at the end: one member (plain, with TLS client-certificate auth, or
+//!   with a user and password), restarted on the same or an EMPTY data dir, frozen with
+//!   SIGSTOP; a 3-member cluster; certificates made with `rcgen`; a TCP proxy whose
+//!   connections a test can cut;
 //! - [`TempDir`] and [`WAIT`], the bound of every wait in the real-network tests.
 
 pub mod alloc;

@@ -20,8 +20,10 @@
 //!
 //! | feature | default | what |
 //! |---|---|---|
+//! | `file` | yes | live edge rules from a polled file (`edge::FileSource`, from gray-source) |
 //! | `reqwest` | no | [`reqwest::PropagateMiddleware`](crate::reqwest) for `reqwest-middleware` |
-//! | `etcd` | no | live edge rules from an etcd key (`edge::EtcdSource`, etcd-client 0.21) |
+//! | `etcd` | no | live edge rules from an etcd key (`edge::EtcdSource`, from gray-source; etcd-client 0.21) |
+//! | `etcd-tls` | no | TLS to etcd (`edge::EtcdTls`: rustls on ring) |
 //! | `axum` | no | the edge reads the peer address from axum's `ConnectInfo<SocketAddr>` |
 //!
 //! The layers work unchanged on tonic servers (`Server::builder().layer(..)`) and around a

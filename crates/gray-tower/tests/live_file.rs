@@ -1,36 +1,12 @@
-//! The watched rule file, with a real file on disk.
+//! Live rules from a polled file, with a real file on disk.
 
-use std::{
-    path::{Path, PathBuf},
-    time::Duration,
-};
+use std::{path::Path, time::Duration};
 
 use gray_core::rules::{Format, content_hash};
-use gray_tower::edge::{FileSource, LiveRules, Revision, SourceError, Status};
+use gray_source::SourceError;
+use gray_test_support::{TempDir, WAIT};
+use gray_tower::edge::{FileSource, LiveRules, Revision, RuleSourceError, Status};
 use tokio::sync::watch;
-
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(tag: &str) -> Self {
-        let dir = std::env::temp_dir().join(format!(
-            "gray-live-file-{tag}-{}-{:?}",
-            std::process::id(),
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map(|d| d.as_nanos())
-                .unwrap_or_default()
-        ));
-        std::fs::create_dir_all(&dir).expect("temp dir");
-        TempDir(dir)
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
 
 /// Writes atomically: a temporary file, then a rename.
 fn write(path: &Path, text: &str) {
@@ -45,22 +21,14 @@ async fn wait_for(
     what: &str,
     ok: impl Fn(&Status) -> bool,
 ) -> Status {
-    let waited = tokio::time::timeout(Duration::from_secs(20), async {
-        loop {
-            let status = rx.borrow_and_update().clone();
-            if ok(&status) {
-                return status;
-            }
-            if rx.changed().await.is_err() {
-                panic!("status channel closed while waiting for {what}");
-            }
-        }
-    })
-    .await;
-    waited.unwrap_or_else(|_| panic!("timed out waiting for {what}: {:?}", rx.borrow()))
+    let waited = match tokio::time::timeout(WAIT, rx.wait_for(|s| ok(s))).await {
+        Ok(Ok(status)) => Some(status.clone()),
+        _ => None,
+    };
+    waited.unwrap_or_else(|| panic!("timed out waiting for {what}: {:?}", *rx.borrow()))
 }
 
-fn lane_of_first_rule(live: &LiveRules) -> Option<String> {
+fn first_rule(live: &LiveRules) -> Option<String> {
     live.load()
         .rules()
         .rules()
@@ -69,14 +37,16 @@ fn lane_of_first_rule(live: &LiveRules) -> Option<String> {
 }
 
 #[tokio::test]
-async fn a_watched_file_reloads_rejects_and_survives_deletion() {
-    let dir = TempDir::new("toml");
-    let path = dir.0.join("rules.toml");
+async fn a_followed_file_reloads_rejects_and_survives_deletion() {
+    let dir = TempDir::new("live-file");
+    let path = dir.path().join("rules.toml");
     let v1 = "[[rules]]\nname = \"one\"\nlane = \"gray\"\n";
     write(&path, v1);
 
     let source = FileSource::new(&path).with_interval(Duration::from_millis(20));
-    let live = source.live().await.expect("first load");
+    let live = LiveRules::from_source(&source, None)
+        .await
+        .expect("first load");
     assert_eq!(
         live.status().revision,
         Revision::File {
@@ -85,7 +55,11 @@ async fn a_watched_file_reloads_rejects_and_survives_deletion() {
         }
     );
     let mut rx = live.subscribe();
-    let _watch = source.watch(live.clone());
+    let watch = live.follow(&source, None);
+    // The version in force is not applied a second time.
+    let connected = wait_status(&watch, "the first read", |s| s.connected).await;
+    assert!(connected.last_contact.is_some());
+    assert_eq!(live.status().generation, 1);
 
     // A new valid version is picked up.
     let v2 = "[[rules]]\nname = \"two\"\nlane = \"gray\"\nwhen = { ip = [\"10.0.0.0/8\"] }\n";
@@ -94,7 +68,7 @@ async fn a_watched_file_reloads_rejects_and_survives_deletion() {
     assert!(
         matches!(s.revision, Revision::File { hash, .. } if hash == content_hash(v2.as_bytes()))
     );
-    assert_eq!(lane_of_first_rule(&live).as_deref(), Some("two"));
+    assert_eq!(first_rule(&live).as_deref(), Some("two"));
 
     // An invalid one is rejected; version 2 stays in force.
     write(
@@ -109,36 +83,60 @@ async fn a_watched_file_reloads_rejects_and_survives_deletion() {
         err.contains("rules[0] (\"three\"), field `when.ip[0]`"),
         "{err}"
     );
-    assert_eq!(lane_of_first_rule(&live).as_deref(), Some("two"));
+    assert_eq!(first_rule(&live).as_deref(), Some("two"));
 
-    // The file disappears: reported, nothing changes.
+    // The file disappears: reported (once), nothing changes.
     std::fs::remove_file(&path).expect("remove");
     let s = wait_for(&mut rx, "the read failure", |s| {
         s.last_error
             .as_deref()
-            .is_some_and(|e| e.starts_with("cannot read rule file"))
+            .is_some_and(|e| e.starts_with("cannot read") && e.contains("rules.toml"))
     })
     .await;
     assert_eq!(s.generation, 2);
-    assert_eq!(lane_of_first_rule(&live).as_deref(), Some("two"));
+    assert_eq!(first_rule(&live).as_deref(), Some("two"));
+    assert!(!watch.status().connected);
 
     // It comes back with a new version.
     write(&path, "[[rules]]\nname = \"four\"\nbaseline = true\n");
     let s = wait_for(&mut rx, "version 4", |s| s.generation == 3).await;
     assert_eq!(s.rejected, 1);
-    assert_eq!(lane_of_first_rule(&live).as_deref(), Some("four"));
+    assert_eq!(first_rule(&live).as_deref(), Some("four"));
+    assert!(watch.status().connected);
+
+    // Stopped: later versions are not picked up.
+    drop(watch);
+    write(&path, "[[rules]]\nname = \"five\"\nbaseline = true\n");
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(first_rule(&live).as_deref(), Some("four"));
+}
+
+async fn wait_status(
+    watch: &gray_tower::edge::WatchHandle,
+    what: &str,
+    ok: impl Fn(&gray_source::Status) -> bool,
+) -> gray_source::Status {
+    let mut rx = watch.status_handle().subscribe();
+    match tokio::time::timeout(WAIT, rx.wait_for(|s| ok(s))).await {
+        Ok(Ok(status)) => status.clone(),
+        _ => panic!("timed out waiting for {what}: {:?}", watch.status()),
+    }
 }
 
 #[tokio::test]
 async fn the_first_load_reports_what_is_wrong() {
-    let dir = TempDir::new("first");
-    let missing = FileSource::new(dir.0.join("absent.yaml"));
-    assert!(matches!(missing.load().await, Err(SourceError::Io { .. })));
+    let dir = TempDir::new("live-file-first");
+    let missing = FileSource::new(dir.path().join("absent.yaml"));
+    let err = LiveRules::from_source(&missing, None).await.unwrap_err();
+    assert!(
+        matches!(err, RuleSourceError::Source(SourceError::Read { .. })),
+        "{err:?}"
+    );
+    assert!(err.to_string().contains("absent.yaml"), "{err}");
 
-    let odd = dir.0.join("rules.conf");
+    let odd = dir.path().join("rules.conf");
     write(&odd, "{}");
-    let err = FileSource::new(&odd)
-        .load()
+    let err = LiveRules::from_source(&FileSource::new(&odd), None)
         .await
         .expect_err("unknown format");
     assert!(
@@ -147,19 +145,26 @@ async fn the_first_load_reports_what_is_wrong() {
         "{err}"
     );
     // An explicit format overrides the extension.
-    let (rules, _) = FileSource::new(&odd)
-        .with_format(Format::Json)
-        .load()
+    let live = LiveRules::from_source(&FileSource::new(&odd), Format::Json)
         .await
         .expect("json");
-    assert!(rules.rules().is_empty());
+    assert!(live.load().rules().rules().is_empty());
 
-    let yaml = dir.0.join("rules.yml");
+    let binary = dir.path().join("rules.json");
+    std::fs::write(&binary, [0xff, 0xfe]).expect("write");
+    let err = LiveRules::from_source(&FileSource::new(&binary), None)
+        .await
+        .expect_err("not text");
+    assert!(matches!(err, RuleSourceError::NotText(_)), "{err:?}");
+
+    let yaml = dir.path().join("rules.yml");
     write(
         &yaml,
         "rules:\n  - name: x\n    lane: gray\n    when: { sticky: { by: client_ip, percent: 101 } }\n",
     );
-    let err = FileSource::new(&yaml).load().await.expect_err("invalid");
+    let err = LiveRules::from_source(&FileSource::new(&yaml), None)
+        .await
+        .expect_err("invalid");
     let text = err.to_string();
     assert!(text.contains("rules.yml: rules[0] (\"x\"), field `when.sticky.percent`: expected a percentage from 0 to 100, found 101"), "{text}");
 }

@@ -75,11 +75,10 @@ impl Gateway {
         let rules = match &config.rules {
             Some(path) => {
                 let source = FileSource::new(path);
-                let live = source
-                    .live()
+                let live = LiveRules::from_source(&source, None)
                     .await
                     .map_err(|e| format!("rules {}: {e}", path.display()))?;
-                watches.push(source.watch(live.clone()));
+                watches.push(live.follow(&source, None));
                 live
             }
             None => LiveRules::new(RuleSet::default()),

@@ -1,16 +1,44 @@
-//! etcd keys and prefixes, watched (feature `etcd`).
+//! etcd keys and prefixes, watched (feature `etcd`; TLS with `etcd-tls`).
 //!
 //! [`EtcdSource::key`] follows one key (a rule set); [`EtcdSource::prefix`] follows every
 //! key under a prefix (the instances of every service). Both list first, at a store
 //! revision, then watch from that revision + 1, so every change made after the listing is
-//! delivered once, in order, and none twice.
+//! delivered once, in order, and none twice. [`EtcdConfig`] says how to reach the cluster
+//! (endpoints, timeouts, keep-alive, progress deadline, backoff, user and password, TLS);
+//! it is also what a configuration file's `[etcd]` table deserializes into.
 //!
-//! When the watch breaks (etcd restarts, the connection drops), the stream reconnects with
-//! backoff and watches again from the last revision it delivered + 1, so the changes made
-//! meanwhile arrive as if nothing had happened. When that revision has been compacted away,
-//! it lists again and yields an [`Update::Reset`](crate::Update::Reset). Meanwhile the
-//! consumer keeps what it has: the stream does not yield errors, it logs them (`tracing`,
-//! target `gray::source`, WARN) and records them in the [`Status`](crate::Status).
+//! A watch talks to **one member at a time**, starting with the first endpoint. When
+//! anything fails it drops the connection, waits its backoff, and connects to the **next**
+//! endpoint (round robin), where it resumes from the last revision it handed out + 1: the
+//! changes made meanwhile arrive as if nothing had happened. The stream never yields an
+//! error: failures are logged (`tracing`, target `gray::source`, WARN), counted in the
+//! [`Status`](crate::Status) ([`Updates::status`]), and meanwhile
+//! the consumer keeps what it has.
+//!
+//! # Faults, and how fast they heal
+//!
+//! Bounds are for the defaults (5 s connect and request timeouts, 5 s progress deadline,
+//! keep-alive every 5 s with a 5 s timeout, backoff 100 ms doubling to 5 s between failed
+//! attempts) and a cluster where another member answers.
+//!
+//! | fault | detected by | recovery | changes flow again |
+//! |---|---|---|---|
+//! | a member is killed or restarts, a connection is cut | the watch stream errors or ends | next endpoint after one backoff step; resume from the last revision + 1 | after ~100 ms (the first backoff step) |
+//! | a member freezes (SIGSTOP, a hung host, a network black hole: nothing closes the connection) | no event and no answer to progress requests (asked every third of the deadline while idle) within the **progress deadline**; HTTP/2 keep-alive as a second guard | drop the connection, next endpoint, resume | within the progress deadline + one backoff step: ~5 s (< 10 s) |
+//! | a request hangs (a frozen member at connect, a slow listing) | the request timeout | next endpoint after one backoff step | within 5 s + backoff |
+//! | the whole cluster is down | connections refused | retried with backoff, capped at its max (5 s) | at most one backoff sleep after etcd is back (≤ 5 s); then at once: no backoff is slept after a successful reconnection |
+//! | revisions compacted while away | the watch answers with a compact revision | list again, hand out an [`Update::Reset`](crate::Update::Reset) | one listing |
+//! | the cluster restarted **without its data** (a member restored empty, a wrong data dir) or was **replaced** | before resuming on a new connection, a linearizable read shows a store revision below the one handed out; the cluster ID changes; a member's raft term goes back; any watch response carries a revision below the one handed out; the history does not follow from what was handed out (a key held is created again, a key not held changes or is deleted, a version is skipped) | list again, hand out an `Update::Reset` (the consumer diffs it: keys gone are deleted, none comes back); WARN with the old and new cluster ID and revision; [`Status::resets`](crate::Status::resets) + 1 | at reconnection, or at the first change that does not follow |
+//! | wrong user or password, TLS mismatch, no permission | the login, handshake or request fails | [`Source::load`] fails at once with the reason; a watch logs WARN, records it in its status, and retries with backoff | when the operator fixes it |
+//!
+//! What cannot be detected: a cluster that lost its data and, before the watch reconnects,
+//! got **more** revisions than were handed out, with the same cluster ID, no lower raft
+//! term, and only keys the consumer does not hold. The watch then resumes in the middle of
+//! the new history: it sees every later change, but not the keys created before, nor that
+//! the keys it holds are gone, until one of them changes (which shows the history does not
+//! follow). Rebuild a cluster with a new `--initial-cluster-token` (a new cluster ID) to
+//! rule this out. Membership changes alone (a member added or removed) are not a reset and
+//! are not reported.
 //!
 //! ```no_run
 //! use futures_util::StreamExt;
@@ -18,160 +46,32 @@
 //!
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-//! let config = EtcdConfig::new(["http://127.0.0.1:2379"]);
+//! let config = EtcdConfig::new(["http://10.0.0.1:2379", "http://10.0.0.2:2379", "http://10.0.0.3:2379"])
+//!     .with_user("gray", "secret");
 //! let source = EtcdSource::prefix(config, "/gray/");
 //! let mut updates = source.watch();
 //! while let Some(update) = updates.next().await {
-//!     println!("{update:?}");
+//!     println!("{update:?} (cluster {:?})", updates.status().cluster_id);
 //! }
 //! # Ok(())
 //! # }
 //! ```
 
+mod config;
+mod tls;
 mod watch;
 
-use std::{fmt, future::Future, pin::Pin, sync::Arc, time::Duration};
+use std::{collections::HashMap, future::Future, pin::Pin, sync::Arc};
 
-use etcd_client::{Client, ConnectOptions, GetOptions};
-use gray_core::backoff::Backoff;
+use etcd_client::{Client, GetOptions, ResponseHeader};
+use tonic::Code;
 
+pub(crate) use self::config::OVER_TLS;
+pub use self::{
+    config::{DEFAULT_KEEP_ALIVE, DEFAULT_PROGRESS_DEADLINE, DEFAULT_TIMEOUT, EtcdConfig},
+    tls::EtcdTls,
+};
 use crate::{Entry, Revision, Snapshot, Source, SourceError, Updates};
-
-/// How to reach an etcd cluster: endpoints and client options, shared by every
-/// [`EtcdSource`] and by self-registration.
-#[derive(Clone)]
-pub struct EtcdConfig {
-    endpoints: Vec<String>,
-    connect_timeout: Duration,
-    request_timeout: Duration,
-    keep_alive: Option<(Duration, Duration)>,
-    backoff: Backoff,
-}
-
-impl fmt::Debug for EtcdConfig {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("EtcdConfig")
-            .field("endpoints", &self.endpoints)
-            .field("connect_timeout", &self.connect_timeout)
-            .field("request_timeout", &self.request_timeout)
-            .field("keep_alive", &self.keep_alive)
-            .field("backoff", &self.backoff)
-            .finish()
-    }
-}
-
-impl EtcdConfig {
-    /// The cluster at `endpoints` (`http://127.0.0.1:2379`, or `127.0.0.1:2379`): 5 s to
-    /// connect and per request, HTTP/2 keep-alive every 5 s with a 5 s timeout, reconnecting
-    /// after 100 ms doubling to 5 s.
-    pub fn new<E: AsRef<str>>(endpoints: impl IntoIterator<Item = E>) -> Self {
-        EtcdConfig {
-            endpoints: endpoints
-                .into_iter()
-                .map(|e| e.as_ref().to_owned())
-                .collect(),
-            connect_timeout: Duration::from_secs(5),
-            request_timeout: Duration::from_secs(5),
-            keep_alive: Some((Duration::from_secs(5), Duration::from_secs(5))),
-            backoff: Backoff::default(),
-        }
-    }
-
-    /// How long connecting may take.
-    pub fn with_connect_timeout(mut self, timeout: Duration) -> Self {
-        self.connect_timeout = timeout.max(Duration::from_millis(1));
-        self
-    }
-
-    /// How long one request (a listing, a watch creation) may take before it is abandoned
-    /// and retried.
-    pub fn with_request_timeout(mut self, timeout: Duration) -> Self {
-        self.request_timeout = timeout.max(Duration::from_millis(1));
-        self
-    }
-
-    /// HTTP/2 keep-alive pings every `interval`, the connection dropped when one is not
-    /// answered within `timeout`; `None` turns them off.
-    pub fn with_keep_alive(mut self, keep_alive: Option<(Duration, Duration)>) -> Self {
-        self.keep_alive = keep_alive;
-        self
-    }
-
-    /// Reconnects with `backoff`.
-    pub fn with_backoff(mut self, backoff: Backoff) -> Self {
-        self.backoff = backoff;
-        self
-    }
-
-    /// The endpoints.
-    pub fn endpoints(&self) -> &[String] {
-        &self.endpoints
-    }
-
-    /// The time allowed per request.
-    pub fn request_timeout(&self) -> Duration {
-        self.request_timeout
-    }
-
-    /// The reconnection backoff.
-    pub fn backoff(&self) -> Backoff {
-        self.backoff
-    }
-
-    /// Connects a client with these options.
-    pub async fn connect(&self) -> Result<Client, SourceError> {
-        if self.endpoints.is_empty() {
-            return Err(SourceError::Config {
-                field: "endpoints",
-                message: "expected at least one etcd endpoint".into(),
-            });
-        }
-        let mut options = ConnectOptions::new()
-            .with_connect_timeout(self.connect_timeout)
-            .with_timeout(self.request_timeout);
-        if let Some((interval, timeout)) = self.keep_alive {
-            options = options
-                .with_keep_alive(interval, timeout)
-                .with_keep_alive_while_idle(true);
-        }
-        let action = || format!("connect to {:?}", self.endpoints);
-        match tokio::time::timeout(
-            self.connect_timeout,
-            Client::connect(&self.endpoints, Some(options)),
-        )
-        .await
-        {
-            Ok(Ok(client)) => Ok(client),
-            Ok(Err(source)) => Err(SourceError::Etcd {
-                action: action(),
-                source,
-            }),
-            Err(_) => Err(SourceError::Timeout {
-                action: action(),
-                after: self.connect_timeout,
-            }),
-        }
-    }
-
-    /// Runs one request with the request timeout.
-    pub(crate) async fn timed<T>(
-        &self,
-        action: impl FnOnce() -> String,
-        fut: impl Future<Output = Result<T, etcd_client::Error>>,
-    ) -> Result<T, SourceError> {
-        match tokio::time::timeout(self.request_timeout, fut).await {
-            Ok(Ok(t)) => Ok(t),
-            Ok(Err(source)) => Err(SourceError::Etcd {
-                action: action(),
-                source,
-            }),
-            Err(_) => Err(SourceError::Timeout {
-                action: action(),
-                after: self.request_timeout,
-            }),
-        }
-    }
-}
 
 /// One etcd key, or every key under a prefix; see the [module docs](self).
 #[derive(Debug, Clone)]
@@ -179,6 +79,13 @@ pub struct EtcdSource {
     config: Arc<EtcdConfig>,
     key: String,
     prefix: bool,
+}
+
+/// A listing: the entries, each key's version, and the response header.
+pub(crate) struct Listing {
+    pub(crate) entries: Vec<Entry>,
+    pub(crate) versions: HashMap<String, i64>,
+    pub(crate) header: Option<ResponseHeader>,
 }
 
 impl EtcdSource {
@@ -215,52 +122,105 @@ impl EtcdSource {
         &self.config
     }
 
-    fn get_options(&self) -> Option<GetOptions> {
-        self.prefix.then(|| GetOptions::new().with_prefix())
-    }
-
-    /// Lists the key or prefix: the entries, and the store revision they were read at.
-    pub(crate) async fn list(&self, client: &mut Client) -> Result<(Vec<Entry>, i64), SourceError> {
-        let response = self
+    /// Lists the key or prefix: the entries, sorted by key, and the header (whose
+    /// revision is the store revision they were read at).
+    pub(crate) async fn list(
+        &self,
+        client: &mut Client,
+        endpoint: &str,
+    ) -> Result<Listing, SourceError> {
+        let options = self.prefix.then(|| GetOptions::new().with_prefix());
+        let mut response = self
             .config
             .timed(
-                || format!("get {}", self.key),
-                client.get(self.key.as_str(), self.get_options()),
+                || format!("get {} at {endpoint}", self.key),
+                client.get(self.key.as_str(), options),
             )
             .await?;
-        let revision = response.header().map_or(0, |h| h.revision());
+        let header = response.take_header();
+        let mut versions = HashMap::with_capacity(response.kvs().len());
         let mut entries: Vec<Entry> = response
             .kvs()
             .iter()
-            .map(|kv| Entry {
-                key: String::from_utf8_lossy(kv.key()).into_owned(),
-                value: kv.value().to_vec(),
-                revision: Revision::Etcd {
-                    mod_revision: kv.mod_revision(),
-                },
+            .map(|kv| {
+                let key = String::from_utf8_lossy(kv.key()).into_owned();
+                versions.insert(key.clone(), kv.version());
+                Entry {
+                    key,
+                    value: kv.value().to_vec(),
+                    revision: Revision::Etcd {
+                        mod_revision: kv.mod_revision(),
+                    },
+                }
             })
             .collect();
         entries.sort_by(|a, b| a.key.cmp(&b.key));
-        Ok((entries, revision))
+        Ok(Listing {
+            entries,
+            versions,
+            header,
+        })
+    }
+}
+
+/// Whether trying another endpoint could help: not when the request itself is refused
+/// (credentials, permissions, a configuration error).
+fn worth_another_endpoint(error: &SourceError) -> bool {
+    match error {
+        SourceError::Etcd {
+            source: etcd_client::Error::GRpcStatus(status),
+            ..
+        } => !matches!(
+            status.code(),
+            Code::InvalidArgument | Code::PermissionDenied | Code::Unauthenticated
+        ),
+        SourceError::Etcd {
+            source: etcd_client::Error::InvalidArgs(_) | etcd_client::Error::InvalidUri(_),
+            ..
+        }
+        | SourceError::Config { .. } => false,
+        _ => true,
     }
 }
 
 impl Source for EtcdSource {
     fn describe(&self) -> String {
         let what = if self.prefix { "prefix" } else { "key" };
-        format!("etcd {what} {} at {:?}", self.key, self.config.endpoints)
+        format!("etcd {what} {} at {:?}", self.key, self.config.endpoints())
     }
 
+    /// Lists the key or prefix through the first endpoint that answers (each one tried in
+    /// turn, each bounded by the connect and request timeouts); fails at once when the
+    /// request itself is refused (wrong credentials, no permission, TLS misconfigured).
     fn load(&self) -> Pin<Box<dyn Future<Output = Result<Snapshot, SourceError>> + Send + '_>> {
         Box::pin(async move {
-            let mut client = self.config.connect().await?;
-            let (entries, revision) = self.list(&mut client).await?;
-            Ok(Snapshot {
-                entries,
-                revision: Revision::Etcd {
-                    mod_revision: revision,
-                },
-            })
+            let mut last = None;
+            for endpoint in self.config.endpoints() {
+                let attempt = async {
+                    let mut client = self
+                        .config
+                        .connect_to(std::slice::from_ref(endpoint))
+                        .await?;
+                    self.list(&mut client, endpoint).await
+                };
+                match attempt.await {
+                    Ok(listing) => {
+                        let revision = listing.header.as_ref().map_or(0, ResponseHeader::revision);
+                        return Ok(Snapshot {
+                            entries: listing.entries,
+                            revision: Revision::Etcd {
+                                mod_revision: revision,
+                            },
+                        });
+                    }
+                    Err(error) if worth_another_endpoint(&error) => last = Some(error),
+                    Err(error) => return Err(error),
+                }
+            }
+            Err(last.unwrap_or_else(|| SourceError::Config {
+                field: "endpoints",
+                message: "expected at least one etcd endpoint".into(),
+            }))
         })
     }
 

@@ -1,67 +1,75 @@
-//! Errors of rule sources.
+//! Why a source could not give a rule set.
 
-use std::{fmt, io, path::PathBuf};
+use std::fmt;
 
 use gray_core::rules::RulesError;
+use gray_source::SourceError;
 
-/// A rule source that could not produce a rule set.
+/// Why rules could not be read from a [`Source`](gray_source::Source).
 #[derive(Debug)]
 #[non_exhaustive]
-pub enum SourceError {
-    /// The file could not be read.
-    Io {
-        /// The file.
-        path: PathBuf,
-        /// Why.
-        source: io::Error,
+pub enum RuleSourceError {
+    /// The source could not be read (a missing file, etcd unreachable, wrong credentials).
+    Source(SourceError),
+    /// The source holds nothing: the etcd key does not exist.
+    Missing(String),
+    /// The source holds more than one key (a rule set is one key, or one file).
+    NotOneKey {
+        /// The source.
+        source: String,
+        /// Its keys.
+        keys: Vec<String>,
     },
-    /// The file's extension names no known format and none was configured.
-    UnknownFormat(PathBuf),
+    /// The key's name has no known extension and no format was given.
+    UnknownFormat(String),
+    /// The value is not UTF-8 text.
+    NotText(String),
     /// The rule set is invalid.
     Rules(RulesError),
-    /// The etcd key does not exist.
-    MissingKey(String),
-    /// The etcd value is not UTF-8 text.
-    NotText(String),
-    /// etcd failed.
-    #[cfg(feature = "etcd")]
-    Etcd(etcd_client::Error),
 }
 
-impl fmt::Display for SourceError {
+impl fmt::Display for RuleSourceError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            SourceError::Io { path, source } => {
-                write!(f, "cannot read rule file {}: {source}", path.display())
+            RuleSourceError::Source(e) => fmt::Display::fmt(e, f),
+            RuleSourceError::Missing(source) => {
+                write!(f, "{source} holds no rule set (the key does not exist)")
             }
-            SourceError::UnknownFormat(path) => write!(
+            RuleSourceError::NotOneKey { source, keys } => write!(
                 f,
-                "cannot tell the format of rule file {}: expected a .toml, .yaml, .yml or .json extension",
-                path.display()
+                "{source} holds {} keys ({}), where a rule set is one key",
+                keys.len(),
+                keys.join(", ")
             ),
-            SourceError::Rules(e) => fmt::Display::fmt(e, f),
-            SourceError::MissingKey(key) => write!(f, "etcd key {key:?} does not exist"),
-            SourceError::NotText(key) => write!(f, "etcd key {key:?} does not hold UTF-8 text"),
-            #[cfg(feature = "etcd")]
-            SourceError::Etcd(e) => write!(f, "etcd failed: {e}"),
+            RuleSourceError::UnknownFormat(key) => write!(
+                f,
+                "cannot tell the format of {key}: expected a .toml, .yaml, .yml or .json \
+                 extension, or a format given with the source"
+            ),
+            RuleSourceError::NotText(key) => write!(f, "{key} does not hold UTF-8 text"),
+            RuleSourceError::Rules(e) => fmt::Display::fmt(e, f),
         }
     }
 }
 
-impl std::error::Error for SourceError {
+impl std::error::Error for RuleSourceError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
-            SourceError::Io { source, .. } => Some(source),
-            SourceError::Rules(e) => Some(e),
-            #[cfg(feature = "etcd")]
-            SourceError::Etcd(e) => Some(e),
+            RuleSourceError::Source(e) => Some(e),
+            RuleSourceError::Rules(e) => Some(e),
             _ => None,
         }
     }
 }
 
-impl From<RulesError> for SourceError {
+impl From<RulesError> for RuleSourceError {
     fn from(e: RulesError) -> Self {
-        SourceError::Rules(e)
+        RuleSourceError::Rules(e)
+    }
+}
+
+impl From<SourceError> for RuleSourceError {
+    fn from(e: SourceError) -> Self {
+        RuleSourceError::Source(e)
     }
 }

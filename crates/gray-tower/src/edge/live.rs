@@ -1,4 +1,5 @@
-//! The rule set in force, swapped atomically while requests flow.
+//! The rule set in force, swapped atomically while requests flow, and kept up to date
+//! from a file or an etcd key.
 //!
 //! [`LiveRules`] holds the current [`Snapshot`] behind `arc-swap`: a request loads it once
 //! (no lock, no contention with writers) and is decided by that one snapshot from start to
@@ -26,53 +27,83 @@
 //! assert!(status.last_error.unwrap().contains("field `lane`"));
 //! assert_eq!(live.load().rules().rules().len(), 1);
 //! ```
+//!
+//! # Rules from a file or etcd
+//!
+//! A rule set is a [`Source`] whose one entry parses as a [`RuleSet`]: a file
+//! ([`FileSource`](gray_source::file::FileSource), polled) or one etcd key
+//! ([`EtcdSource::key`](gray_source::etcd::EtcdSource::key), watched; feature `etcd`).
+//! [`LiveRules::from_source`] reads it once (a failure there should stop the program), and
+//! [`LiveRules::follow`] applies every later version in a background task while the
+//! returned [`WatchHandle`] lives:
+//!
+//! - a new version is parsed and put in force, or rejected (the previous one stays);
+//! - a deleted key, or a source that cannot be read for a while (a missing file, etcd
+//!   unreachable), changes nothing: a warning event, and [`Status::last_error`];
+//! - the source's own freshness (last contact, etcd revision and cluster, failures) is
+//!   [`WatchHandle::status`].
+//!
+//! The format is given, or told by the key's extension (`.toml`, `.yaml`/`.yml`,
+//! `.json`). What each etcd fault does and how fast it heals is in [`gray_source::etcd`].
+//!
+//! ```
+//! use std::time::Duration;
+//! use gray_tower::edge::{FileSource, LiveRules};
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let path = std::env::temp_dir().join(format!("gray-live-doc-{}.json", std::process::id()));
+//! std::fs::write(&path, r#"{"rules":[{"name":"one","lane":"gray"}]}"#)?;
+//!
+//! let source = FileSource::new(&path).with_interval(Duration::from_millis(10));
+//! let live = LiveRules::from_source(&source, None).await?; // JSON, by the extension
+//! let watch = live.follow(&source, None); // later versions, while `watch` lives
+//! assert_eq!(live.load().rules().rules()[0].name(), Some("one"));
+//!
+//! std::fs::write(&path, r#"{"rules":[{"name":"two","lane":"gray"}]}"#)?;
+//! let mut status = live.subscribe();
+//! tokio::time::timeout(Duration::from_secs(10), status.wait_for(|s| s.generation == 2)).await??;
+//! assert_eq!(live.load().rules().rules()[0].name(), Some("two"));
+//! assert!(watch.status().connected);
+//! # std::fs::remove_file(&path)?;
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! From etcd (the value in JSON, whatever the key's name):
+//!
+//! ```no_run
+//! # #[cfg(feature = "etcd")]
+//! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+//! use gray_core::rules::Format;
+//! use gray_tower::edge::{EtcdConfig, EtcdSource, LiveRules};
+//!
+//! let config = EtcdConfig::new(["http://10.0.0.1:2379", "http://10.0.0.2:2379"]);
+//! let source = EtcdSource::key(config, "/gray/rules");
+//! let live = LiveRules::from_source(&source, Format::Json).await?;
+//! let _watch = live.follow(&source, Format::Json);
+//! # Ok(())
+//! # }
+//! ```
 
 use std::{
     fmt,
     ops::Deref,
+    path::Path,
     sync::{
         Arc, Mutex,
         atomic::{AtomicU64, Ordering},
     },
-    time::SystemTime,
 };
 
 use arc_swap::ArcSwap;
-use gray_core::rules::{Format, RuleSet, RulesError};
+use futures_util::StreamExt;
+use gray_core::rules::{Format, RuleSet, RulesError, content_hash};
+pub use gray_source::Revision;
+use gray_source::{Entry, Source, StatusHandle, Update, WatchHandle};
 use tokio::sync::watch;
 
-/// Where a rule-set version came from.
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum Revision {
-    /// Given in code at start-up.
-    Initial,
-    /// Set by the caller, with its own number.
-    Manual(u64),
-    /// Read from a file.
-    File {
-        /// The file's modification time, when the platform reports one.
-        modified: Option<SystemTime>,
-        /// [`content_hash`](gray_core::rules::content_hash) of the file's bytes.
-        hash: u64,
-    },
-    /// Read from an etcd key.
-    Etcd {
-        /// The key's `mod_revision`.
-        mod_revision: i64,
-    },
-}
-
-impl fmt::Display for Revision {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Revision::Initial => f.write_str("initial"),
-            Revision::Manual(n) => write!(f, "manual {n}"),
-            Revision::File { hash, .. } => write!(f, "file {hash:016x}"),
-            Revision::Etcd { mod_revision } => write!(f, "etcd mod_revision {mod_revision}"),
-        }
-    }
-}
+use super::error::RuleSourceError;
 
 /// One accepted rule-set version.
 #[derive(Debug)]
@@ -80,6 +111,8 @@ pub struct Snapshot {
     rules: RuleSet,
     generation: u64,
     revision: Revision,
+    /// The hash of the bytes it was parsed from, when read from a source.
+    content: Option<u64>,
 }
 
 impl Snapshot {
@@ -101,6 +134,7 @@ impl Snapshot {
 
 /// What is in force and what was last rejected.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Status {
     /// The generation in force.
     pub generation: u64,
@@ -166,6 +200,10 @@ impl LiveRules {
 
     /// `rules` in force as generation 1, from `revision`.
     pub fn with_revision(rules: RuleSet, revision: Revision) -> Self {
+        Self::first(rules, revision, None)
+    }
+
+    fn first(rules: RuleSet, revision: Revision, content: Option<u64>) -> Self {
         let status = Status {
             generation: 1,
             revision: revision.clone(),
@@ -178,6 +216,7 @@ impl LiveRules {
                     rules,
                     generation: 1,
                     revision,
+                    content,
                 }),
                 write: Mutex::new(()),
                 next_generation: AtomicU64::new(2),
@@ -199,6 +238,10 @@ impl LiveRules {
 
     /// Puts `rules` in force; returns the new generation.
     pub fn replace(&self, rules: RuleSet, revision: Revision) -> u64 {
+        self.put(rules, revision, None)
+    }
+
+    fn put(&self, rules: RuleSet, revision: Revision, content: Option<u64>) -> u64 {
         let _writer = self
             .shared
             .write
@@ -209,6 +252,7 @@ impl LiveRules {
             rules,
             generation,
             revision: revision.clone(),
+            content,
         }));
         tracing::info!(
             target: "gray::rules",
@@ -279,5 +323,161 @@ impl LiveRules {
     /// A receiver that sees every status change (accepted or rejected versions).
     pub fn subscribe(&self) -> watch::Receiver<Status> {
         self.shared.status.subscribe()
+    }
+
+    /// Reads the rule set from `source` once, in `format` (`None`: by the key's
+    /// extension), and puts it in force as generation 1. Fails when the source cannot be
+    /// read, holds no key or several, or its rule set is invalid: at start-up, a reason to
+    /// stop. See the [module docs](self).
+    pub async fn from_source(
+        source: &(impl Source + ?Sized),
+        format: impl Into<Option<Format>>,
+    ) -> Result<LiveRules, RuleSourceError> {
+        let reader = Reader::new(source, format.into());
+        let snapshot = source.load().await?;
+        let entry = match snapshot.entries.as_slice() {
+            [entry] => entry,
+            [] => return Err(RuleSourceError::Missing(reader.name)),
+            many => {
+                return Err(RuleSourceError::NotOneKey {
+                    source: reader.name,
+                    keys: many.iter().map(|e| e.key.clone()).collect(),
+                });
+            }
+        };
+        let rules = reader.parse(entry)?;
+        Ok(Self::first(
+            rules,
+            entry.revision.clone(),
+            Some(content_hash(&entry.value)),
+        ))
+    }
+
+    /// Follows `source` in a background task and puts each new version in force (or
+    /// rejects it) while the returned handle lives; see the [module docs](self). Must be
+    /// called inside a tokio runtime.
+    pub fn follow(
+        &self,
+        source: &(impl Source + ?Sized),
+        format: impl Into<Option<Format>>,
+    ) -> WatchHandle {
+        let reader = Reader::new(source, format.into());
+        let updates = source.watch();
+        let status = updates.status_handle();
+        let follower = Follower {
+            live: self.clone(),
+            reader,
+            seen: {
+                let current = self.load();
+                current.content.map(|hash| (current.revision.clone(), hash))
+            },
+            failing: false,
+        };
+        WatchHandle::with_status(tokio::spawn(follower.run(updates, status.clone())), status)
+    }
+}
+
+// === Reading rules from a source ===
+
+/// Turns a source's entries into rule sets.
+struct Reader {
+    /// The source, for messages: `file /etc/gray/rules.toml`.
+    name: String,
+    format: Option<Format>,
+}
+
+impl Reader {
+    fn new(source: &(impl Source + ?Sized), format: Option<Format>) -> Self {
+        Reader {
+            name: source.describe(),
+            format,
+        }
+    }
+
+    fn parse(&self, entry: &Entry) -> Result<RuleSet, RuleSourceError> {
+        let format = self
+            .format
+            .or_else(|| Format::from_path(Path::new(&entry.key)))
+            .ok_or_else(|| RuleSourceError::UnknownFormat(entry.key.clone()))?;
+        let text = std::str::from_utf8(&entry.value)
+            .map_err(|_| RuleSourceError::NotText(format!("{} ({})", entry.key, self.name)))?;
+        Ok(RuleSet::parse(text, format, &self.name)?)
+    }
+}
+
+/// The task behind [`LiveRules::follow`].
+struct Follower {
+    live: LiveRules,
+    reader: Reader,
+    /// The revision and content hash of the last version applied or rejected.
+    seen: Option<(Revision, u64)>,
+    /// Whether the source's failure was reported (once per outage).
+    failing: bool,
+}
+
+impl Follower {
+    async fn run(mut self, mut updates: gray_source::Updates, status: StatusHandle) {
+        let mut changes = status.subscribe();
+        loop {
+            tokio::select! {
+                update = updates.next() => match update {
+                    Some(update) => self.on_update(update),
+                    None => return,
+                },
+                changed = changes.changed() => {
+                    if changed.is_err() {
+                        return;
+                    }
+                    let status = changes.borrow_and_update().clone();
+                    if status.connected {
+                        self.failing = false;
+                    } else if !self.failing {
+                        if let Some(error) = &status.last_error {
+                            self.failing = true;
+                            self.live.source_failed(error);
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    fn on_update(&mut self, update: Update) {
+        match update {
+            Update::Reset(snapshot) => match snapshot.entries.as_slice() {
+                [entry] => self.on_entry(entry),
+                [] => self.live.source_failed(&format_args!(
+                    "{} holds no rule set (the key does not exist); the rules in force stay",
+                    self.reader.name
+                )),
+                many => self.live.reject(
+                    &RuleSourceError::NotOneKey {
+                        source: self.reader.name.clone(),
+                        keys: many.iter().map(|e| e.key.clone()).collect(),
+                    },
+                    &snapshot.revision,
+                ),
+            },
+            Update::Put(entry) => self.on_entry(&entry),
+            Update::Delete { key, .. } => self.live.source_failed(&format_args!(
+                "{key} was deleted from {}; the rules in force stay",
+                self.reader.name
+            )),
+        }
+    }
+
+    fn on_entry(&mut self, entry: &Entry) {
+        let hash = content_hash(&entry.value);
+        let version = (entry.revision.clone(), hash);
+        if self.seen.as_ref() == Some(&version) {
+            return;
+        }
+        self.seen = Some(version);
+        match self.reader.parse(entry) {
+            Ok(rules) => {
+                self.live.put(rules, entry.revision.clone(), Some(hash));
+            }
+            Err(e) => self.live.reject(&e, &entry.revision),
+        }
     }
 }

@@ -2,20 +2,19 @@
 
 pub mod client_ip;
 mod error;
-#[cfg(feature = "etcd")]
-pub mod etcd;
-pub mod file;
 mod layer;
 pub mod live;
 mod service;
 
-#[cfg(feature = "etcd")]
-pub use self::etcd::EtcdSource;
 pub use self::{
     client_ip::{ClientIpResolver, ForwardedHeader, PeerAddr, TrustedProxies, peer_ip},
-    error::SourceError,
-    file::{FileSource, WatchHandle},
+    error::RuleSourceError,
     layer::{EdgeLayer, Precedence, X_GRAY_FLAG, X_GRAY_IP},
     live::{LiveRules, Revision, Snapshot, SnapshotGuard, Status},
     service::{DecidedBy, Edge, EdgeDecision},
 };
+#[cfg(feature = "etcd")]
+pub use gray_source::etcd::{EtcdConfig, EtcdSource, EtcdTls};
+#[cfg(feature = "file")]
+pub use gray_source::file::FileSource;
+pub use gray_source::{Source, WatchHandle};
