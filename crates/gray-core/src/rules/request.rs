@@ -2,7 +2,7 @@
 
 use std::{borrow::Cow, net::IpAddr};
 
-use http::{HeaderMap, Uri, header::COOKIE};
+use http::{HeaderMap, HeaderName, HeaderValue, Uri, header::COOKIE};
 
 /// What rules see of a request: path, query, headers and the client IP, all borrowed.
 ///
@@ -62,7 +62,8 @@ impl<'a> RequestView<'a> {
         self
     }
 
-    /// The path.
+    /// The path, as the request URI holds it. Behind gray-tower's edge layer that is the
+    /// normalised path ([`crate::path::normalize`]), the one the upstream receives.
     pub fn path(&self) -> &'a str {
         self.path
     }
@@ -82,12 +83,18 @@ impl<'a> RequestView<'a> {
         self.client_ip
     }
 
+    /// The first value of header `name`: a header that appears more than once is read as
+    /// its first value, as the seeds' `request.getHeader` does.
+    pub fn header(&self, name: &HeaderName) -> Option<&'a [u8]> {
+        self.headers.get(name).map(HeaderValue::as_bytes)
+    }
+
     /// The first value of cookie `name`, unquoted, across every `cookie` header line.
     pub fn cookie(&self, name: &str) -> Option<&'a [u8]> {
         self.cookies(name).next()
     }
 
-    /// Every value of cookie `name`.
+    /// Every value of cookie `name`, in order (rules read only the first).
     pub fn cookies<'n>(&self, name: &'n str) -> impl Iterator<Item = &'a [u8]> + use<'a, 'n> {
         let name = name.as_bytes();
         self.headers
