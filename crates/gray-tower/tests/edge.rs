@@ -10,6 +10,7 @@ use gray_core::{
     path::PathErrorKind,
     rules::{CidrList, Format, RuleSet},
 };
+use gray_test_support::alloc::{Counting, measure};
 use gray_tower::{
     edge::{
         ClientIpResolver, DecidedBy, EdgeDecision, EdgeLayer, ForwardedHeader, LiveRules,
@@ -20,6 +21,9 @@ use gray_tower::{
 use http::{HeaderMap, HeaderName, HeaderValue, Request, Response, Uri};
 use proptest::prelude::*;
 use tower::{Service, ServiceExt, service_fn};
+
+#[global_allocator]
+static ALLOCATOR: Counting = Counting;
 
 /// What the service behind the edge saw.
 #[derive(Debug, Clone)]
@@ -439,6 +443,13 @@ carriers = [
     CarrierConfig::carriers(&file.carriers)
 }
 
+/// A spoofing case: its name, the headers the client sends, what the service behind gets.
+type Case = (
+    &'static str,
+    &'static [(&'static str, &'static str)],
+    &'static [Want],
+);
+
 /// What the service behind must (not) have received.
 enum Want {
     Absent(&'static str),
@@ -469,7 +480,7 @@ async fn every_forged_carrier_is_stripped_from_untrusted_clients() {
         .with_trusted_clients(CidrList::parse(["10.20.0.0/16"]).expect("cidrs"))
         .with_strip([HeaderName::from_static("x-tenant-tier")]);
     let five = default_carriers.clone().with_carriers(five_carriers());
-    let cases: &[(&str, &[(&str, &str)], &[Want])] = &[
+    let cases: &[Case] = &[
         ("seed 000 flag", &[("gray", "true")], &[Absent("gray")]),
         (
             "seed 000 flag, odd case",
@@ -598,7 +609,7 @@ async fn connection_cannot_remove_the_stain_the_edge_writes() {
         .with_carriers(five_carriers())
         .with_trusted_clients(CidrList::parse(["10.20.0.0/16"]).expect("cidrs"))
         .with_seed003_headers(gray());
-    let cases: &[(&str, &[(&str, &str)], &[Want])] = &[
+    let cases: &[Case] = &[
         (
             "Connection: x-gray-lane",
             &[("connection", "x-gray-lane")],
@@ -848,6 +859,82 @@ fn the_strip_set_is_listed() {
     );
     let edge = edge.with_strip_known(false).with_strip([]);
     assert_eq!(edge.stripped_headers(), [HeaderName::from_static("x-lane")]);
+}
+
+// === allocations ===
+
+/// Polls `fut` once with a no-op waker; the edge and its stand-in are ready at once.
+fn poll_once<F: std::future::Future>(fut: F) -> F::Output {
+    let mut fut = std::pin::pin!(fut);
+    match fut
+        .as_mut()
+        .poll(&mut std::task::Context::from_waker(std::task::Waker::noop()))
+    {
+        std::task::Poll::Ready(out) => out,
+        std::task::Poll::Pending => panic!("not ready at the first poll"),
+    }
+}
+
+/// The allocations of one edge call for requests made by `make` (outside the measured
+/// window), after warm-up; and what the service behind saw of the lane.
+fn edge_allocations(
+    edge: &EdgeLayer,
+    make: impl Fn() -> Request<()>,
+) -> (Option<HeaderValue>, usize) {
+    let mut svc = tower::Layer::layer(
+        edge,
+        service_fn(|req: Request<()>| {
+            std::future::ready(Ok::<_, Infallible>(
+                req.headers().get("x-gray-lane").cloned(),
+            ))
+        }),
+    );
+    let mut requests: Vec<Request<()>> = (0..9).map(|_| make()).collect();
+    measure(|| {
+        let req = requests.pop().expect("a request per run");
+        poll_once(svc.call(req)).expect("infallible")
+    })
+}
+
+#[test]
+fn hop_by_hop_and_path_checks_allocate_nothing_on_a_clean_request() {
+    let edge = EdgeLayer::new(guarded_rules())
+        .with_carriers(Carriers::default().with_names(gray_core::Names::new().with_lanes([gray()])))
+        .with_decision_extension(false);
+    // A browser-like request from `peer`, with room in its header map for the stain.
+    let clean = |peer: &'static str| {
+        move || {
+            let mut req = request_to(
+                peer,
+                "/svc/public/x?page=2",
+                &[
+                    ("accept", "application/json"),
+                    ("user-agent", "curl/8.5.0"),
+                    ("cookie", "session=1"),
+                ],
+            );
+            req.headers_mut().reserve(16);
+            req
+        }
+    };
+    // The only allocation is the stain's entry in the extensions (which already hold the
+    // peer address): as for `ExtractStain`.
+    let (lane, baseline) = edge_allocations(&edge, clean(STRANGER));
+    assert_eq!(lane, None);
+    assert_eq!(
+        baseline, 1,
+        "a clean baseline request allocated {baseline} times"
+    );
+    let (lane, gray_lane) = edge_allocations(&edge, clean(TESTER));
+    assert_eq!(lane.expect("stained"), "gray");
+    assert_eq!(
+        gray_lane, 1,
+        "a clean gray request allocated {gray_lane} times"
+    );
+
+    // The counter-example: a path to rewrite is built on the heap (and so is the URI).
+    let (_, dirty) = edge_allocations(&edge, || request_to(TESTER, "/svc//public/./x", &[]));
+    assert!(dirty > 1, "normalising a path allocated only {dirty} times");
 }
 
 /// Header bytes rich in the delimiters the parsers care about, a hop count, and which

@@ -4,6 +4,8 @@ use std::{borrow::Cow, net::IpAddr};
 
 use http::{HeaderMap, HeaderName, HeaderValue, Uri, header::COOKIE};
 
+use crate::path::hex;
+
 /// What rules see of a request: path, query, headers and the client IP, all borrowed.
 ///
 /// Building one copies nothing; evaluation reads the parts in place.
@@ -158,15 +160,6 @@ fn unquote(s: &[u8]) -> &[u8] {
         &s[1..s.len() - 1]
     } else {
         s
-    }
-}
-
-fn hex(b: u8) -> Option<u8> {
-    match b {
-        b'0'..=b'9' => Some(b - b'0'),
-        b'a'..=b'f' => Some(b - b'a' + 10),
-        b'A'..=b'F' => Some(b - b'A' + 10),
-        _ => None,
     }
 }
 
