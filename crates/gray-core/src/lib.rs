@@ -6,11 +6,13 @@
 //! holds what every other gray crate shares and nothing that needs a runtime:
 //!
 //! - [`name`]: [`Lane`] and [`Version`] names, interned by [`Names`];
-//! - [`context`]: the [`Stain`] and its [`Pins`];
+//! - [`stain`]: the [`Stain`] and its [`Pins`];
 //! - [`labels`]: the [`Labels`] a registry reports for an instance;
 //! - [`codec`]: how a context is read from and written to headers ([`Carriers`]): a plain
 //!   header, seed 002's JSON route header, or a member of the W3C `baggage` header;
-//! - [`rules`]: the staining rules the edge decides by ([`RuleSet`]), from TOML, YAML or JSON.
+//! - [`carriers_config`]: carriers named in a configuration file ([`CarrierConfig`]);
+//! - [`rules`]: the staining rules the edge decides by ([`RuleSet`]), from TOML, YAML or JSON;
+//! - [`path`]: the one normal form of a request path that rules and upstreams both see.
 //!
 //! # Cargo features
 //!
@@ -37,17 +39,20 @@
 #![forbid(unsafe_code)]
 
 pub mod backoff;
+pub mod carriers_config;
 pub mod codec;
 pub mod format;
 pub mod labels;
 pub mod matching;
 pub mod name;
+pub mod path;
 pub mod rand;
 pub mod rules;
 pub mod stain;
 #[cfg(feature = "task")]
 pub mod task;
 
+pub use carriers_config::CarrierConfig;
 pub use codec::{Carrier, Carriers};
 pub use stain::{Pins, Stain};
 

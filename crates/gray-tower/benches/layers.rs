@@ -13,6 +13,14 @@
 //!   then boxes the layered route once more per request, which is axum's cost for any
 //!   layer added that way, not the gray layers'.
 //!
+//! The `edge` group measures `EdgeLayer` alone, around the same upstream stand-in, with a
+//! browser-like request (eight headers) and an IP-whitelist rule: `2-carriers` is the
+//! default (`x-gray-lane` + `x-gray-info`), `5-carriers` adds seed 000's `gray`, seed 001's
+//! `version` and the `baggage` member. `baseline` is a client no rule picks, `gray` the
+//! whitelisted one, `forged` an untrusted client sending `gray`, `x-gray-lane` and a
+//! `baggage` with the stain's member (stripped), and `dirty-path` a whitelisted client
+//! whose path needs normalising (`/svc//a/./b/%69`).
+//!
 //! Run with `cargo bench -p gray-tower --bench layers`.
 
 use std::{convert::Infallible, future::ready, hint::black_box};
@@ -24,9 +32,16 @@ use axum::{
     routing::get,
 };
 use criterion::{BatchSize, Criterion, criterion_group, criterion_main};
-use gray_core::{Carriers, Lane, Names};
-use gray_tower::{ExtractStainLayer, PropagateStainLayer};
-use http::{HeaderValue, Request, Response};
+use gray_core::{
+    Carriers, Lane, Names,
+    codec::{BaggageMember, PlainHeader},
+    rules::{Format, RuleSet},
+};
+use gray_tower::{
+    ExtractStainLayer, PropagateStainLayer,
+    edge::{EdgeLayer, PeerAddr},
+};
+use http::{HeaderName, HeaderValue, Request, Response};
 use tower::{Layer, Service, ServiceExt, service_fn};
 
 /// The outbound client stand-in: answers 200, or 202 when the request carries a lane.
@@ -143,5 +158,123 @@ fn layers(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, layers);
+/// A browser-like request to the edge from `peer`.
+fn edge_request(
+    peer: &str,
+    path: &'static str,
+    extra: &[(&'static str, &'static str)],
+) -> Request<Body> {
+    let mut req = Request::builder().uri(path);
+    for (name, value) in [
+        ("host", "gw.example"),
+        (
+            "user-agent",
+            "Mozilla/5.0 (X11; Linux x86_64; rv:128.0) Gecko/20100101 Firefox/128.0",
+        ),
+        ("accept", "application/json"),
+        ("accept-language", "en-GB,en;q=0.5"),
+        ("accept-encoding", "gzip, deflate, br"),
+        ("cookie", "session=8f2c1e; theme=dark"),
+        ("x-request-id", "0b5c6f0e-2f4c-4b8a-9c1d-6a7e3f2d1c0b"),
+        ("content-type", "application/json"),
+    ]
+    .into_iter()
+    .chain(extra.iter().copied())
+    {
+        req = req.header(name, value);
+    }
+    req.extension(PeerAddr(peer.parse().expect("peer")))
+        .body(Body::empty())
+        .expect("request")
+}
+
+fn edge(c: &mut Criterion) {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .expect("a tokio runtime");
+    let rules = RuleSet::parse(
+        r#"{"rules":[{"name":"testers","when":{"ip":["192.0.2.10"]},"lane":"gray"}]}"#,
+        Format::Json,
+        "bench",
+    )
+    .expect("rules");
+    let gray = Lane::new("gray").expect("valid lane");
+    let names = Names::new().with_lanes([gray.clone()]);
+    let two = Carriers::default().with_names(names.clone());
+    let five = Carriers::default()
+        .with(PlainHeader::flag(HeaderName::from_static("gray"), gray))
+        .with(PlainHeader::version(HeaderName::from_static("version")))
+        .with(BaggageMember::new("gray.lane").expect("key"))
+        .with_names(names);
+    let layer = |carriers: Carriers| {
+        EdgeLayer::new(rules.clone())
+            .with_carriers(carriers)
+            .with_decision_extension(false)
+            .layer(upstream())
+    };
+    let stacks = [("2-carriers", layer(two)), ("5-carriers", layer(five))];
+    type Case = (
+        &'static str,
+        &'static str,
+        &'static str,
+        &'static [(&'static str, &'static str)],
+        StatusCode,
+    );
+    let cases: [Case; 4] = [
+        (
+            "baseline",
+            "203.0.113.9:4000",
+            "/svc/a/b?x=1",
+            &[],
+            StatusCode::OK,
+        ),
+        (
+            "gray",
+            "192.0.2.10:4000",
+            "/svc/a/b?x=1",
+            &[],
+            StatusCode::ACCEPTED,
+        ),
+        (
+            "forged",
+            "203.0.113.9:4000",
+            "/svc/a/b?x=1",
+            &[
+                ("gray", "true"),
+                ("x-gray-lane", "gray"),
+                ("baggage", "userId=42,gray.lane=gray"),
+            ],
+            StatusCode::OK,
+        ),
+        (
+            "dirty-path",
+            "192.0.2.10:4000",
+            "/svc//a/./b/%69?x=1",
+            &[],
+            StatusCode::ACCEPTED,
+        ),
+    ];
+    for (_, stack) in &stacks {
+        for (_, peer, path, extra, status) in &cases {
+            let res = rt.block_on(stack.clone().oneshot(edge_request(peer, path, extra)));
+            assert_eq!(res.map(|r| r.status()), Ok(*status), "{path} from {peer}");
+        }
+    }
+
+    let mut group = c.benchmark_group("edge");
+    for (name, stack) in &stacks {
+        for (case, peer, path, extra, _) in &cases {
+            group.bench_function(format!("{name}/{case}"), |b| {
+                b.to_async(&rt).iter_batched(
+                    || edge_request(peer, path, extra),
+                    |req| async { black_box(stack.clone().oneshot(req).await) },
+                    BatchSize::SmallInput,
+                );
+            });
+        }
+    }
+    group.finish();
+}
+
+criterion_group!(benches, layers, edge);
 criterion_main!(benches);

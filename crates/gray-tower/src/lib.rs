@@ -9,7 +9,7 @@
 //!
 //! | module | what |
 //! |---|---|
-//! | [`edge`] | edge layer: decides the stain by rules, strips untrusted stains, live rules |
+//! | [`edge`] | edge layer: decides the stain by rules, strips untrusted stains and hop-by-hop headers, normalises paths, live rules |
 //! | [`extract`] | server layer: reads the stain into the request extensions and a task-local |
 //! | [`propagate`] | client layer for any `tower::Service<http::Request<B>>` (hyper-util, tonic) |
 //! | [`capture`] | copies the task-local into the extensions, for stacks with a `Buffer` |

@@ -1,41 +1,71 @@
-//! The edge layer: seed 003's whitelist through a trusted proxy, spoofing, trust and
-//! precedence, and the client IP parsers under arbitrary input.
+//! The edge layer: seed 003's whitelist through a trusted proxy, spoofing (issue 13: every
+//! forged carrier, `Connection`, path forms, duplicates), trust and precedence, and the
+//! client IP parsers under arbitrary input.
 
 use std::{convert::Infallible, net::SocketAddr};
 
 use gray_core::{
-    Carriers, Lane, Stain,
+    CarrierConfig, Carriers, Lane, Stain,
     codec::{BaggageMember, PlainHeader},
+    path::PathErrorKind,
     rules::{CidrList, Format, RuleSet},
 };
+use gray_test_support::alloc::{Counting, measure};
 use gray_tower::{
     edge::{
-        ClientIpResolver, DecidedBy, EdgeDecision, EdgeLayer, ForwardedHeader, LiveRules, PeerAddr,
-        Precedence, TrustedProxies,
+        ClientIpResolver, DecidedBy, EdgeDecision, EdgeLayer, ForwardedHeader, LiveRules,
+        PathRejected, PeerAddr, Precedence, RawUri, TrustedProxies,
     },
     task,
 };
-use http::{HeaderMap, HeaderName, HeaderValue, Request, Response};
+use http::{HeaderMap, HeaderName, HeaderValue, Request, Response, Uri};
 use proptest::prelude::*;
 use tower::{Service, ServiceExt, service_fn};
+
+#[global_allocator]
+static ALLOCATOR: Counting = Counting;
 
 /// What the service behind the edge saw.
 #[derive(Debug, Clone)]
 struct Seen {
+    uri: Uri,
     headers: HeaderMap,
     ctx: Option<Stain>,
     task_ctx: Option<Stain>,
     decision: Option<EdgeDecision>,
+    path_rejected: Option<PathRejected>,
+    raw_uri: Option<RawUri>,
+}
+
+impl Seen {
+    fn lane(&self) -> Option<String> {
+        self.ctx
+            .as_ref()
+            .and_then(|c| c.lane())
+            .map(|l| l.to_string())
+    }
+
+    /// Every value of `name`, in order.
+    fn values(&self, name: &str) -> Vec<&str> {
+        self.headers
+            .get_all(name)
+            .iter()
+            .map(|v| v.to_str().expect("text"))
+            .collect()
+    }
 }
 
 fn backend() -> impl Service<Request<()>, Response = Response<Seen>, Error = Infallible> + Clone {
     service_fn(|req: Request<()>| async move {
         tokio::task::yield_now().await;
         Ok::<_, Infallible>(Response::new(Seen {
+            uri: req.uri().clone(),
             headers: req.headers().clone(),
             ctx: req.extensions().get::<Stain>().cloned(),
             task_ctx: task::current(),
             decision: req.extensions().get::<EdgeDecision>().cloned(),
+            path_rejected: req.extensions().get::<PathRejected>().copied(),
+            raw_uri: req.extensions().get::<RawUri>().cloned(),
         }))
     })
 }
@@ -48,7 +78,17 @@ async fn send(layer: &EdgeLayer, req: Request<()>) -> Seen {
 }
 
 fn request(peer: &str, headers: &[(&str, &str)]) -> Request<()> {
-    let mut req = Request::builder().uri("/orders?page=1");
+    request_to(peer, "/orders?page=1", headers)
+}
+
+/// A request for `uri` (a `?q=/../%2F` query is added when it has none).
+fn request_to(peer: &str, uri: &str, headers: &[(&str, &str)]) -> Request<()> {
+    let uri = if uri.contains('?') {
+        uri.to_owned()
+    } else {
+        format!("{uri}?q=/../%2F")
+    };
+    let mut req = Request::builder().uri(uri);
     for (k, v) in headers {
         req = req.header(*k, *v);
     }
@@ -239,7 +279,10 @@ async fn trusted_clients_and_precedence() {
     let seen = send(&rules_first, trusted()).await;
     assert_eq!(lane_of(&seen).as_deref(), Some("canary"));
     assert_eq!(seen.headers["x-gray-lane"], "canary");
-    assert_eq!(seen.decision.expect("d").decided_by, DecidedBy::Inbound);
+    assert_eq!(
+        seen.decision.as_ref().expect("d").decided_by,
+        DecidedBy::Inbound
+    );
 
     // Both: the rule wins by default, the stain with InboundFirst.
     let both = || {
@@ -289,32 +332,37 @@ async fn trusted_clients_and_precedence() {
 }
 
 #[tokio::test]
-async fn rfc7239_forwarded_through_hops() {
-    let edge = EdgeLayer::new(seed003_rules(true))
+async fn rfc7239_forwarded_through_hops_in_either_builder_order() {
+    let proxies_first = EdgeLayer::new(seed003_rules(true))
         .with_proxies(TrustedProxies::hops(2))
         .with_forwarded_header(ForwardedHeader::Forwarded);
-    let seen = send(
-        &edge,
-        request(
-            "10.0.0.2:1",
-            &[(
-                "forwarded",
-                r#"for=198.51.100.1, for="[::ffff:192.168.1.100]:3000";proto=https, for=10.9.9.9"#,
-            )],
-        ),
-    )
-    .await;
-    assert_eq!(seen.headers["x-gray-lane"], "gray");
-    // X-Forwarded-For is not what this edge's proxies write: ignored.
-    let seen = send(
-        &edge,
-        request(
-            "10.0.0.2:1",
-            &[("x-forwarded-for", "192.168.1.100, 10.9.9.9")],
-        ),
-    )
-    .await;
-    assert!(seen.headers.get("x-gray-lane").is_none());
+    let header_first = EdgeLayer::new(seed003_rules(true))
+        .with_forwarded_header(ForwardedHeader::Forwarded)
+        .with_proxies(TrustedProxies::hops(2));
+    for edge in [proxies_first, header_first] {
+        let seen = send(
+            &edge,
+            request(
+                "10.0.0.2:1",
+                &[(
+                    "forwarded",
+                    r#"for=198.51.100.1, for="[::ffff:192.168.1.100]:3000";proto=https, for=10.9.9.9"#,
+                )],
+            ),
+        )
+        .await;
+        assert_eq!(seen.headers["x-gray-lane"], "gray");
+        // X-Forwarded-For is not what this edge's proxies write: ignored.
+        let seen = send(
+            &edge,
+            request(
+                "10.0.0.2:1",
+                &[("x-forwarded-for", "192.168.1.100, 10.9.9.9")],
+            ),
+        )
+        .await;
+        assert!(seen.headers.get("x-gray-lane").is_none());
+    }
 }
 
 #[cfg(feature = "axum")]
@@ -347,6 +395,546 @@ async fn live_rules_take_effect_for_the_next_request() {
     let seen = send(&edge, request("1.2.3.4:1", &[])).await;
     assert_eq!(seen.headers["x-gray-lane"], "gray");
     assert_eq!(seen.decision.expect("d").generation, 2);
+}
+
+// === issue 13: spoofing at the layer ===
+
+/// The whitelisted tester, the untrusted stranger and the internal (trusted) caller.
+const TESTER: &str = "192.0.2.10:40000";
+const STRANGER: &str = "203.0.113.9:40000";
+const INTERNAL: &str = "10.20.0.5:40000";
+
+/// A guard keeps `/svc/internal` baseline; the tester is gray everywhere else.
+fn guarded_rules() -> RuleSet {
+    RuleSet::parse(
+        r#"
+rules:
+  - name: guard
+    when: { path: { prefix: /svc/internal } }
+    baseline: true
+  - name: tester
+    when: { ip: ["192.0.2.10"] }
+    lane: gray
+"#,
+        Format::Yaml,
+        "guarded.yaml",
+    )
+    .expect("rules")
+}
+
+/// The five carriers of the seeds, from a configuration file.
+fn five_carriers() -> Carriers {
+    #[derive(serde::Deserialize)]
+    struct File {
+        carriers: Vec<CarrierConfig>,
+    }
+    let file: File = toml::from_str(
+        r#"
+carriers = [
+  { kind = "lane" },
+  { kind = "route" },
+  { kind = "flag", header = "gray", lane = "gray" },
+  { kind = "version" },
+  { kind = "baggage", key = "gray.lane" },
+]
+"#,
+    )
+    .expect("carriers");
+    CarrierConfig::carriers(&file.carriers)
+}
+
+/// A spoofing case: its name, the headers the client sends, what the service behind gets.
+type Case = (
+    &'static str,
+    &'static [(&'static str, &'static str)],
+    &'static [Want],
+);
+
+/// What the service behind must (not) have received.
+enum Want {
+    Absent(&'static str),
+    Is(&'static str, &'static str),
+}
+
+fn check(seen: &Seen, wants: &[Want], case: &str) {
+    for want in wants {
+        match want {
+            Want::Absent(name) => assert!(
+                seen.headers.get(*name).is_none(),
+                "{case}: `{name}` reached the service: {:?}",
+                seen.values(name)
+            ),
+            Want::Is(name, value) => {
+                assert_eq!(seen.values(name), [*value], "{case}: `{name}`")
+            }
+        }
+    }
+}
+
+#[tokio::test]
+async fn every_forged_carrier_is_stripped_from_untrusted_clients() {
+    use Want::*;
+    // The gateway's configuration before issue 13: the default carriers only, plus one
+    // header that only the services behind read.
+    let default_carriers = EdgeLayer::new(guarded_rules())
+        .with_trusted_clients(CidrList::parse(["10.20.0.0/16"]).expect("cidrs"))
+        .with_strip([HeaderName::from_static("x-tenant-tier")]);
+    let five = default_carriers.clone().with_carriers(five_carriers());
+    let cases: &[Case] = &[
+        ("seed 000 flag", &[("gray", "true")], &[Absent("gray")]),
+        (
+            "seed 000 flag, odd case",
+            &[("GRAY", "TRUE")],
+            &[Absent("gray")],
+        ),
+        (
+            "seed 001 version",
+            &[("version", "2.0")],
+            &[Absent("version")],
+        ),
+        (
+            "baggage member beside others",
+            &[("baggage", "userId=42,gray.lane=gray;p=1, tenant=acme")],
+            &[Is("baggage", "userId=42,tenant=acme")],
+        ),
+        (
+            "baggage member on a second line",
+            &[("baggage", "userId=42"), ("baggage", "gray.lane=gray")],
+            &[Is("baggage", "userId=42")],
+        ),
+        (
+            "lane header",
+            &[("x-gray-lane", "gray")],
+            &[Absent("x-gray-lane")],
+        ),
+        (
+            "seed 002 route header",
+            &[("x-gray-info", r#"{"all":"v2"}"#)],
+            &[Absent("x-gray-info")],
+        ),
+        (
+            "seed 003 headers",
+            &[("x-gray-flag", "true"), ("x-gray-ip", "192.0.2.10")],
+            &[Absent("x-gray-flag"), Absent("x-gray-ip")],
+        ),
+        (
+            "extra strip header",
+            &[("x-tenant-tier", "gold")],
+            &[Absent("x-tenant-tier")],
+        ),
+        (
+            "everything at once, twice",
+            &[
+                ("gray", "true"),
+                ("gray", "true"),
+                ("version", "2.0"),
+                ("x-gray-lane", "gray"),
+                ("x-request-id", "r-1"),
+            ],
+            &[
+                Absent("gray"),
+                Absent("version"),
+                Absent("x-gray-lane"),
+                Is("x-request-id", "r-1"),
+            ],
+        ),
+    ];
+    for (edge_name, edge) in [
+        ("default carriers", &default_carriers),
+        ("five carriers", &five),
+    ] {
+        for (case, headers, wants) in cases {
+            let case = format!("{edge_name}: {case}");
+            let seen = send(edge, request(STRANGER, headers)).await;
+            assert_eq!(seen.lane(), None, "{case}");
+            let decision = seen.decision.clone().expect("decision");
+            assert_eq!(decision.decided_by, DecidedBy::Default, "{case}");
+            assert!(!decision.trusted, "{case}");
+            check(&seen, wants, &case);
+        }
+    }
+
+    // A trusted caller keeps what it sent, read through the configured carriers.
+    let seen = send(
+        &five,
+        request(
+            INTERNAL,
+            &[
+                ("gray", "true"),
+                ("version", "2.0"),
+                ("x-tenant-tier", "gold"),
+            ],
+        ),
+    )
+    .await;
+    assert_eq!(seen.lane().as_deref(), Some("gray"));
+    assert_eq!(
+        seen.ctx
+            .as_ref()
+            .and_then(|c| c.version_for("orders"))
+            .map(|v| v.to_string()),
+        Some("2.0".to_owned())
+    );
+    check(
+        &seen,
+        &[
+            Want::Is("gray", "true"),
+            Want::Is("x-gray-lane", "gray"),
+            Want::Is("version", "2.0"),
+            Want::Is("baggage", "gray.lane=gray"),
+            Want::Is("x-tenant-tier", "gold"),
+        ],
+        "trusted caller",
+    );
+
+    // The known set can be switched off (seed 004's API `version` header means something
+    // else); configured carriers are stripped all the same.
+    let api_versions = EdgeLayer::new(guarded_rules()).with_strip_known(false);
+    let seen = send(
+        &api_versions,
+        request(STRANGER, &[("version", "2"), ("x-gray-lane", "gray")]),
+    )
+    .await;
+    check(
+        &seen,
+        &[Want::Is("version", "2"), Want::Absent("x-gray-lane")],
+        "known set off",
+    );
+}
+
+#[tokio::test]
+async fn connection_cannot_remove_the_stain_the_edge_writes() {
+    use Want::*;
+    let edge = EdgeLayer::new(guarded_rules())
+        .with_carriers(five_carriers())
+        .with_trusted_clients(CidrList::parse(["10.20.0.0/16"]).expect("cidrs"))
+        .with_seed003_headers(gray());
+    let cases: &[Case] = &[
+        (
+            "Connection: x-gray-lane",
+            &[("connection", "x-gray-lane")],
+            &[Is("x-gray-lane", "gray")],
+        ),
+        (
+            "Connection: x-gray-flag, x-gray-ip",
+            &[("connection", "x-gray-flag, x-gray-ip")],
+            &[Is("x-gray-flag", "true"), Is("x-gray-ip", "192.0.2.10")],
+        ),
+        (
+            "Connection naming every carrier, on two lines, odd case",
+            &[
+                ("connection", "keep-alive, GRAY, Version"),
+                ("connection", "baggage,x-gray-lane"),
+                ("keep-alive", "timeout=5"),
+                ("baggage", "userId=42"),
+            ],
+            &[
+                Is("gray", "true"),
+                Is("x-gray-lane", "gray"),
+                // The client's baggage was for this hop only; the stain's member is written.
+                Is("baggage", "gray.lane=gray"),
+                Absent("keep-alive"),
+            ],
+        ),
+        (
+            "Connection naming a header the client sent",
+            &[
+                ("connection", "x-secret"),
+                ("x-secret", "1"),
+                ("te", "trailers"),
+            ],
+            &[Absent("x-secret"), Absent("te"), Is("x-gray-lane", "gray")],
+        ),
+    ];
+    for (case, headers, wants) in cases {
+        let seen = send(&edge, request(TESTER, headers)).await;
+        assert_eq!(seen.lane().as_deref(), Some("gray"), "{case}");
+        assert_eq!(
+            seen.decision.as_ref().and_then(|d| d.rule_name.as_deref()),
+            Some("tester"),
+            "{case}"
+        );
+        assert!(seen.headers.get("connection").is_none(), "{case}");
+        check(&seen, wants, case);
+    }
+
+    // A trusted caller's stain named in `Connection` was meant for this hop only: not read.
+    let seen = send(
+        &edge,
+        request(
+            INTERNAL,
+            &[("connection", "x-gray-lane"), ("x-gray-lane", "canary")],
+        ),
+    )
+    .await;
+    assert_eq!(seen.lane(), None);
+    check(
+        &seen,
+        &[Absent("x-gray-lane"), Is("x-gray-flag", "false")],
+        "trusted, hop-only stain",
+    );
+
+    // Switched off, `Connection` reaches the service behind (which then owns the problem).
+    let seen = send(
+        &edge.clone().with_hop_by_hop(false),
+        request(TESTER, &[("connection", "x-gray-lane")]),
+    )
+    .await;
+    check(
+        &seen,
+        &[Is("connection", "x-gray-lane"), Is("x-gray-lane", "gray")],
+        "hop-by-hop off",
+    );
+}
+
+#[tokio::test]
+async fn paths_are_normalised_before_rules_and_forwarding() {
+    let edge = EdgeLayer::new(guarded_rules()).with_carriers(five_carriers());
+    let guarded = "/svc/internal/x";
+    for raw in [
+        "/svc/internal/x",
+        "/svc//internal/x",
+        "/svc/x/../internal/x",
+        "/svc/./internal/x",
+        "/svc/%69nternal/x",
+        "/svc/%2e%2e/svc/internal/x",
+        "/svc/x/%2E%2E/internal//x/.",
+        "http://gw.example//svc/internal/x",
+    ] {
+        let seen = send(&edge, request_to(TESTER, raw, &[])).await;
+        let d = seen.decision.clone().expect("decision");
+        assert_eq!(d.rule_name.as_deref(), Some("guard"), "{raw}");
+        assert_eq!(seen.lane(), None, "{raw}");
+        assert!(seen.headers.get("x-gray-lane").is_none(), "{raw}");
+        // The upstream sees what the rules saw; the query is untouched.
+        assert!(
+            seen.uri.path() == guarded || seen.uri.path() == "/svc/internal/x/",
+            "{raw} -> {}",
+            seen.uri
+        );
+        assert_eq!(seen.uri.query(), Some("q=/../%2F"), "{raw}");
+        match &seen.raw_uri {
+            Some(RawUri(original)) => assert!(
+                original
+                    .to_string()
+                    .contains(raw.trim_start_matches("http://gw.example")),
+                "{raw}"
+            ),
+            None => assert_eq!(raw, guarded),
+        }
+        assert!(seen.path_rejected.is_none(), "{raw}");
+    }
+
+    // Outside the guard the tester is gray, on the normalised path.
+    let seen = send(&edge, request_to(TESTER, "/svc/internal/../public/x", &[])).await;
+    assert_eq!(seen.lane().as_deref(), Some("gray"));
+    assert_eq!(seen.uri.path(), "/svc/public/x");
+
+    // Rejected: no rule runs (not even the tester's), the request is baseline and marked.
+    for (raw, kind) in [
+        ("/svc/internal%2Fx", PathErrorKind::EncodedSlash),
+        ("/svc%2finternal/x", PathErrorKind::EncodedSlash),
+        ("/svc/internal%5Cx", PathErrorKind::EncodedSlash),
+        ("/svc\\internal/x", PathErrorKind::Backslash),
+        (
+            "/svc/..;/internal/x",
+            PathErrorKind::DotSegmentWithParameters,
+        ),
+        ("/svc/../../internal/x", PathErrorKind::AboveRoot),
+        ("/svc/%00/internal/x", PathErrorKind::Nul),
+        ("/svc/%zz", PathErrorKind::BadPercentEncoding),
+    ] {
+        let seen = send(
+            &edge,
+            request_to(TESTER, raw, &[("x-gray-lane", "gray"), ("gray", "true")]),
+        )
+        .await;
+        let PathRejected(e) = seen.path_rejected.expect(raw);
+        assert_eq!(e.kind(), kind, "{raw}");
+        let d = seen.decision.clone().expect("decision");
+        assert_eq!(d.decided_by, DecidedBy::PathRejected, "{raw}");
+        assert_eq!(d.rule_name, None, "{raw}");
+        assert_eq!(seen.lane(), None, "{raw}");
+        assert!(seen.headers.get("x-gray-lane").is_none(), "{raw}");
+        assert!(seen.headers.get("gray").is_none(), "{raw}");
+        assert_eq!(seen.uri.path(), raw, "left as sent");
+    }
+
+    // Switched off, the rules see the raw path (and the guard is bypassed).
+    let raw_paths = edge.clone().with_path_normalization(false);
+    let seen = send(&raw_paths, request_to(TESTER, "/svc//internal/x", &[])).await;
+    assert_eq!(seen.lane().as_deref(), Some("gray"));
+    assert_eq!(seen.uri.path(), "/svc//internal/x");
+}
+
+#[tokio::test]
+async fn duplicates_are_read_as_their_first_value_by_rules_and_carriers() {
+    let header_rule = RuleSet::parse(
+        r#"{"rules":[{"name":"seed 000","when":{"header":{"name":"gray","exact":"true","ignore_case":true}},"lane":"gray"}]}"#,
+        Format::Json,
+        "inline",
+    )
+    .expect("rules");
+    let edge = EdgeLayer::new(header_rule)
+        .with_carriers(five_carriers())
+        .with_trusted_clients(CidrList::parse(["10.20.0.0/16"]).expect("cidrs"));
+    let off = EdgeLayer::new(RuleSet::default())
+        .with_carriers(five_carriers())
+        .with_trusted_clients(CidrList::parse(["10.20.0.0/16"]).expect("cidrs"));
+    let false_true: &[(&str, &str)] = &[("gray", "false"), ("gray", "true")];
+    let true_false: &[(&str, &str)] = &[("gray", "true"), ("gray", "false")];
+
+    // Through the header rule (an untrusted client: only the rule can stain it).
+    let seen = send(&edge, request(STRANGER, false_true)).await;
+    assert_eq!(seen.lane(), None);
+    assert_eq!(
+        seen.decision.as_ref().expect("d").decided_by,
+        DecidedBy::Default
+    );
+    assert!(seen.headers.get("gray").is_none());
+    let seen = send(&edge, request(STRANGER, true_false)).await;
+    assert_eq!(seen.lane().as_deref(), Some("gray"));
+    assert_eq!(
+        seen.decision.as_ref().expect("d").decided_by,
+        DecidedBy::Rule
+    );
+    assert_eq!(seen.values("gray"), ["true"]);
+
+    // Through the `gray` carrier (a trusted client, no rule).
+    let seen = send(&off, request(INTERNAL, false_true)).await;
+    assert_eq!(seen.lane(), None);
+    assert_eq!(
+        seen.decision.as_ref().expect("d").decided_by,
+        DecidedBy::Inbound
+    );
+    assert!(seen.headers.get("gray").is_none());
+    let seen = send(&off, request(INTERNAL, true_false)).await;
+    assert_eq!(seen.lane().as_deref(), Some("gray"));
+    assert_eq!(
+        seen.decision.as_ref().expect("d").decided_by,
+        DecidedBy::Inbound
+    );
+    assert_eq!(seen.values("gray"), ["true"]);
+    assert_eq!(seen.values("x-gray-lane"), ["gray"]);
+
+    // A duplicated lane header: the first value, rewritten as one.
+    let seen = send(
+        &off,
+        request(
+            INTERNAL,
+            &[("x-gray-lane", "canary"), ("x-gray-lane", "gray")],
+        ),
+    )
+    .await;
+    assert_eq!(seen.lane().as_deref(), Some("canary"));
+    assert_eq!(seen.values("x-gray-lane"), ["canary"]);
+}
+
+#[test]
+fn the_strip_set_is_listed() {
+    let edge = EdgeLayer::new(RuleSet::default())
+        .with_carriers(
+            Carriers::new()
+                .with(PlainHeader::lane(HeaderName::from_static("x-lane")))
+                .with(BaggageMember::new("lane").expect("key")),
+        )
+        .with_strip([HeaderName::from_static("x-tenant-tier")]);
+    let names: Vec<_> = edge.stripped_headers().iter().map(|h| h.as_str()).collect();
+    assert_eq!(
+        names,
+        [
+            "x-lane",
+            "x-gray-lane",
+            "x-gray-info",
+            "x-gray-flag",
+            "x-gray-ip",
+            "gray",
+            "version",
+            "x-tenant-tier"
+        ]
+    );
+    assert_eq!(
+        edge.stripped_baggage_keys().collect::<Vec<_>>(),
+        ["lane", "gray.lane"]
+    );
+    let edge = edge.with_strip_known(false).with_strip([]);
+    assert_eq!(edge.stripped_headers(), [HeaderName::from_static("x-lane")]);
+}
+
+// === allocations ===
+
+/// Polls `fut` once with a no-op waker; the edge and its stand-in are ready at once.
+fn poll_once<F: std::future::Future>(fut: F) -> F::Output {
+    let mut fut = std::pin::pin!(fut);
+    match fut
+        .as_mut()
+        .poll(&mut std::task::Context::from_waker(std::task::Waker::noop()))
+    {
+        std::task::Poll::Ready(out) => out,
+        std::task::Poll::Pending => panic!("not ready at the first poll"),
+    }
+}
+
+/// The allocations of one edge call for requests made by `make` (outside the measured
+/// window), after warm-up; and what the service behind saw of the lane.
+fn edge_allocations(
+    edge: &EdgeLayer,
+    make: impl Fn() -> Request<()>,
+) -> (Option<HeaderValue>, usize) {
+    let mut svc = tower::Layer::layer(
+        edge,
+        service_fn(|req: Request<()>| {
+            std::future::ready(Ok::<_, Infallible>(
+                req.headers().get("x-gray-lane").cloned(),
+            ))
+        }),
+    );
+    let mut requests: Vec<Request<()>> = (0..9).map(|_| make()).collect();
+    measure(|| {
+        let req = requests.pop().expect("a request per run");
+        poll_once(svc.call(req)).expect("infallible")
+    })
+}
+
+#[test]
+fn hop_by_hop_and_path_checks_allocate_nothing_on_a_clean_request() {
+    let edge = EdgeLayer::new(guarded_rules())
+        .with_carriers(Carriers::default().with_names(gray_core::Names::new().with_lanes([gray()])))
+        .with_decision_extension(false);
+    // A browser-like request from `peer`, with room in its header map for the stain.
+    let clean = |peer: &'static str| {
+        move || {
+            let mut req = request_to(
+                peer,
+                "/svc/public/x?page=2",
+                &[
+                    ("accept", "application/json"),
+                    ("user-agent", "curl/8.5.0"),
+                    ("cookie", "session=1"),
+                ],
+            );
+            req.headers_mut().reserve(16);
+            req
+        }
+    };
+    // The only allocation is the stain's entry in the extensions (which already hold the
+    // peer address): as for `ExtractStain`.
+    let (lane, baseline) = edge_allocations(&edge, clean(STRANGER));
+    assert_eq!(lane, None);
+    assert_eq!(
+        baseline, 1,
+        "a clean baseline request allocated {baseline} times"
+    );
+    let (lane, gray_lane) = edge_allocations(&edge, clean(TESTER));
+    assert_eq!(lane.expect("stained"), "gray");
+    assert_eq!(
+        gray_lane, 1,
+        "a clean gray request allocated {gray_lane} times"
+    );
+
+    // The counter-example: a path to rewrite is built on the heap (and so is the URI).
+    let (_, dirty) = edge_allocations(&edge, || request_to(TESTER, "/svc//public/./x", &[]));
+    assert!(dirty > 1, "normalising a path allocated only {dirty} times");
 }
 
 /// Header bytes rich in the delimiters the parsers care about, a hop count, and which

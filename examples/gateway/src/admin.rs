@@ -166,7 +166,7 @@ async fn explain(State(admin): State<Admin>, body: Bytes) -> Response {
         .collect();
     let rule = decision.as_ref().map(|d| {
         serde_json::json!({
-            "decided_by": format!("{:?}", d.decided_by).to_lowercase(),
+            "decided_by": d.decided_by.as_str(),
             "rule_index": d.rule_index,
             "rule_name": d.rule_name.as_deref(),
             "generation": d.generation,

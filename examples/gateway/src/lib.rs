@@ -13,7 +13,6 @@
 pub mod admin;
 pub mod config;
 pub mod drain;
-pub mod hop;
 pub mod metrics;
 pub mod proxy;
 pub mod upstream;

@@ -16,8 +16,9 @@ use http_body_util::{Either, Full};
 use hyper::body::Incoming;
 use tower::Service;
 
+use gray_tower::edge::{PathRejected, client_ip, hop};
+
 use crate::{
-    hop,
     metrics::Metrics,
     upstream::{BalancerCall, NotReady, Upstream},
 };
@@ -59,7 +60,7 @@ impl Proxy {
     pub fn for_peer(routes: Arc<Routes>, peer: IpAddr) -> Self {
         Proxy {
             routes,
-            forwarded_for: Some(hop::forwarded_for(peer)),
+            forwarded_for: Some(client_ip::forwarded_for(peer)),
         }
     }
 }
@@ -127,6 +128,14 @@ impl Service<Request<Incoming>> for Proxy {
     /// path names no known service.
     fn call(&mut self, mut req: Request<Incoming>) -> ProxyFuture {
         let routes = &*self.routes;
+        // The edge layer rejected the path (an encoded slash, `..` above the root, …): no
+        // rule saw it, and it is not forwarded.
+        if let Some(PathRejected(e)) = req.extensions().get::<PathRejected>() {
+            return ProxyFuture::ready(json(
+                StatusCode::BAD_REQUEST,
+                serde_json::json!({"error": "invalid path", "reason": e.kind().as_str(), "detail": e.to_string()}),
+            ));
+        }
         let Some((service, rest)) = split(req.uri()) else {
             return ProxyFuture::ready(json(
                 StatusCode::NOT_FOUND,
@@ -148,9 +157,10 @@ impl Service<Request<Incoming>> for Proxy {
                 ));
             }
         }
-        hop::strip(req.headers_mut());
+        // The edge layer in front removed the client's hop-by-hop headers before it wrote
+        // the stain; removing them here would let `Connection` name the stain's headers.
         if let Some(peer) = &self.forwarded_for {
-            hop::append_forwarded_for(req.headers_mut(), peer);
+            client_ip::append_forwarded_for(req.headers_mut(), peer);
         }
         let lane = req
             .extensions()

@@ -11,9 +11,12 @@
 //! | [`BaggageMember`] | `baggage: gray.lane=canary,userId=42` (W3C) | a lane, beside other members |
 //!
 //! [`Carriers`] bundles the ones a service uses. Reading is lenient: a carrier that is
-//! malformed, oversized or duplicated contributes no stain (the request is unstained unless
-//! another carrier stains it) and a `tracing` event at debug level, target `gray::codec`,
-//! says why. Nothing on this path panics or fails the request.
+//! malformed or oversized contributes no stain (the request is unstained unless another
+//! carrier stains it) and a `tracing` event at debug level, target `gray::codec`, says why.
+//! Nothing on this path panics or fails the request.
+//!
+//! **Duplicates:** a header that appears more than once is read as its first value, as the
+//! seeds' `request.getHeader` does; the later values are ignored.
 //!
 //! When several carriers are present, the first one in the list that yields a lane (or an
 //! explicit baseline, such as `gray: false`) decides the lane, and the first one that yields
@@ -162,19 +165,16 @@ impl std::error::Error for Rejection {
     }
 }
 
-/// Reads the single value of `name`, enforcing the cap and rejecting duplicates.
+/// Reads the value of `name` a carrier decodes: its **first** value when the header appears
+/// more than once (as the seeds' `request.getHeader` does), enforcing the cap.
 pub(crate) fn single_value<'a>(
     headers: &'a HeaderMap,
     name: &HeaderName,
     max_len: usize,
 ) -> Result<Option<&'a HeaderValue>, Rejection> {
-    let mut values = headers.get_all(name).iter();
-    let Some(value) = values.next() else {
+    let Some(value) = headers.get(name) else {
         return Ok(None);
     };
-    if values.next().is_some() {
-        return Err(Rejection::new(name, Reason::Duplicated));
-    }
     let len = value.len();
     if len > max_len {
         return Err(Rejection::new(name, Reason::TooLong { len, max: max_len }));

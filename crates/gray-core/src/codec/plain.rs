@@ -197,14 +197,24 @@ mod tests {
     }
 
     #[test]
-    fn rejects_duplicates_oversize_and_bad_names() {
+    fn duplicates_are_read_as_their_first_value() {
+        let c = carriers(PlainHeader::flag(
+            HeaderName::from_static("gray"),
+            Lane::new("gray").unwrap(),
+        ));
+        let false_true = headers(&[("gray", b"false"), ("gray", b"true")]);
+        assert!(c.extract(&false_true).unwrap().is_baseline());
+        let true_false = headers(&[("gray", b"true"), ("gray", b"false")]);
+        assert_eq!(c.extract(&true_false).unwrap().lane().unwrap(), "gray");
+        // The first value decides even when it is unusable.
+        let bad_first = headers(&[("gray", b"yes"), ("gray", b"true")]);
+        assert!(c.extract(&bad_first).unwrap().is_baseline());
+    }
+
+    #[test]
+    fn rejects_oversize_and_bad_names() {
         let c = carriers(PlainHeader::lane(HeaderName::from_static("x-gray-lane")).with_max_len(8));
         let mut seen = Vec::new();
-        let dup = headers(&[("x-gray-lane", b"a"), ("x-gray-lane", b"a")]);
-        assert_eq!(
-            c.extract_with(&dup, |r| seen.push(r.reason().clone())),
-            Some(Stain::baseline())
-        );
         let long = headers(&[("x-gray-lane", b"abcdefghij")]);
         assert_eq!(
             c.extract_with(&long, |r| seen.push(r.reason().clone())),
@@ -220,10 +230,9 @@ mod tests {
             c.extract_with(&empty, |r| seen.push(r.reason().clone())),
             Some(Stain::baseline())
         );
-        assert!(matches!(seen[0], Reason::Duplicated));
-        assert!(matches!(seen[1], Reason::TooLong { len: 10, max: 8 }));
-        assert!(matches!(seen[2], Reason::InvalidName(_)));
-        assert!(matches!(seen[3], Reason::Empty));
+        assert!(matches!(seen[0], Reason::TooLong { len: 10, max: 8 }));
+        assert!(matches!(seen[1], Reason::InvalidName(_)));
+        assert!(matches!(seen[2], Reason::Empty));
     }
 
     #[test]

@@ -92,29 +92,24 @@ impl ValueMatch {
         }
     }
 
-    fn on_values<'a>(&self, mut values: impl Iterator<Item = &'a [u8]>, encoded: bool) -> bool {
-        if let ValueMatch::Present(want) = self {
-            return values.next().is_some() == *want;
+    /// Matches the first value of a field (`None`: the field is absent). A field that
+    /// appears more than once is read as its first value, never "any value matches".
+    fn on_first(&self, value: Option<&[u8]>, encoded: bool) -> bool {
+        match (self, value) {
+            (ValueMatch::Present(want), value) => value.is_some() == *want,
+            (_, None) => false,
+            (m, Some(v)) if encoded => m.encoded(v),
+            (m, Some(v)) => m.raw(v),
         }
-        values.any(|v| {
-            if encoded {
-                self.encoded(v)
-            } else {
-                self.raw(v)
-            }
-        })
     }
 }
 
 impl Condition {
     pub(crate) fn eval(&self, req: &RequestView<'_>, dice: &mut Option<Dice>) -> bool {
         match self {
-            Condition::Header(name, m) => m.on_values(
-                req.headers().get_all(name).iter().map(|v| v.as_bytes()),
-                false,
-            ),
-            Condition::Cookie(name, m) => m.on_values(req.cookies(name), false),
-            Condition::Query(name, m) => m.on_values(req.query_params(name), true),
+            Condition::Header(name, m) => m.on_first(req.header(name), false),
+            Condition::Cookie(name, m) => m.on_first(req.cookie(name), false),
+            Condition::Query(name, m) => m.on_first(req.query_params(name).next(), true),
             Condition::Path(p) => {
                 let path = req.path();
                 match p {
@@ -146,10 +141,7 @@ impl Key {
     /// The user's bucket, or `None` when the key is missing (the user is not in).
     pub(crate) fn bucket(&self, req: &RequestView<'_>, salt: &[u8]) -> Option<u32> {
         match self {
-            Key::Header(name) => req
-                .headers()
-                .get(name)
-                .map(|v| sticky_bucket(salt, v.as_bytes())),
+            Key::Header(name) => req.header(name).map(|v| sticky_bucket(salt, v)),
             Key::Cookie(name) => req.cookie(name).map(|v| sticky_bucket(salt, v)),
             Key::Query(name) => req.query_param(name).map(|v| sticky_bucket(salt, &v)),
             Key::ClientIp => req.client_ip().map(|ip| match ip {
@@ -409,5 +401,73 @@ pub(crate) fn compile(
         )),
         1 => Ok(parts.remove(0)),
         _ => Ok(Condition::All(parts)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use http::{HeaderMap, HeaderValue, Uri};
+
+    use crate::rules::{Format, RequestView, RuleSet};
+
+    fn rule(cond: &str) -> RuleSet {
+        RuleSet::parse(
+            &format!(r#"{{"rules":[{{"when":{cond},"lane":"gray"}}]}}"#),
+            Format::Json,
+            "test.json",
+        )
+        .unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    fn fires(rules: &RuleSet, uri: &str, headers: &[(&str, &'static str)]) -> bool {
+        let uri: Uri = uri.parse().unwrap();
+        let mut h = HeaderMap::new();
+        for (k, v) in headers {
+            h.append(
+                http::HeaderName::from_bytes(k.as_bytes()).unwrap(),
+                HeaderValue::from_static(v),
+            );
+        }
+        rules.evaluate(&RequestView::new(&uri, &h)).is_some()
+    }
+
+    #[test]
+    fn a_duplicated_header_is_read_as_its_first_value() {
+        let gray = rule(r#"{"header":{"name":"gray","exact":"true","ignore_case":true}}"#);
+        assert!(!fires(&gray, "/", &[("gray", "false"), ("gray", "true")]));
+        assert!(fires(&gray, "/", &[("gray", "true"), ("gray", "false")]));
+        let one_of = rule(r#"{"header":{"name":"x-user","one_of":["alice"]}}"#);
+        assert!(!fires(
+            &one_of,
+            "/",
+            &[("x-user", "bob"), ("x-user", "alice")]
+        ));
+        let regex = rule(r#"{"header":{"name":"x-user","regex":"^a"}}"#);
+        assert!(!fires(
+            &regex,
+            "/",
+            &[("x-user", "bob"), ("x-user", "alice")]
+        ));
+        // `not` of a first value: the later value does not sneak back in.
+        let not = rule(r#"{"not":{"header":{"name":"gray","exact":"false"}}}"#);
+        assert!(!fires(&not, "/", &[("gray", "false"), ("gray", "true")]));
+        let present = rule(r#"{"header":{"name":"gray","present":true}}"#);
+        assert!(fires(&present, "/", &[("gray", ""), ("gray", "true")]));
+    }
+
+    #[test]
+    fn a_duplicated_cookie_or_query_parameter_is_read_as_its_first_value() {
+        let cookie = rule(r#"{"cookie":{"name":"beta","exact":"1"}}"#);
+        assert!(!fires(&cookie, "/", &[("cookie", "beta=0; beta=1")]));
+        assert!(!fires(
+            &cookie,
+            "/",
+            &[("cookie", "beta=0"), ("cookie", "beta=1")]
+        ));
+        assert!(fires(&cookie, "/", &[("cookie", "a=2; beta=1; beta=0")]));
+        let query = rule(r#"{"query":{"name":"gray","exact":"true"}}"#);
+        assert!(!fires(&query, "/?gray=false&gray=true", &[]));
+        assert!(fires(&query, "/?gray=true&gray=false", &[]));
+        assert!(fires(&query, "/?g%72ay=tru%65&gray=false", &[]));
     }
 }

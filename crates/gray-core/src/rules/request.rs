@@ -2,7 +2,9 @@
 
 use std::{borrow::Cow, net::IpAddr};
 
-use http::{HeaderMap, Uri, header::COOKIE};
+use http::{HeaderMap, HeaderName, HeaderValue, Uri, header::COOKIE};
+
+use crate::path::hex;
 
 /// What rules see of a request: path, query, headers and the client IP, all borrowed.
 ///
@@ -62,7 +64,8 @@ impl<'a> RequestView<'a> {
         self
     }
 
-    /// The path.
+    /// The path, as the request URI holds it. Behind gray-tower's edge layer that is the
+    /// normalised path ([`crate::path::normalize`]), the one the upstream receives.
     pub fn path(&self) -> &'a str {
         self.path
     }
@@ -82,12 +85,18 @@ impl<'a> RequestView<'a> {
         self.client_ip
     }
 
+    /// The first value of header `name`: a header that appears more than once is read as
+    /// its first value, as the seeds' `request.getHeader` does.
+    pub fn header(&self, name: &HeaderName) -> Option<&'a [u8]> {
+        self.headers.get(name).map(HeaderValue::as_bytes)
+    }
+
     /// The first value of cookie `name`, unquoted, across every `cookie` header line.
     pub fn cookie(&self, name: &str) -> Option<&'a [u8]> {
         self.cookies(name).next()
     }
 
-    /// Every value of cookie `name`.
+    /// Every value of cookie `name`, in order (rules read only the first).
     pub fn cookies<'n>(&self, name: &'n str) -> impl Iterator<Item = &'a [u8]> + use<'a, 'n> {
         let name = name.as_bytes();
         self.headers
@@ -151,15 +160,6 @@ fn unquote(s: &[u8]) -> &[u8] {
         &s[1..s.len() - 1]
     } else {
         s
-    }
-}
-
-fn hex(b: u8) -> Option<u8> {
-    match b {
-        b'0'..=b'9' => Some(b - b'0'),
-        b'a'..=b'f' => Some(b - b'a' + 10),
-        b'A'..=b'F' => Some(b - b'A' + 10),
-        _ => None,
     }
 }
 

@@ -41,10 +41,17 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
-use std::net::{IpAddr, SocketAddr};
+use std::{
+    fmt,
+    net::{IpAddr, SocketAddr},
+    str::FromStr,
+};
 
 use gray_core::rules::{CidrList, canonical_ip};
-use http::{Extensions, HeaderMap, HeaderName, header::FORWARDED};
+use http::{
+    Extensions, HeaderMap, HeaderName, HeaderValue,
+    header::{Entry, FORWARDED},
+};
 
 /// How many forwarding entries, from the right, are looked at.
 pub const MAX_HOPS: usize = 32;
@@ -74,13 +81,58 @@ pub fn peer_ip(extensions: &Extensions) -> Option<IpAddr> {
 }
 
 /// Which forwarding header the trusted proxies write.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+///
+/// In a configuration file: `"x-forwarded-for"` or `"forwarded"` (serde, and [`FromStr`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
+#[non_exhaustive]
 pub enum ForwardedHeader {
     /// `X-Forwarded-For: client, proxy1, proxy2` (the default).
     #[default]
     XForwardedFor,
     /// RFC 7239 `Forwarded: for=client, for="[2001:db8::1]:80";proto=https`.
     Forwarded,
+}
+
+impl ForwardedHeader {
+    /// The header's name.
+    pub fn header_name(self) -> HeaderName {
+        match self {
+            ForwardedHeader::XForwardedFor => X_FORWARDED_FOR,
+            ForwardedHeader::Forwarded => FORWARDED,
+        }
+    }
+}
+
+/// A name that is neither `x-forwarded-for` nor `forwarded`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UnknownForwardedHeader(String);
+
+impl fmt::Display for UnknownForwardedHeader {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "expected `x-forwarded-for` or `forwarded`, found {:?}",
+            self.0
+        )
+    }
+}
+
+impl std::error::Error for UnknownForwardedHeader {}
+
+impl FromStr for ForwardedHeader {
+    type Err = UnknownForwardedHeader;
+
+    /// `x-forwarded-for` or `forwarded`, in any case.
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        if s.eq_ignore_ascii_case("x-forwarded-for") {
+            Ok(ForwardedHeader::XForwardedFor)
+        } else if s.eq_ignore_ascii_case("forwarded") {
+            Ok(ForwardedHeader::Forwarded)
+        } else {
+            Err(UnknownForwardedHeader(s.to_owned()))
+        }
+    }
 }
 
 /// Which proxies in front of this service are trusted to report the client address.
@@ -176,6 +228,17 @@ impl ClientIpResolver {
         self
     }
 
+    /// Trusts `trust` instead (the header read stays as it is).
+    pub fn with_proxies(mut self, trust: TrustedProxies) -> Self {
+        self.trust = trust;
+        self
+    }
+
+    /// The header this resolver reads.
+    pub fn header(&self) -> ForwardedHeader {
+        self.header
+    }
+
     /// The client IP of a request from `peer` with `headers`. `None` when unknown.
     pub fn resolve(&self, peer: Option<IpAddr>, headers: &HeaderMap) -> Option<IpAddr> {
         let peer = match peer {
@@ -240,6 +303,47 @@ impl ClientIpResolver {
         }
         chain.push(peer);
         chain
+    }
+}
+
+/// An address as an `X-Forwarded-For` entry: made once per connection by a proxy, then
+/// appended to each request with [`append_forwarded_for`].
+pub fn forwarded_for(ip: IpAddr) -> HeaderValue {
+    // An address's text is always a valid header value.
+    HeaderValue::try_from(ip.to_string()).unwrap_or(HeaderValue::from_static("unknown"))
+}
+
+/// Appends `entry` (from [`forwarded_for`]) to `X-Forwarded-For`, as a proxy does for the
+/// next hop: several lines become one, `a, b, entry`.
+///
+/// ```
+/// use gray_tower::edge::client_ip::{append_forwarded_for, forwarded_for};
+/// use http::HeaderMap;
+///
+/// let mut headers = HeaderMap::new();
+/// headers.append("x-forwarded-for", "203.0.113.9".parse()?);
+/// headers.append("x-forwarded-for", "10.0.0.9".parse()?);
+/// append_forwarded_for(&mut headers, &forwarded_for("10.0.0.2".parse()?));
+/// assert_eq!(headers["x-forwarded-for"], "203.0.113.9, 10.0.0.9, 10.0.0.2");
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub fn append_forwarded_for(headers: &mut HeaderMap, entry: &HeaderValue) {
+    match headers.entry(X_FORWARDED_FOR) {
+        Entry::Vacant(vacant) => {
+            vacant.insert(entry.clone());
+        }
+        Entry::Occupied(mut occupied) => {
+            let mut value = Vec::new();
+            for previous in occupied.iter() {
+                value.extend_from_slice(previous.as_bytes());
+                value.extend_from_slice(b", ");
+            }
+            value.extend_from_slice(entry.as_bytes());
+            // Replaces every previous line with the joined one.
+            if let Ok(value) = HeaderValue::from_bytes(&value) {
+                occupied.insert(value);
+            }
+        }
     }
 }
 
@@ -459,6 +563,37 @@ mod tests {
         }
         // X-Forwarded-For is not read when Forwarded is configured.
         assert_eq!(r.resolve(peer, &xff(&["1.1.1.1"])), peer);
+    }
+
+    #[test]
+    fn forwarded_for_is_appended() {
+        let mut h = HeaderMap::new();
+        append_forwarded_for(&mut h, &forwarded_for(ip("10.0.0.1")));
+        assert_eq!(h["x-forwarded-for"], "10.0.0.1");
+        h.append(X_FORWARDED_FOR, HeaderValue::from_static("10.0.0.9"));
+        append_forwarded_for(&mut h, &forwarded_for(ip("2001:db8::1")));
+        assert_eq!(h["x-forwarded-for"], "10.0.0.1, 10.0.0.9, 2001:db8::1");
+        assert_eq!(h.get_all(X_FORWARDED_FOR).iter().count(), 1);
+        let longest = ip("ffff:ffff:ffff:ffff:ffff:ffff:255.255.255.255");
+        assert_eq!(forwarded_for(longest), longest.to_string().as_str());
+    }
+
+    #[test]
+    fn forwarded_header_names() {
+        assert_eq!(
+            "X-Forwarded-For".parse::<ForwardedHeader>(),
+            Ok(ForwardedHeader::XForwardedFor)
+        );
+        assert_eq!(
+            "forwarded".parse::<ForwardedHeader>(),
+            Ok(ForwardedHeader::Forwarded)
+        );
+        let e = "x-real-ip".parse::<ForwardedHeader>().unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "expected `x-forwarded-for` or `forwarded`, found \"x-real-ip\""
+        );
+        assert_eq!(ForwardedHeader::Forwarded.header_name(), FORWARDED);
     }
 
     #[test]

@@ -5,45 +5,29 @@ use http::HeaderName;
 use tower_layer::Layer;
 
 use super::{
-    client_ip::{ClientIpResolver, ForwardedHeader, TrustedProxies},
+    client_ip::{ForwardedHeader, TrustedProxies},
+    config::{Config, Precedence},
     live::LiveRules,
     service::Edge,
 };
 
-/// Seed 003's flag header, `x-gray-flag: true|false`.
-pub const X_GRAY_FLAG: HeaderName = HeaderName::from_static("x-gray-flag");
-/// Seed 003's client IP header, `x-gray-ip`.
-pub const X_GRAY_IP: HeaderName = HeaderName::from_static("x-gray-ip");
-
-/// Which decides first when a trusted client sends a stain and a rule also matches.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub enum Precedence {
-    /// The first matching rule decides; a trusted client's stain decides only when no rule
-    /// matches (the default).
-    #[default]
-    RulesFirst,
-    /// A trusted client's stain decides when it sends one; rules decide otherwise.
-    InboundFirst,
-}
-
-#[derive(Debug)]
-pub(crate) struct Config {
-    pub(crate) rules: LiveRules,
-    pub(crate) carriers: Carriers,
-    pub(crate) resolver: ClientIpResolver,
-    pub(crate) trusted_clients: CidrList,
-    pub(crate) precedence: Precedence,
-    pub(crate) seed003: Option<Lane>,
-    pub(crate) strip: Vec<HeaderName>,
-    pub(crate) decision_extension: bool,
-}
-
 /// Builds [`Edge`]: the edge layer that decides each request's stain by the rules.
 ///
-/// Defaults: the carriers `x-gray-lane` + `x-gray-info`, no trusted proxy (the TCP peer is
-/// the client), no trusted client (every inbound stain is stripped), [`Precedence::RulesFirst`],
-/// no seed 003 headers (`x-gray-flag` and `x-gray-ip` are still stripped from untrusted
-/// clients).
+/// Every setter can be called in any order, on a fresh layer or a clone of a shared one.
+///
+/// | setting | default |
+/// |---|---|
+/// | [`with_carriers`](Self::with_carriers) | `x-gray-lane` + `x-gray-info` ([`Carriers::default`]) |
+/// | [`with_proxies`](Self::with_proxies) | none: the TCP peer is the client |
+/// | [`with_forwarded_header`](Self::with_forwarded_header) | `X-Forwarded-For` |
+/// | [`with_trusted_clients`](Self::with_trusted_clients) | none: every inbound stain is stripped |
+/// | [`with_precedence`](Self::with_precedence) | [`Precedence::RulesFirst`] |
+/// | [`with_seed003_headers`](Self::with_seed003_headers) | off (`x-gray-flag`, `x-gray-ip` still stripped) |
+/// | [`with_strip_known`](Self::with_strip_known) | on: every carrier gray knows is stripped |
+/// | [`with_strip`](Self::with_strip) | no extra header |
+/// | [`with_hop_by_hop`](Self::with_hop_by_hop) | on |
+/// | [`with_path_normalization`](Self::with_path_normalization) | on |
+/// | [`with_decision_extension`](Self::with_decision_extension) | on |
 #[derive(Debug, Clone)]
 pub struct EdgeLayer {
     config: Arc<Config>,
@@ -53,92 +37,125 @@ impl EdgeLayer {
     /// Decides by `rules` (a [`LiveRules`], or a fixed [`RuleSet`](gray_core::RuleSet)).
     pub fn new(rules: impl Into<LiveRules>) -> Self {
         EdgeLayer {
-            config: Arc::new(Config {
-                rules: rules.into(),
-                carriers: Carriers::default(),
-                resolver: ClientIpResolver::default(),
-                trusted_clients: CidrList::new(),
-                precedence: Precedence::default(),
-                seed003: None,
-                strip: vec![X_GRAY_FLAG, X_GRAY_IP],
-                decision_extension: true,
-            }),
+            config: Arc::new(Config::new(rules.into())),
         }
     }
 
-    fn edit(mut self, f: impl FnOnce(&mut Config)) -> Self {
-        match Arc::get_mut(&mut self.config) {
-            Some(config) => f(config),
-            None => {
-                let mut config = Config {
-                    rules: self.config.rules.clone(),
-                    carriers: self.config.carriers.clone(),
-                    resolver: self.config.resolver.clone(),
-                    trusted_clients: self.config.trusted_clients.clone(),
-                    precedence: self.config.precedence,
-                    seed003: self.config.seed003.clone(),
-                    strip: self.config.strip.clone(),
-                    decision_extension: self.config.decision_extension,
-                };
-                f(&mut config);
-                self.config = Arc::new(config);
-            }
-        }
+    /// The configuration, copied first when another layer or service shares it.
+    fn config_mut(&mut self) -> &mut Config {
+        Arc::make_mut(&mut self.config)
+    }
+
+    /// Reads (from trusted clients) and writes (for downstream) these carriers; everything
+    /// they read is stripped from untrusted clients.
+    /// [`CarrierConfig::carriers`](gray_core::CarrierConfig::carriers) builds them from a
+    /// configuration file.
+    pub fn with_carriers(mut self, carriers: Carriers) -> Self {
+        let config = self.config_mut();
+        config.carriers = carriers;
+        config.refresh();
         self
     }
 
-    /// Reads (from trusted clients) and writes (for downstream) these carriers.
-    pub fn with_carriers(self, carriers: Carriers) -> Self {
-        self.edit(|c| c.carriers = carriers)
-    }
-
     /// Trusts these proxies to report the client address.
-    pub fn with_proxies(self, proxies: TrustedProxies) -> Self {
-        self.edit(|c| {
-            c.resolver = ClientIpResolver::new(proxies);
-        })
+    pub fn with_proxies(mut self, proxies: TrustedProxies) -> Self {
+        let config = self.config_mut();
+        config.resolver = config.resolver.clone().with_proxies(proxies);
+        self
     }
 
-    /// Reads `header` for the client address chain (default `X-Forwarded-For`).
-    /// Call after [`EdgeLayer::with_proxies`].
-    pub fn with_forwarded_header(self, header: ForwardedHeader) -> Self {
-        self.edit(|c| c.resolver = c.resolver.clone().with_header(header))
+    /// Reads `header` for the client address chain (default `X-Forwarded-For`): the header
+    /// the trusted proxies write.
+    pub fn with_forwarded_header(mut self, header: ForwardedHeader) -> Self {
+        let config = self.config_mut();
+        config.resolver = config.resolver.clone().with_header(header);
+        self
     }
 
     /// Clients whose inbound stain is honoured (internal callers, test harnesses), by their
     /// resolved client IP. Everyone else's carriers are stripped.
-    pub fn with_trusted_clients(self, clients: CidrList) -> Self {
-        self.edit(|c| c.trusted_clients = clients)
+    pub fn with_trusted_clients(mut self, clients: CidrList) -> Self {
+        self.config_mut().trusted_clients = clients;
+        self
     }
 
     /// Which decides first for a trusted client that sends a stain.
-    pub fn with_precedence(self, precedence: Precedence) -> Self {
-        self.edit(|c| c.precedence = precedence)
+    pub fn with_precedence(mut self, precedence: Precedence) -> Self {
+        self.config_mut().precedence = precedence;
+        self
     }
 
     /// Also writes seed 003's headers: `x-gray-flag: true` when the decided lane is
     /// `lane` (`false` otherwise) and `x-gray-ip: <client IP>` (omitted when unknown).
-    pub fn with_seed003_headers(self, lane: Lane) -> Self {
-        self.edit(|c| c.seed003 = Some(lane))
+    pub fn with_seed003_headers(mut self, lane: Lane) -> Self {
+        self.config_mut().seed003 = Some(lane);
+        self
     }
 
-    /// Also strips `header` from untrusted clients (besides the carriers, `x-gray-flag`
-    /// and `x-gray-ip`).
-    pub fn strip_header(self, header: HeaderName) -> Self {
-        self.edit(|c| c.strip.push(header))
+    /// Whether untrusted clients lose every carrier gray knows, configured or not (default:
+    /// yes): the headers [`KNOWN_STAIN_HEADERS`](super::KNOWN_STAIN_HEADERS) (`x-gray-lane`,
+    /// `x-gray-info`, `x-gray-flag`, `x-gray-ip`, `gray`, `version`) and the stain's member
+    /// of `baggage` under [`DEFAULT_BAGGAGE_KEY`](gray_core::carriers_config::DEFAULT_BAGGAGE_KEY).
+    /// Turn it off only where one of those headers means something else to the services
+    /// behind (seed 004's API `version` header, say).
+    pub fn with_strip_known(mut self, on: bool) -> Self {
+        let config = self.config_mut();
+        config.strip_known = on;
+        config.refresh();
+        self
+    }
+
+    /// Also strips these headers from untrusted clients (replacing the previous list):
+    /// headers only the services behind read.
+    pub fn with_strip(mut self, headers: impl IntoIterator<Item = HeaderName>) -> Self {
+        let config = self.config_mut();
+        config.strip = headers.into_iter().collect();
+        config.refresh();
+        self
+    }
+
+    /// Whether the edge removes the client's hop-by-hop headers, and every header its
+    /// `Connection` header names, before it reads, decides and writes the stain (default:
+    /// yes; see [`hop`](super::hop)). Then `Connection: x-gray-lane` cannot remove the stain
+    /// the edge writes. Turn it off only on a service that handles `Upgrade` (WebSocket)
+    /// requests itself and forwards nothing: the edge would remove `Upgrade`.
+    pub fn with_hop_by_hop(mut self, on: bool) -> Self {
+        self.config_mut().hop_by_hop = on;
+        self
+    }
+
+    /// Whether the edge normalises the request path before rules see it and rewrites the
+    /// request to it (default: yes; see [`gray_core::path`]). A path it rejects is never
+    /// given to the rules: the request is baseline and carries a
+    /// [`PathRejected`](super::PathRejected) extension for the service behind to answer 400.
+    pub fn with_path_normalization(mut self, on: bool) -> Self {
+        self.config_mut().normalize_paths = on;
+        self
     }
 
     /// Whether each request carries its [`EdgeDecision`](super::EdgeDecision) in its
     /// extensions, beside the [`Stain`](gray_core::Stain) (default: yes). Where nothing
     /// reads it (a proxy that only forwards), turning it off saves an allocation and a map
     /// insert per request.
-    pub fn with_decision_extension(self, on: bool) -> Self {
-        self.edit(|c| c.decision_extension = on)
+    pub fn with_decision_extension(mut self, on: bool) -> Self {
+        self.config_mut().decision_extension = on;
+        self
     }
 
     /// The rules this layer decides by.
     pub fn rules(&self) -> &LiveRules {
         &self.config.rules
+    }
+
+    /// The headers stripped whole from untrusted clients: the configured carriers', the
+    /// known ones (unless switched off) and the extra ones, without duplicates.
+    pub fn stripped_headers(&self) -> &[HeaderName] {
+        self.config.removal.headers()
+    }
+
+    /// The `baggage` member keys stripped from untrusted clients (their other members stay).
+    pub fn stripped_baggage_keys(&self) -> impl Iterator<Item = &str> {
+        self.config.removal.baggage_keys()
     }
 }
 
@@ -146,6 +163,13 @@ impl<S> Layer<S> for EdgeLayer {
     type Service = Edge<S>;
 
     fn layer(&self, inner: S) -> Self::Service {
-        Edge::from_parts(inner, self.config.clone())
+        Edge::new(inner, self.config.clone())
+    }
+}
+
+impl<S> Edge<S> {
+    /// A layer deciding by `rules`.
+    pub fn layer(rules: impl Into<LiveRules>) -> EdgeLayer {
+        EdgeLayer::new(rules)
     }
 }

@@ -6,19 +6,22 @@ use std::{
 
 use gray_core::{
     Stain,
+    path::{PathError, normalize_uri},
     rules::{Decision, RequestView},
 };
-use http::{HeaderValue, Request};
+use http::{HeaderValue, Request, Uri};
 use tower_service::Service;
 
 use super::{
     client_ip::peer_ip,
-    layer::{Config, EdgeLayer, Precedence, X_GRAY_FLAG, X_GRAY_IP},
+    config::{Config, Precedence, X_GRAY_FLAG, X_GRAY_IP},
+    hop,
 };
 use crate::extract::ResponseFuture;
 
 /// What decided a request's stain at the edge.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum DecidedBy {
     /// A rule matched.
     Rule,
@@ -26,11 +29,26 @@ pub enum DecidedBy {
     Inbound,
     /// Nothing: baseline.
     Default,
+    /// The path was rejected ([`PathRejected`]): no rule ran, the request is baseline.
+    PathRejected,
+}
+
+impl DecidedBy {
+    /// `rule`, `inbound`, `default` or `path_rejected`: for logs and JSON bodies.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DecidedBy::Rule => "rule",
+            DecidedBy::Inbound => "inbound",
+            DecidedBy::Default => "default",
+            DecidedBy::PathRejected => "path_rejected",
+        }
+    }
 }
 
 /// The edge's decision for one request, in the request extensions (beside the
 /// [`Stain`]): for handlers, logs and admin endpoints.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct EdgeDecision {
     /// What decided.
     pub decided_by: DecidedBy,
@@ -46,8 +64,20 @@ pub struct EdgeDecision {
     pub trusted: bool,
 }
 
+/// A request extension: the edge rejected the request's path ([`gray_core::path`]), so no
+/// rule saw it and the request is baseline. The URI is left as the client sent it; the
+/// service behind answers 400 (the gateway does, with a JSON body) and must not forward it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PathRejected(pub PathError);
+
+/// A request extension: the URI as the client sent it, when the edge rewrote the request
+/// to the normalised path. A proxy that routes by a path prefix compares the two to refuse
+/// requests whose path climbs out of the prefix (`/svc/../other`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RawUri(pub Uri);
+
 /// The edge layer's service: decides the stain by the rules, strips untrusted stains,
-/// writes the decided stain for downstream. Built by [`EdgeLayer`].
+/// writes the decided stain for downstream. Built by [`EdgeLayer`](super::EdgeLayer).
 #[derive(Debug, Clone)]
 pub struct Edge<S> {
     inner: S,
@@ -56,7 +86,7 @@ pub struct Edge<S> {
 }
 
 impl<S> Edge<S> {
-    pub(crate) fn from_parts(inner: S, config: Arc<Config>) -> Self {
+    pub(crate) fn new(inner: S, config: Arc<Config>) -> Self {
         Edge {
             inner,
             config,
@@ -94,11 +124,6 @@ impl<S> Edge<S> {
         self
     }
 
-    /// A layer deciding by `rules`.
-    pub fn layer(rules: impl Into<super::LiveRules>) -> EdgeLayer {
-        EdgeLayer::new(rules)
-    }
-
     define_inner_service_accessors!();
 }
 
@@ -107,6 +132,11 @@ fn from_rule(d: Decision<'_>, e: &mut EdgeDecision) -> Stain {
     e.rule_index = Some(d.rule().index());
     e.rule_name = d.rule().shared_name().cloned();
     d.into_context()
+}
+
+/// Rewrites the request to its normalised path; the original URI when it changed.
+fn normalize_path<B>(req: &mut Request<B>) -> Result<Option<RawUri>, PathError> {
+    Ok(normalize_uri(req.uri())?.map(|normal| RawUri(std::mem::replace(req.uri_mut(), normal))))
 }
 
 impl<S, B> Service<Request<B>> for Edge<S>
@@ -123,14 +153,35 @@ where
 
     fn call(&mut self, mut req: Request<B>) -> Self::Future {
         let config = &*self.config;
+        // The forwarding chain as the trusted proxy delivered it, before anything is removed.
         let client_ip = config
             .resolver
             .resolve(peer_ip(req.extensions()).or(self.peer), req.headers());
         let trusted = client_ip.is_some_and(|ip| config.trusted_clients.contains(ip));
+        // What the client meant for this hop only goes before the stain is read or written.
+        if config.hop_by_hop {
+            hop::strip(req.headers_mut());
+        }
+        let path = if config.normalize_paths {
+            normalize_path(&mut req)
+        } else {
+            Ok(None)
+        };
 
         // One snapshot decides the whole request.
         let snapshot = config.rules.load();
-        let (ctx, decision) = {
+        let mut decision = EdgeDecision {
+            decided_by: DecidedBy::Default,
+            rule_index: None,
+            rule_name: None,
+            generation: snapshot.generation(),
+            client_ip,
+            trusted,
+        };
+        let ctx = if path.is_err() {
+            decision.decided_by = DecidedBy::PathRejected;
+            Stain::baseline()
+        } else {
             let view = RequestView::from_request(&req).with_client_ip(client_ip);
             let inbound = || {
                 if trusted {
@@ -140,15 +191,7 @@ where
                 }
             };
             let rule = || snapshot.rules().evaluate(&view);
-            let mut decision = EdgeDecision {
-                decided_by: DecidedBy::Default,
-                rule_index: None,
-                rule_name: None,
-                generation: snapshot.generation(),
-                client_ip,
-                trusted,
-            };
-            let ctx = match config.precedence {
+            match config.precedence {
                 Precedence::RulesFirst => match rule() {
                     Some(d) => from_rule(d, &mut decision),
                     None => match inbound() {
@@ -169,17 +212,13 @@ where
                         None => Stain::baseline(),
                     },
                 },
-            };
-            (ctx, decision)
+            }
         };
         drop(snapshot);
 
         let headers = req.headers_mut();
         if !trusted {
-            config.carriers.strip(headers);
-            for name in &config.strip {
-                headers.remove(name);
-            }
+            config.removal.apply(headers);
         }
         // Rewrites every carrier: the decided stain, or none for baseline.
         config.carriers.inject(&ctx, headers);
@@ -190,18 +229,29 @@ where
                 "false"
             };
             headers.insert(X_GRAY_FLAG, HeaderValue::from_static(flag));
-            match client_ip.and_then(|ip| HeaderValue::from_str(&ip.to_string()).ok()) {
-                Some(v) => {
-                    headers.insert(X_GRAY_IP, v);
+            match client_ip {
+                Some(ip) => {
+                    headers.insert(X_GRAY_IP, super::client_ip::forwarded_for(ip));
                 }
                 None => {
                     headers.remove(X_GRAY_IP);
                 }
             }
         }
-        req.extensions_mut().insert(ctx.clone());
+        let extensions = req.extensions_mut();
+        match path {
+            Ok(None) => {}
+            Ok(Some(raw)) => {
+                extensions.insert(raw);
+            }
+            Err(e) => {
+                tracing::debug!(target: "gray::edge", error = %e, "path rejected; baseline, no rule ran");
+                extensions.insert(PathRejected(e));
+            }
+        }
+        extensions.insert(ctx.clone());
         if config.decision_extension {
-            req.extensions_mut().insert(decision);
+            extensions.insert(decision);
         }
         ResponseFuture::scoped(ctx, req, &mut self.inner)
     }

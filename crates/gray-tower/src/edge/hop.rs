@@ -1,11 +1,33 @@
 //! Hop-by-hop headers (RFC 9110 §7.6.1): they describe one connection, so a proxy removes
 //! them, together with every header the `Connection` header names, in both directions.
+//!
+//! [`EdgeLayer`](super::EdgeLayer) calls [`strip`] on every request **before** it reads,
+//! decides and writes the stain (see [`EdgeLayer::with_hop_by_hop`](super::EdgeLayer::with_hop_by_hop)),
+//! so a client's `Connection: x-gray-lane` removes the client's own `x-gray-lane`, never
+//! the one the edge writes. A proxy calls it on the responses it relays.
+//!
+//! Most messages carry no hop-by-hop header, which one pass over the names finds without
+//! hashing; only then is anything removed.
+//!
+//! ```
+//! use gray_tower::edge::hop;
+//! use http::{HeaderMap, HeaderValue};
+//!
+//! let mut headers = HeaderMap::new();
+//! headers.insert("connection", HeaderValue::from_static("keep-alive, x-gray-lane"));
+//! headers.insert("keep-alive", HeaderValue::from_static("timeout=5"));
+//! headers.insert("x-gray-lane", HeaderValue::from_static("forged"));
+//! headers.insert("content-type", HeaderValue::from_static("text/plain"));
+//! hop::strip(&mut headers);
+//! assert_eq!(headers.len(), 1);
+//! assert_eq!(headers["content-type"], "text/plain");
+//! ```
 
-use std::net::IpAddr;
+use http::{HeaderMap, HeaderName, header};
 
-use http::{HeaderMap, HeaderName, HeaderValue, header, header::Entry};
-
-const HOP_BY_HOP: [HeaderName; 9] = [
+/// The headers that are hop-by-hop by themselves (RFC 9110 §7.6.1, plus the non-standard
+/// `keep-alive` and `proxy-connection`).
+pub const HOP_BY_HOP: [HeaderName; 9] = [
     header::CONNECTION,
     HeaderName::from_static("keep-alive"),
     header::PROXY_AUTHENTICATE,
@@ -18,7 +40,7 @@ const HOP_BY_HOP: [HeaderName; 9] = [
 ];
 
 /// Whether `name` is hop-by-hop by itself (not counting the names `Connection` lists).
-fn is_hop_by_hop(name: &HeaderName) -> bool {
+pub fn is_hop_by_hop(name: &HeaderName) -> bool {
     // The same names as `HOP_BY_HOP`, matched by length and bytes, without hashing.
     matches!(
         name.as_str(),
@@ -34,9 +56,9 @@ fn is_hop_by_hop(name: &HeaderName) -> bool {
     )
 }
 
-/// Removes the hop-by-hop headers from `headers`. `Upgrade` goes too: this gateway does not
-/// tunnel upgraded connections. Most messages carry none, which one pass over the names
-/// finds without hashing.
+/// Removes the hop-by-hop headers from `headers`, and every header a `Connection` header
+/// names. `Upgrade` goes too: a proxy that tunnels upgraded connections handles them before
+/// calling this.
 pub fn strip(headers: &mut HeaderMap) {
     if !headers.keys().any(is_hop_by_hop) {
         return;
@@ -45,9 +67,8 @@ pub fn strip(headers: &mut HeaderMap) {
         let named: Vec<HeaderName> = headers
             .get_all(header::CONNECTION)
             .iter()
-            .filter_map(|v| v.to_str().ok())
-            .flat_map(|v| v.split(','))
-            .filter_map(|name| HeaderName::from_bytes(name.trim().as_bytes()).ok())
+            .flat_map(|v| v.as_bytes().split(|&b| b == b','))
+            .filter_map(|name| HeaderName::from_bytes(name.trim_ascii()).ok())
             .collect();
         for name in named {
             headers.remove(name);
@@ -58,36 +79,6 @@ pub fn strip(headers: &mut HeaderMap) {
     }
 }
 
-/// The peer's address as an `X-Forwarded-For` value, made once per connection.
-pub fn forwarded_for(peer: IpAddr) -> HeaderValue {
-    HeaderValue::from_str(&peer.to_string())
-        .unwrap_or_else(|_| unreachable!("an IP address is a valid header value"))
-}
-
-/// Appends the peer's address (`peer`, from [`forwarded_for`]) to `X-Forwarded-For`, as a
-/// proxy does for the next hop.
-pub fn append_forwarded_for(headers: &mut HeaderMap, peer: &HeaderValue) {
-    match headers.entry(X_FORWARDED_FOR) {
-        Entry::Vacant(entry) => {
-            entry.insert(peer.clone());
-        }
-        Entry::Occupied(mut entry) => {
-            let mut value = Vec::new();
-            for previous in entry.iter() {
-                value.extend_from_slice(previous.as_bytes());
-                value.extend_from_slice(b", ");
-            }
-            value.extend_from_slice(peer.as_bytes());
-            // Replaces every previous value with the joined one.
-            if let Ok(value) = HeaderValue::from_bytes(&value) {
-                entry.insert(value);
-            }
-        }
-    }
-}
-
-const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
-
 #[cfg(test)]
 mod tests {
     use http::HeaderValue;
@@ -95,24 +86,16 @@ mod tests {
     use super::*;
 
     #[test]
-    fn forwarded_for_is_appended() {
-        let mut h = HeaderMap::new();
-        append_forwarded_for(&mut h, &forwarded_for("10.0.0.1".parse().unwrap()));
-        assert_eq!(h["x-forwarded-for"], "10.0.0.1");
-        h.append("x-forwarded-for", HeaderValue::from_static("10.0.0.9"));
-        append_forwarded_for(&mut h, &forwarded_for("10.0.0.2".parse().unwrap()));
-        assert_eq!(h["x-forwarded-for"], "10.0.0.1, 10.0.0.9, 10.0.0.2");
-    }
-
-    #[test]
     fn strips_standard_and_connection_named_headers() {
         let mut h = HeaderMap::new();
         h.insert(
             "connection",
-            HeaderValue::from_static("keep-alive, x-secret"),
+            HeaderValue::from_static("keep-alive, X-Secret ,,"),
         );
+        h.append("connection", HeaderValue::from_static("x-other"));
         h.insert("keep-alive", HeaderValue::from_static("timeout=5"));
         h.insert("x-secret", HeaderValue::from_static("1"));
+        h.insert("x-other", HeaderValue::from_static("1"));
         h.insert("transfer-encoding", HeaderValue::from_static("chunked"));
         h.insert("x-gray-lane", HeaderValue::from_static("gray"));
         strip(&mut h);
@@ -135,5 +118,19 @@ mod tests {
         h.insert("x-kept", HeaderValue::from_static("1"));
         strip(&mut h);
         assert_eq!(h.len(), 2);
+    }
+
+    #[test]
+    fn garbage_in_connection_is_skipped() {
+        let mut h = HeaderMap::new();
+        h.insert(
+            "connection",
+            HeaderValue::from_bytes(b"\xff\xfe, a b, x-gone").unwrap(),
+        );
+        h.insert("x-gone", HeaderValue::from_static("1"));
+        h.insert("x-kept", HeaderValue::from_static("1"));
+        strip(&mut h);
+        assert_eq!(h.len(), 1);
+        assert!(h.contains_key("x-kept"));
     }
 }

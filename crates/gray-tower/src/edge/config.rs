@@ -1,0 +1,248 @@
+//! What an [`EdgeLayer`](super::EdgeLayer) is configured with, shared by every [`Edge`](super::Edge)
+//! it builds; and what the edge strips from untrusted clients.
+
+use gray_core::{
+    Carrier, Carriers, Lane,
+    carriers_config::{GRAY, VERSION, default_member},
+    codec::{X_GRAY_INFO, X_GRAY_LANE},
+    rules::CidrList,
+};
+use http::{HeaderMap, HeaderName};
+
+use super::{client_ip::ClientIpResolver, live::LiveRules};
+
+/// Seed 003's flag header, `x-gray-flag: true|false`.
+pub const X_GRAY_FLAG: HeaderName = HeaderName::from_static("x-gray-flag");
+/// Seed 003's client IP header, `x-gray-ip`.
+pub const X_GRAY_IP: HeaderName = HeaderName::from_static("x-gray-ip");
+
+/// The headers every carrier gray knows lives in, stripped from untrusted clients by
+/// default (besides the stain's `baggage` member under
+/// [`DEFAULT_BAGGAGE_KEY`](gray_core::carriers_config::DEFAULT_BAGGAGE_KEY)): the lane
+/// header, seed 002's route header, seed 003's flag and IP headers, seed 000's `gray` flag
+/// and seed 001's `version`.
+pub const KNOWN_STAIN_HEADERS: [HeaderName; 6] = [
+    X_GRAY_LANE,
+    X_GRAY_INFO,
+    X_GRAY_FLAG,
+    X_GRAY_IP,
+    GRAY,
+    VERSION,
+];
+
+const BAGGAGE: HeaderName = HeaderName::from_static("baggage");
+
+/// Which decides first when a trusted client sends a stain and a rule also matches.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Precedence {
+    /// The first matching rule decides; a trusted client's stain decides only when no rule
+    /// matches (the default).
+    #[default]
+    RulesFirst,
+    /// A trusted client's stain decides when it sends one; rules decide otherwise.
+    InboundFirst,
+}
+
+/// The edge's configuration. Cloned only when a builder setter runs on a shared layer.
+#[derive(Debug, Clone)]
+pub(crate) struct Config {
+    pub(crate) rules: LiveRules,
+    pub(crate) carriers: Carriers,
+    pub(crate) resolver: ClientIpResolver,
+    pub(crate) trusted_clients: CidrList,
+    pub(crate) precedence: Precedence,
+    pub(crate) seed003: Option<Lane>,
+    pub(crate) strip_known: bool,
+    pub(crate) strip: Vec<HeaderName>,
+    pub(crate) hop_by_hop: bool,
+    pub(crate) normalize_paths: bool,
+    pub(crate) decision_extension: bool,
+    /// Derived from `carriers`, `strip_known` and `strip` by [`Config::refresh`].
+    pub(crate) removal: Removal,
+}
+
+impl Config {
+    pub(crate) fn new(rules: LiveRules) -> Self {
+        let mut config = Config {
+            rules,
+            carriers: Carriers::default(),
+            resolver: ClientIpResolver::default(),
+            trusted_clients: CidrList::new(),
+            precedence: Precedence::default(),
+            seed003: None,
+            strip_known: true,
+            strip: Vec::new(),
+            hop_by_hop: true,
+            normalize_paths: true,
+            decision_extension: true,
+            removal: Removal::default(),
+        };
+        config.refresh();
+        config
+    }
+
+    /// Recomputes what is stripped from untrusted clients.
+    pub(crate) fn refresh(&mut self) {
+        let mut removal = Removal::default();
+        for carrier in self.carriers.iter() {
+            removal.add(carrier.clone());
+        }
+        if self.strip_known {
+            for name in &KNOWN_STAIN_HEADERS {
+                removal.add_header(name.clone());
+            }
+            removal.add(Carrier::Baggage(default_member()));
+        }
+        for name in &self.strip {
+            removal.add_header(name.clone());
+        }
+        self.removal = removal;
+    }
+}
+
+/// What the edge removes from an untrusted client's request: whole headers, and members
+/// of `baggage` (whose other members stay). No duplicates.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Removal {
+    headers: Vec<HeaderName>,
+    members: Vec<Carrier>,
+    /// Bit `n` is set when a name of length `n` (below 64) is removed: most of a request's
+    /// header names are passed over on their length alone.
+    lengths: u64,
+}
+
+/// The bit of a name's length in [`Removal::lengths`] (names of 63 bytes or more share one).
+fn length_bit(name: &HeaderName) -> u64 {
+    1 << name.as_str().len().min(63)
+}
+
+impl Removal {
+    fn add(&mut self, carrier: Carrier) {
+        match &carrier {
+            Carrier::Baggage(member) => {
+                let known = self.members.iter().any(|c| match c {
+                    Carrier::Baggage(m) => m.key() == member.key(),
+                    _ => false,
+                });
+                if !known {
+                    self.lengths |= length_bit(&BAGGAGE);
+                    self.members.push(carrier);
+                }
+            }
+            other => self.add_header(other.header_name().clone()),
+        }
+    }
+
+    fn add_header(&mut self, name: HeaderName) {
+        if !self.headers.contains(&name) {
+            self.lengths |= length_bit(&name);
+            self.headers.push(name);
+        }
+    }
+
+    /// Removes what it names from `headers`. One pass over the request's header names
+    /// decides whether there is anything to do (usually not).
+    pub(crate) fn apply(&self, headers: &mut HeaderMap) {
+        let baggage = !self.members.is_empty();
+        let hit = headers.keys().any(|k| {
+            self.lengths & length_bit(k) != 0
+                && (self.headers.contains(k) || (baggage && *k == BAGGAGE))
+        });
+        if !hit {
+            return;
+        }
+        for name in &self.headers {
+            headers.remove(name);
+        }
+        for member in &self.members {
+            member.remove(headers);
+        }
+    }
+
+    /// The whole headers removed, in order.
+    pub(crate) fn headers(&self) -> &[HeaderName] {
+        &self.headers
+    }
+
+    /// The `baggage` member keys removed, in order.
+    pub(crate) fn baggage_keys(&self) -> impl Iterator<Item = &str> {
+        self.members.iter().filter_map(|c| match c {
+            Carrier::Baggage(m) => Some(m.key()),
+            _ => None,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use gray_core::{
+        RuleSet,
+        carriers_config::DEFAULT_BAGGAGE_KEY,
+        codec::{BaggageMember, PlainHeader},
+    };
+    use http::HeaderValue;
+
+    use super::*;
+
+    fn names(config: &Config) -> Vec<&str> {
+        config
+            .removal
+            .headers()
+            .iter()
+            .map(|h| h.as_str())
+            .collect()
+    }
+
+    #[test]
+    fn the_default_strip_set_is_every_known_carrier() {
+        let config = Config::new(LiveRules::new(RuleSet::default()));
+        let names = names(&config);
+        assert_eq!(
+            names,
+            [
+                "x-gray-lane",
+                "x-gray-info",
+                "x-gray-flag",
+                "x-gray-ip",
+                "gray",
+                "version"
+            ]
+        );
+        assert_eq!(
+            config.removal.baggage_keys().collect::<Vec<_>>(),
+            [DEFAULT_BAGGAGE_KEY]
+        );
+    }
+
+    #[test]
+    fn configured_carriers_and_extras_join_without_duplicates() {
+        let mut config = Config::new(LiveRules::new(RuleSet::default()));
+        config.carriers = Carriers::new()
+            .with(PlainHeader::lane(HeaderName::from_static("x-lane")))
+            .with(PlainHeader::lane(X_GRAY_LANE))
+            .with(BaggageMember::new("lane").unwrap())
+            .with(BaggageMember::new(DEFAULT_BAGGAGE_KEY).unwrap());
+        config.strip = vec![HeaderName::from_static("x-tenant"), GRAY];
+        config.strip_known = false;
+        config.refresh();
+        let names = names(&config);
+        assert_eq!(names, ["x-lane", "x-gray-lane", "x-tenant", "gray"]);
+        assert_eq!(
+            config.removal.baggage_keys().collect::<Vec<_>>(),
+            ["lane", "gray.lane"]
+        );
+
+        let mut h = HeaderMap::new();
+        h.insert("x-lane", HeaderValue::from_static("a"));
+        h.insert("version", HeaderValue::from_static("2.0"));
+        h.insert(
+            "baggage",
+            HeaderValue::from_static("lane=a,k=v,gray.lane=b"),
+        );
+        config.removal.apply(&mut h);
+        assert!(!h.contains_key("x-lane"));
+        assert_eq!(h["version"], "2.0", "not known-stripped when switched off");
+        assert_eq!(h["baggage"], "k=v");
+    }
+}
