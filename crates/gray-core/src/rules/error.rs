@@ -2,15 +2,23 @@
 
 use std::{borrow::Cow, fmt, sync::Arc};
 
-/// A rule set that could not be loaded: it names the source, the rule, the field and what
-/// was expected.
+use crate::config::{ConfigError, Document};
+
+/// A rule set that could not be loaded: it names the source, the line and column (when the
+/// rule set was parsed from text), the rule, the field and what was expected.
 ///
 /// ```text
-/// rules.toml: rules[1] ("testers"), field `when.header.regex`: expected a valid regular expression (regex parse error: …)
+/// rules.toml:7:30: rules[1] ("testers"), field `when.header.regex`: expected a valid regular expression (regex parse error: …)
 /// ```
 #[derive(Debug, Clone)]
-pub struct RulesError {
+pub struct RulesError(Box<Inner>);
+
+/// Boxed, so that a `Result` of the compiler stays small.
+#[derive(Debug, Clone)]
+struct Inner {
     source_name: Arc<str>,
+    line: Option<usize>,
+    column: Option<usize>,
     rule: Option<(usize, Option<String>)>,
     field: String,
     problem: Problem,
@@ -34,49 +42,89 @@ pub enum Problem {
 }
 
 impl RulesError {
-    pub(crate) fn syntax(source_name: &Arc<str>, field: String, message: String) -> Self {
-        let rule = rule_from_path(&field);
-        RulesError {
-            source_name: source_name.clone(),
-            rule,
-            field,
-            problem: Problem::Syntax(message),
+    /// A document that did not deserialize: its field path is made relative to its rule,
+    /// whose name is read from the document.
+    pub(crate) fn from_document(e: ConfigError, document: &Document<'_>) -> Self {
+        let mut error = RulesError::from_config(e);
+        if let Some((i, name @ None)) = &mut error.0.rule {
+            *name = document.string_at(&format!("rules[{i}].name"));
         }
+        error
     }
 
-    #[cfg(not(all(feature = "toml", feature = "yaml")))]
-    pub(crate) fn format_disabled(source_name: &Arc<str>, feature: &'static str) -> Self {
-        RulesError {
-            source_name: source_name.clone(),
-            rule: None,
-            field: String::new(),
-            problem: Problem::FormatDisabled(feature),
+    fn from_config(e: ConfigError) -> Self {
+        let path = e.field().unwrap_or_default();
+        let rule = rule_from_path(path);
+        let field = match &rule {
+            Some(_) => match path.find(']') {
+                Some(end) => path[end + 1..].trim_start_matches('.').to_owned(),
+                None => String::new(),
+            },
+            None => path.to_owned(),
+        };
+        let problem = match e.disabled_feature() {
+            Some(feature) => Problem::FormatDisabled(feature),
+            None => Problem::Syntax(e.message().to_owned()),
+        };
+        RulesError(Box::new(Inner {
+            source_name: e.shared_source().clone(),
+            line: e.line(),
+            column: e.column(),
+            rule,
+            field,
+            problem,
+        }))
+    }
+
+    /// Adds the line and column of the field at fault in `document`.
+    pub(crate) fn locate(mut self, document: &Document<'_>) -> Self {
+        let e = &mut *self.0;
+        let path = match (&e.rule, e.field.is_empty()) {
+            (Some((i, _)), true) => format!("rules[{i}]"),
+            (Some((i, _)), false) => format!("rules[{i}].{}", e.field),
+            (None, _) => e.field.clone(),
+        };
+        if let Some((line, column)) = document.position(&path) {
+            e.line = Some(line);
+            e.column = column;
         }
+        self
     }
 
     /// The source: a file path, an etcd key, or whatever name the caller gave.
     pub fn source_name(&self) -> &str {
-        &self.source_name
+        &self.0.source_name
+    }
+
+    /// The line of the error, from 1, when the rule set was parsed from text.
+    pub fn line(&self) -> Option<usize> {
+        self.0.line
+    }
+
+    /// The column of the error, from 1, when the format reports it.
+    pub fn column(&self) -> Option<usize> {
+        self.0.column
     }
 
     /// The 0-based index of the rule at fault, if the error is inside a rule.
     pub fn rule_index(&self) -> Option<usize> {
-        self.rule.as_ref().map(|(i, _)| *i)
+        self.0.rule.as_ref().map(|(i, _)| *i)
     }
 
     /// The name of the rule at fault, if it has one.
     pub fn rule_name(&self) -> Option<&str> {
-        self.rule.as_ref().and_then(|(_, n)| n.as_deref())
+        self.0.rule.as_ref().and_then(|(_, n)| n.as_deref())
     }
 
-    /// The field at fault, as a dotted path inside the rule (or the document).
+    /// The field at fault, as a dotted path inside the rule (or the document, for an error
+    /// outside every rule).
     pub fn field(&self) -> &str {
-        &self.field
+        &self.0.field
     }
 
     /// What went wrong.
     pub fn problem(&self) -> &Problem {
-        &self.problem
+        &self.0.problem
     }
 }
 
@@ -89,16 +137,23 @@ fn rule_from_path(path: &str) -> Option<(usize, Option<String>)> {
 
 impl fmt::Display for RulesError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}: ", self.source_name)?;
-        match &self.rule {
+        f.write_str(&self.0.source_name)?;
+        if let Some(line) = self.0.line {
+            write!(f, ":{line}")?;
+            if let Some(column) = self.0.column {
+                write!(f, ":{column}")?;
+            }
+        }
+        f.write_str(": ")?;
+        match &self.0.rule {
             Some((i, Some(name))) => write!(f, "rules[{i}] ({name:?}), ")?,
             Some((i, None)) => write!(f, "rules[{i}], ")?,
             None => {}
         }
-        if !self.field.is_empty() {
-            write!(f, "field `{}`: ", self.field)?;
+        if !self.0.field.is_empty() {
+            write!(f, "field `{}`: ", self.0.field)?;
         }
-        match &self.problem {
+        match &self.0.problem {
             Problem::Syntax(message) => f.write_str(message),
             Problem::Expected {
                 expected,
@@ -131,14 +186,16 @@ impl At<'_> {
         expected: impl Into<Cow<'static, str>>,
         found: Option<String>,
     ) -> RulesError {
-        RulesError {
+        RulesError(Box::new(Inner {
             source_name: self.source_name.clone(),
+            line: None,
+            column: None,
             rule: self.rule.map(|(i, n)| (i, n.map(str::to_owned))),
             field: field.into(),
             problem: Problem::Expected {
                 expected: expected.into(),
                 found,
             },
-        }
+        }))
     }
 }

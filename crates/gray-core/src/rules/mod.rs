@@ -4,7 +4,6 @@ mod cidr;
 mod condition;
 mod config;
 mod error;
-mod format;
 mod hash;
 mod request;
 
@@ -12,6 +11,8 @@ use std::{collections::HashMap, sync::Arc};
 
 use http::HeaderName;
 use serde::Serialize;
+
+pub use crate::config::Format;
 
 pub use self::{
     cidr::{Cidr, CidrList, InvalidCidr},
@@ -21,7 +22,6 @@ pub use self::{
         RulesConfig, SplitArmConfig, StickyConfig, VersionFromConfig,
     },
     error::{Problem, RulesError},
-    format::Format,
     hash::{BUCKETS, Dice, content_hash, sticky_bucket},
     request::{RequestView, canonical_ip, percent_decode},
 };
@@ -30,6 +30,7 @@ use self::{
     error::At,
 };
 use crate::{
+    config::Document,
     name::{Lane, Names, Version},
     stain::{Pins, Stain},
 };
@@ -37,7 +38,7 @@ use crate::{
 /// A compiled, validated rule set: rules in priority order, first match wins.
 ///
 /// Built once per configuration version; evaluation borrows the request, allocates
-/// nothing in the common cases, and a match clones a context built at load time.
+/// nothing in the common cases, and a match clones a stain built at load time.
 #[derive(Debug, Clone)]
 pub struct RuleSet {
     enabled: bool,
@@ -153,13 +154,13 @@ impl VersionFrom {
         if !self.known.is_empty() {
             return self.known.get(value).cloned();
         }
-        // Open set: build the context on the spot (allocates; list `known` to avoid it).
+        // Open set: build the stain on the spot (allocates; list `known` to avoid it).
         let version = Version::from_bytes(value).ok()?;
         Some(Stain::pinned(Pins::all(version)).with_lane(self.lane.clone()))
     }
 }
 
-/// The rule that decided a request, and the context it decided.
+/// The rule that decided a request, and the stain it decided.
 #[derive(Debug, Clone)]
 pub struct Decision<'a> {
     rule: &'a Rule,
@@ -172,19 +173,20 @@ impl<'a> Decision<'a> {
         self.rule
     }
 
-    /// The decided context (baseline for a `baseline = true` rule or a baseline split arm).
+    /// The decided stain (baseline for a `baseline = true` rule or a baseline split arm).
     pub fn context(&self) -> &Stain {
         &self.context
     }
 
-    /// The decided context, by value.
+    /// The decided stain, by value.
     pub fn into_context(self) -> Stain {
         self.context
     }
 }
 
-/// Why a request got the context it got: for admin endpoints and logs.
+/// Why a request got the stain it got: for admin endpoints and logs.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[non_exhaustive]
 pub struct Explanation {
     /// The source the rule set was loaded from.
     pub source: String,
@@ -204,6 +206,7 @@ pub struct Explanation {
 
 /// One rule checked by [`RuleSet::explain`].
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[non_exhaustive]
 pub struct RuleCheck {
     /// The rule's index.
     pub index: usize,
@@ -218,10 +221,16 @@ pub struct RuleCheck {
 impl RuleSet {
     /// Parses and compiles `text` in `format`. `source` names it in errors (a file path,
     /// an etcd key).
+    ///
+    /// Every error names the source, the rule, the field and, as the format reports it,
+    /// the line and column: a key no table knows, a value of the wrong type, or one that
+    /// does not compile (a regular expression, a CIDR block).
     pub fn parse(text: &str, format: Format, source: &str) -> Result<Self, RulesError> {
-        let source: Arc<str> = Arc::from(source);
-        let config = format::parse(text, format, &source)?;
-        Self::compile_shared(&config, source)
+        let document = Document::new(text, format, source);
+        let config: RulesConfig = document
+            .parse()
+            .map_err(|e| RulesError::from_document(e, &document))?;
+        Self::compile_shared(&config, Arc::from(source)).map_err(|e| e.locate(&document))
     }
 
     /// Compiles a configuration that is already deserialized.
@@ -268,7 +277,7 @@ impl RuleSet {
         &self.names
     }
 
-    /// The first rule that matches `req`, and its context. `None` when the set is switched
+    /// The first rule that matches `req`, and its stain. `None` when the set is switched
     /// off or no rule matches. Random conditions and splits use a per-thread generator.
     pub fn evaluate(&self, req: &RequestView<'_>) -> Option<Decision<'_>> {
         let mut dice = None;
