@@ -48,7 +48,7 @@
 //! assert!(upstream.address.parse::<std::net::SocketAddr>().is_err());
 //! let err = doc.error("address", "expected `host:port`");
 //! assert_eq!(err.line(), Some(2));
-//! assert_eq!(err.to_string(), "upstream.json:2:24: field `address`: expected `host:port`");
+//! assert_eq!(err.to_string(), "upstream.json:2:22: field `address`: expected `host:port`");
 //! # Ok::<(), config::ConfigError>(())
 //! ```
 //!

@@ -1,11 +1,10 @@
-//! [`PolicyConfig`], a policy as a configuration file writes it, and [`WithPolicy`], a
-//! strict table that holds a policy's keys next to a program's own.
+//! [`PolicyConfig`]: a policy as a configuration file writes it, checked as it is read.
 
-use std::{fmt, marker::PhantomData};
+use std::fmt;
 
 use serde::{
     Deserialize, Deserializer, Serialize,
-    de::{self, DeserializeSeed, IntoDeserializer, MapAccess, Unexpected, Visitor},
+    de::{self, DeserializeSeed, MapAccess, Unexpected, Visitor},
 };
 
 use super::{
@@ -100,7 +99,7 @@ pub struct PolicyConfig {
 
 /// The keys of [`PolicyConfig`], in [`PolicyConfig::FIELDS`] order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Field {
+pub(super) enum Field {
     Name,
     Preset,
     LaneKey,
@@ -186,7 +185,7 @@ fn check_lane(
 impl PolicyConfig {
     /// The keys of a policy table, as a configuration file writes them.
     ///
-    /// [`WithPolicy`] reads these into its policy; a program that checks a table's keys
+    /// [`WithPolicy`](super::WithPolicy) reads these into its policy; a program that checks a table's keys
     /// itself allows them next to its own.
     pub const FIELDS: &'static [&'static str] = &[
         "name",
@@ -225,7 +224,7 @@ impl PolicyConfig {
 
     /// The field named `key`, checked against those read already; called where the
     /// format reads the key, so that the error carries its position.
-    fn field<E: de::Error>(&self, key: &str) -> Result<Option<Field>, E> {
+    pub(super) fn field<E: de::Error>(&self, key: &str) -> Result<Option<Field>, E> {
         match Field::named(key) {
             Some(field) if self.has(field) => Err(E::duplicate_field(field.name())),
             field => Ok(field),
@@ -233,7 +232,11 @@ impl PolicyConfig {
     }
 
     /// Reads the value of `field` from `map`, checked, into `self`.
-    fn set<'de, A: MapAccess<'de>>(&mut self, field: Field, map: &mut A) -> Result<(), A::Error> {
+    pub(super) fn set<'de, A: MapAccess<'de>>(
+        &mut self,
+        field: Field,
+        map: &mut A,
+    ) -> Result<(), A::Error> {
         let key = |name: &'static str| Text {
             expecting: LABEL_KEY,
             check: move |k: &str| check_label_key(name, k),
@@ -302,7 +305,7 @@ impl<'de> Deserialize<'de> for PolicyConfig {
         }
 
         // A map, not a struct: under `#[serde(flatten)]` unknown keys reach this visitor
-        // and are rejected (without their line; `WithPolicy` keeps it).
+        // and are rejected (without their line; [`WithPolicy`](super::WithPolicy) keeps it).
         d.deserialize_map(ConfigVisitor)
     }
 }
@@ -506,200 +509,4 @@ impl<'de> Deserialize<'de> for Policy {
         let config = PolicyConfig::deserialize(d)?;
         Policy::try_from(config).map_err(de::Error::custom)
     }
-}
-
-/// A configuration table that holds a policy's keys ([`PolicyConfig::FIELDS`]) next to a
-/// program's own (`T`), and rejects every other key with its line and field: what
-/// `#[serde(flatten)] policy: PolicyConfig` cannot do (serde's `deny_unknown_fields` does
-/// not work through `flatten`). See [`crate::config`] for an example.
-///
-/// `T` is a struct deriving `Deserialize`; its own attributes (`default`, `rename`, …)
-/// apply to its keys. A key that both know goes to the policy. When `T` reads keys it
-/// does not declare (it flattens a map itself), `T` decides which keys it accepts.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
-#[non_exhaustive]
-pub struct WithPolicy<T> {
-    /// The policy's keys.
-    #[serde(flatten)]
-    pub policy: PolicyConfig,
-    /// The program's own keys.
-    #[serde(flatten)]
-    pub extra: T,
-}
-
-impl<'de, T: Deserialize<'de>> Deserialize<'de> for WithPolicy<T> {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct TableVisitor<T>(PhantomData<T>);
-
-        impl<'de, T: Deserialize<'de>> Visitor<'de> for TableVisitor<T> {
-            type Value = WithPolicy<T>;
-
-            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("a table with a matching policy")
-            }
-
-            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<WithPolicy<T>, A::Error> {
-                let mut policy = PolicyConfig::default();
-                let extra = T::deserialize(Rest {
-                    map,
-                    policy: &mut policy,
-                    fields: struct_fields::<T>(),
-                })?;
-                Ok(WithPolicy { policy, extra })
-            }
-        }
-
-        d.deserialize_map(TableVisitor(PhantomData))
-    }
-}
-
-/// The keys of a table that are not the policy's, as a map for `T`; the policy's keys are
-/// read into the policy on the way, straight from the format (so errors keep their
-/// position).
-struct Rest<'p, A> {
-    map: A,
-    policy: &'p mut PolicyConfig,
-    /// `T`'s keys, when `T` is a struct: others are rejected here, listing all the keys.
-    fields: Option<&'static [&'static str]>,
-}
-
-impl<'de, A: MapAccess<'de>> Deserializer<'de> for Rest<'_, A> {
-    type Error = A::Error;
-
-    fn deserialize_any<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, A::Error> {
-        visitor.visit_map(self)
-    }
-
-    serde::forward_to_deserialize_any! {
-        bool i8 i16 i32 i64 i128 u8 u16 u32 u64 u128 f32 f64 char str string bytes byte_buf
-        option unit unit_struct newtype_struct seq tuple tuple_struct map struct enum
-        identifier ignored_any
-    }
-}
-
-impl<'de, A: MapAccess<'de>> MapAccess<'de> for Rest<'_, A> {
-    type Error = A::Error;
-
-    fn next_key_seed<K: DeserializeSeed<'de>>(
-        &mut self,
-        seed: K,
-    ) -> Result<Option<K::Value>, A::Error> {
-        let mut seed = Some(seed);
-        loop {
-            let key = RouteKey {
-                seed: &mut seed,
-                fields: self.fields,
-                policy: self.policy,
-            };
-            match self.map.next_key_seed(key)? {
-                None => return Ok(None),
-                Some(Routed::Extra(value)) => return Ok(Some(value)),
-                Some(Routed::Policy(field)) => self.policy.set(field, &mut self.map)?,
-            }
-        }
-    }
-
-    fn next_value_seed<V: DeserializeSeed<'de>>(&mut self, seed: V) -> Result<V::Value, A::Error> {
-        self.map.next_value_seed(seed)
-    }
-}
-
-/// Where a key of a [`WithPolicy`] table goes.
-enum Routed<K> {
-    Policy(Field),
-    Extra(K),
-}
-
-/// Reads a key in the format's own key deserializer (so that an error carries the key's
-/// position) and routes it.
-struct RouteKey<'s, K> {
-    seed: &'s mut Option<K>,
-    fields: Option<&'static [&'static str]>,
-    policy: &'s PolicyConfig,
-}
-
-impl<'de, K: DeserializeSeed<'de>> DeserializeSeed<'de> for RouteKey<'_, K> {
-    type Value = Routed<K::Value>;
-
-    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
-        d.deserialize_identifier(self)
-    }
-}
-
-impl<'de, K: DeserializeSeed<'de>> Visitor<'de> for RouteKey<'_, K> {
-    type Value = Routed<K::Value>;
-
-    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("a key")
-    }
-
-    fn visit_str<E: de::Error>(self, key: &str) -> Result<Self::Value, E> {
-        if let Some(field) = self.policy.field(key)? {
-            return Ok(Routed::Policy(field));
-        }
-        if let Some(fields) = self.fields {
-            if !fields.contains(&key) {
-                return Err(E::custom(UnknownKey { key, fields }));
-            }
-        }
-        let seed = self
-            .seed
-            .take()
-            .ok_or_else(|| E::custom("a key was read twice"))?;
-        seed.deserialize(key.into_deserializer()).map(Routed::Extra)
-    }
-}
-
-/// `unknown field `x`, expected one of …`, listing `T`'s keys and the policy's.
-struct UnknownKey<'a> {
-    key: &'a str,
-    fields: &'static [&'static str],
-}
-
-impl fmt::Display for UnknownKey<'_> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "unknown field `{}`, expected one of ", self.key)?;
-        for (i, name) in self.fields.iter().chain(PolicyConfig::FIELDS).enumerate() {
-            if i > 0 {
-                f.write_str(", ")?;
-            }
-            write!(f, "`{name}`")?;
-        }
-        Ok(())
-    }
-}
-
-/// The keys of `T` when it is a struct deriving `Deserialize` (which names them to
-/// `deserialize_struct`), else `None`.
-fn struct_fields<'de, T: Deserialize<'de>>() -> Option<&'static [&'static str]> {
-    struct Probe<'a>(&'a mut Option<&'static [&'static str]>);
-
-    impl<'de> Deserializer<'de> for Probe<'_> {
-        type Error = de::value::Error;
-
-        fn deserialize_any<V: Visitor<'de>>(self, _: V) -> Result<V::Value, Self::Error> {
-            Err(de::Error::custom("not a struct"))
-        }
-
-        fn deserialize_struct<V: Visitor<'de>>(
-            self,
-            _: &'static str,
-            fields: &'static [&'static str],
-            _: V,
-        ) -> Result<V::Value, Self::Error> {
-            *self.0 = Some(fields);
-            Err(de::Error::custom("probed"))
-        }
-
-        serde::forward_to_deserialize_any! {
-            bool i8 i16 i32 i64 i128 u8 u16 u32 u64 u128 f32 f64 char str string bytes
-            byte_buf option unit unit_struct newtype_struct seq tuple tuple_struct map enum
-            identifier ignored_any
-        }
-    }
-
-    let mut fields = None;
-    // The probe always fails; only what it saw matters.
-    let _ = T::deserialize(Probe(&mut fields));
-    fields
 }

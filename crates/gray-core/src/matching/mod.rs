@@ -80,13 +80,15 @@ mod error;
 mod policy;
 mod presets;
 mod route;
+mod table;
 
 pub use self::{
-    config::{PolicyConfig, WithPolicy},
+    config::PolicyConfig,
     decision::{Availability, Candidate, Decision, Outcome, Step},
     error::{PolicyError, Unroutable, UnroutableReason},
     policy::{Fallback, FlagValues, OnUnready, Policy, Unlabelled},
     route::OwnedSubset,
+    table::WithPolicy,
 };
 
 // Used by gray-balance; not part of the stable API.
