@@ -24,14 +24,14 @@ fn labels(pairs: &[(&str, &str)]) -> Labels {
 /// Decides over `(id, labels)` instances, all ready, and returns the candidates.
 fn route<'a>(
     policy: &Policy,
-    ctx: Option<&Stain>,
+    stain: Option<&Stain>,
     instances: &'a [(&'a str, Labels)],
 ) -> Option<Vec<&'a str>> {
     let cands = instances
         .iter()
         .map(|(id, l)| Candidate::new(*id, l, Availability::Ready));
     policy
-        .decide("svc-b", ctx, cands)
+        .decide("svc-b", stain, cands)
         .candidates()
         .map(<[_]>::to_vec)
 }
@@ -68,8 +68,8 @@ fn classify_reads_lane_flag_and_versions() {
 fn pin_decides_first_and_lane_is_the_next_fallback() {
     let p = Policy::new().with_fallback(Fallback::Baseline);
     let pins = Pins::new(None, [("svc-b", v("2"))]).unwrap();
-    let ctx = Stain::in_lane(lane("gray")).with_pins(pins);
-    let key = p.key("svc-b", Some(&ctx));
+    let stain = Stain::in_lane(lane("gray")).with_pins(pins);
+    let key = p.key("svc-b", Some(&stain));
     let chain: Vec<_> = p.chain(&key).iter().collect();
     let (g, two) = (lane("gray"), v("2"));
     assert_eq!(
@@ -77,24 +77,24 @@ fn pin_decides_first_and_lane_is_the_next_fallback() {
         [Subset::Version(&two), Subset::Lane(&g), Subset::Baseline]
     );
     // The pin is for svc-b only: svc-c sees the lane.
-    let key_c = p.key("svc-c", Some(&ctx));
+    let key_c = p.key("svc-c", Some(&stain));
     assert_eq!(key_c.pin(), None);
     let inst = [
         ("gray-v1", labels(&[("gray", "true"), ("version", "1")])),
         ("base-v2", labels(&[("version", "2")])),
         ("base-v1", labels(&[("version", "1")])),
     ];
-    assert_eq!(route(&p, Some(&ctx), &inst).unwrap(), ["base-v2"]);
-    assert_eq!(route(&p, Some(&ctx), &inst[..1]).unwrap(), ["gray-v1"]);
+    assert_eq!(route(&p, Some(&stain), &inst).unwrap(), ["base-v2"]);
+    assert_eq!(route(&p, Some(&stain), &inst[..1]).unwrap(), ["gray-v1"]);
     assert_eq!(
-        route(&p, Some(&ctx), &[inst[0].clone(), inst[2].clone()]).unwrap(),
+        route(&p, Some(&stain), &[inst[0].clone(), inst[2].clone()]).unwrap(),
         ["gray-v1"]
     );
-    assert_eq!(route(&p, Some(&ctx), &inst[2..]).unwrap(), ["base-v1"]);
+    assert_eq!(route(&p, Some(&stain), &inst[2..]).unwrap(), ["base-v1"]);
 }
 
 #[test]
-fn own_lane_applies_only_without_a_context() {
+fn own_lane_applies_only_without_a_stain() {
     let p = Policy::seed_000().with_own_lane(Some(lane("gray")));
     let inst = [("b", labels(&[])), ("g", labels(&[("gray", "true")]))];
     assert_eq!(route(&p, None, &inst).unwrap(), ["g"]);
@@ -117,9 +117,9 @@ fn unready_subset_fails_or_falls_back() {
             Candidate::new("b", &inst_labels[1], Availability::Ready),
         ]
     };
-    let ctx = Stain::in_lane(lane("gray"));
+    let stain = Stain::in_lane(lane("gray"));
     let p = Policy::seed_000();
-    let d = p.decide("svc-b", Some(&ctx), cands(Availability::Unready));
+    let d = p.decide("svc-b", Some(&stain), cands(Availability::Unready));
     let err = d.error().unwrap();
     assert!(matches!(
         err.reason(),
@@ -131,21 +131,21 @@ fn unready_subset_fails_or_falls_back() {
          lane `gray` (policy `seed-000`, fallback `baseline`)"
     );
     let p = p.with_on_unready(OnUnready::Fallback);
-    let d = p.decide("svc-b", Some(&ctx), cands(Availability::Unready));
+    let d = p.decide("svc-b", Some(&stain), cands(Availability::Unready));
     assert_eq!(d.candidates().unwrap(), ["b"]);
     // Ejected instances are absent: the fallback applies whatever `on_unready` says.
-    let d = Policy::seed_000().decide("svc-b", Some(&ctx), cands(Availability::Ejected));
+    let d = Policy::seed_000().decide("svc-b", Some(&stain), cands(Availability::Ejected));
     assert_eq!(d.candidates().unwrap(), ["b"]);
 }
 
 #[test]
 fn no_match_error_names_service_lane_and_policy() {
     let p = Policy::new();
-    let ctx = Stain::in_lane(lane("canary"));
+    let stain = Stain::in_lane(lane("canary"));
     let l = labels(&[]);
     let d = p.decide(
         "svc-b",
-        Some(&ctx),
+        Some(&stain),
         [Candidate::new(1, &l, Availability::Ready)],
     );
     let err = d.error().unwrap();
@@ -172,9 +172,9 @@ fn seed_000_table_row() {
         ("none", labels(&[])),
         ("gray", labels(&[("gray", "TRUE")])),
     ];
-    let ctx = |h: &[(&'static str, &'static str)]| carriers.extract(&headers(h));
+    let stain = |h: &[(&'static str, &'static str)]| carriers.extract(&headers(h));
     // gray → gray
-    let gray = ctx(&[("gray", "True")]);
+    let gray = stain(&[("gray", "True")]);
     assert_eq!(route(&p, gray.as_ref(), &both).unwrap(), ["gray"]);
     // gray, no gray instance → baseline
     assert_eq!(
@@ -183,7 +183,7 @@ fn seed_000_table_row() {
     );
     // false / garbage → baseline only
     for h in [[("gray", "false")], [("gray", "FALSE")], [("gray", "yes")]] {
-        let c = ctx(&h).unwrap_or_default();
+        let c = stain(&h).unwrap_or_default();
         assert_eq!(route(&p, Some(&c), &both).unwrap(), ["base", "bad", "none"]);
     }
     // baseline with only gray instances → error
@@ -241,7 +241,7 @@ fn seed_002_table_row() {
         ["v2", "v3", "plain"],
         "no match → all"
     );
-    // Absent header: the default rule from config is a context the caller supplies.
+    // Absent header: the default rule from config is a stain the caller supplies.
     let default_rule = Stain::pinned(Pins::all(v("v2")));
     assert_eq!(route(&p, Some(&default_rule), &inst).unwrap(), ["v2"]);
     assert_eq!(route(&p, None, &inst).unwrap(), ["v2", "v3", "plain"]);
@@ -296,10 +296,10 @@ fn wildcard_instances_serve_every_lane() {
         ("blue", labels(&[("lane", "blue")])),
         ("plain", labels(&[])),
     ];
-    let ctx = Stain::in_lane(lane("green"));
-    assert_eq!(route(&p, Some(&ctx), &inst).unwrap(), ["plain"]);
-    let ctx = Stain::in_lane(lane("blue"));
-    assert_eq!(route(&p, Some(&ctx), &inst).unwrap(), ["blue", "plain"]);
+    let stain = Stain::in_lane(lane("green"));
+    assert_eq!(route(&p, Some(&stain), &inst).unwrap(), ["plain"]);
+    let stain = Stain::in_lane(lane("blue"));
+    assert_eq!(route(&p, Some(&stain), &inst).unwrap(), ["blue", "plain"]);
     assert_eq!(
         route(&p, Some(&Stain::baseline()), &inst).unwrap(),
         ["plain"]

@@ -122,20 +122,20 @@ impl Rule {
             }
         }
         match &self.outcome {
-            Outcome::Fixed(ctx) => Some(ctx.clone()),
+            Outcome::Fixed(stain) => Some(stain.clone()),
             Outcome::Split { arms, total } => {
                 let roll = dice.get_or_insert_with(Dice::from_thread).roll(*total);
                 arms.iter()
                     .find(|(upper, _)| roll < *upper)
-                    .map(|(_, ctx)| ctx.clone())
+                    .map(|(_, stain)| stain.clone())
             }
-            Outcome::VersionFrom(v) => v.context(req),
+            Outcome::VersionFrom(v) => v.stain(req),
         }
     }
 }
 
 impl VersionFrom {
-    fn context(&self, req: &RequestView<'_>) -> Option<Stain> {
+    fn stain(&self, req: &RequestView<'_>) -> Option<Stain> {
         let decoded;
         let raw: &[u8] = match &self.source {
             VersionSource::PathSegment(n) => req
@@ -164,7 +164,7 @@ impl VersionFrom {
 #[derive(Debug, Clone)]
 pub struct Decision<'a> {
     rule: &'a Rule,
-    context: Stain,
+    stain: Stain,
 }
 
 impl<'a> Decision<'a> {
@@ -174,13 +174,25 @@ impl<'a> Decision<'a> {
     }
 
     /// The decided stain (baseline for a `baseline = true` rule or a baseline split arm).
-    pub fn context(&self) -> &Stain {
-        &self.context
+    pub fn stain(&self) -> &Stain {
+        &self.stain
     }
 
     /// The decided stain, by value.
+    pub fn into_stain(self) -> Stain {
+        self.stain
+    }
+
+    /// The former name of [`stain`](Self::stain).
+    #[deprecated(since = "0.2.0", note = "renamed to `stain`")]
+    pub fn context(&self) -> &Stain {
+        &self.stain
+    }
+
+    /// The former name of [`into_stain`](Self::into_stain).
+    #[deprecated(since = "0.2.0", note = "renamed to `into_stain`")]
     pub fn into_context(self) -> Stain {
-        self.context
+        self.stain
     }
 }
 
@@ -304,7 +316,7 @@ impl RuleSet {
         }
         self.rules.iter().find_map(|rule| {
             rule.matches(req, dice)
-                .map(|context| Decision { rule, context })
+                .map(|stain| Decision { rule, stain })
         })
     }
 
@@ -326,17 +338,17 @@ impl RuleSet {
         }
         let mut dice = None;
         for rule in &self.rules {
-            let ctx = rule.matches(req, &mut dice);
+            let stain = rule.matches(req, &mut dice);
             out.checked.push(RuleCheck {
                 index: rule.index,
                 name: rule.name().map(str::to_owned),
                 enabled: rule.enabled,
-                matched: ctx.is_some(),
+                matched: stain.is_some(),
             });
-            if let Some(ctx) = ctx {
+            if let Some(stain) = stain {
                 out.fired = Some(rule.index);
-                out.lane = ctx.lane().map(|l| l.to_string());
-                if let Some(pins) = ctx.pins() {
+                out.lane = stain.lane().map(|l| l.to_string());
+                if let Some(pins) = stain.pins() {
                     out.version = pins.all_version().map(|v| v.to_string());
                     out.services = pins
                         .services()
@@ -374,7 +386,7 @@ fn version(at: &At<'_>, field: &str, s: &str, names: &mut Names) -> Result<Versi
     Ok(v)
 }
 
-fn fixed_context(
+fn fixed_stain(
     at: &At<'_>,
     prefix: &str,
     lane_name: Option<&str>,
@@ -434,7 +446,7 @@ fn compile_rule(
     let outcome = if rc.baseline {
         Outcome::Fixed(Stain::baseline())
     } else if fixed {
-        Outcome::Fixed(fixed_context(
+        Outcome::Fixed(fixed_stain(
             at,
             "",
             rc.lane.as_deref(),
@@ -454,7 +466,7 @@ fn compile_rule(
                     None,
                 )
             })?;
-            let ctx = fixed_context(
+            let stain = fixed_stain(
                 at,
                 &prefix,
                 arm.lane.as_deref(),
@@ -462,7 +474,7 @@ fn compile_rule(
                 &arm.services,
                 names,
             )?;
-            arms.push((total, ctx));
+            arms.push((total, stain));
         }
         if total == 0 {
             return Err(at.expected(
@@ -531,8 +543,8 @@ fn compile_version_from(
     let mut known = HashMap::with_capacity(vf.known.len());
     for (i, k) in vf.known.iter().enumerate() {
         let v = version(at, &format!("version_from.known[{i}]"), k, names)?;
-        let ctx = Stain::pinned(Pins::all(v)).with_lane(lane.clone());
-        known.insert(Box::<[u8]>::from(k.as_bytes()), ctx);
+        let stain = Stain::pinned(Pins::all(v)).with_lane(lane.clone());
+        known.insert(Box::<[u8]>::from(k.as_bytes()), stain);
     }
     Ok(VersionFrom {
         source,

@@ -210,7 +210,7 @@ fn random_and_split_follow_their_weights() {
     let (mut a, mut b, mut base) = (0, 0, 0);
     for _ in 0..8_000 {
         let d = rules.evaluate_with(&view, &mut dice).unwrap();
-        match d.context().lane().map(|l| l.as_str()) {
+        match d.stain().lane().map(|l| l.as_str()) {
             Some("a") => a += 1,
             Some("b") => b += 1,
             _ => base += 1,
@@ -260,14 +260,14 @@ fn first_match_wins_and_switches() {
     let view = RequestView::new(&r.uri, &r.headers);
     let d = rules.evaluate(&view).unwrap();
     assert_eq!(d.rule().name(), Some("bots"));
-    assert!(d.context().is_baseline());
+    assert!(d.stain().is_baseline());
 
     let r = req("/", &[("x-v", "1")], None);
     let view = RequestView::new(&r.uri, &r.headers);
     let d = rules.evaluate(&view).unwrap();
     assert_eq!(d.rule().index(), 2);
-    assert_eq!(d.context().version_for("svc-a").unwrap(), "v2");
-    assert_eq!(d.context().version_for("svc-b").unwrap(), "v3");
+    assert_eq!(d.stain().version_for("svc-a").unwrap(), "v2");
+    assert_eq!(d.stain().version_for("svc-b").unwrap(), "v3");
     let e = rules.explain(&view);
     assert_eq!(e.fired, Some(2));
     assert_eq!(e.checked.len(), 3);
@@ -293,8 +293,8 @@ fn matches_share_the_prebuilt_context() {
     let rules = one(r#"{"path":{"prefix":"/"}}"#);
     let r = req("/", &[], None);
     let view = RequestView::new(&r.uri, &r.headers);
-    let a = rules.evaluate(&view).unwrap().into_context();
-    let b = rules.evaluate(&view).unwrap().into_context();
+    let a = rules.evaluate(&view).unwrap().into_stain();
+    let b = rules.evaluate(&view).unwrap().into_stain();
     assert_eq!(a, b);
     // Interned: the set's names know the lane.
     assert_eq!(rules.names().lane(b"gray").unwrap(), *a.lane().unwrap());
@@ -316,7 +316,7 @@ fn version_from_the_request() {
         assert_eq!(d.as_ref().map(|d| d.rule().index()), rule, "{}", r.uri);
         assert_eq!(
             d.as_ref()
-                .and_then(|d| d.context().version_for("any"))
+                .and_then(|d| d.stain().version_for("any"))
                 .map(|v| v.as_str()),
             version
         );
@@ -335,7 +335,7 @@ fn version_from_the_request() {
     let r = req("/x", &[("x-api-version", "2.0")], None);
     let view = RequestView::new(&r.uri, &r.headers);
     assert_eq!(
-        rules.evaluate(&view).unwrap().context().lane().unwrap(),
+        rules.evaluate(&view).unwrap().stain().lane().unwrap(),
         "gray"
     );
 }

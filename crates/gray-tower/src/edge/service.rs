@@ -106,7 +106,7 @@ fn from_rule(d: Decision<'_>, e: &mut EdgeDecision) -> Stain {
     e.decided_by = DecidedBy::Rule;
     e.rule_index = Some(d.rule().index());
     e.rule_name = d.rule().shared_name().cloned();
-    d.into_context()
+    d.into_stain()
 }
 
 impl<S, B> Service<Request<B>> for Edge<S>
