@@ -29,6 +29,6 @@ fuzz_target!(|data: &[u8]| {
             let explained = rules.explain(&view);
             assert!(explained.checked.len() <= rules.rules().len());
         }
-        Err(e) => assert!(e.to_string().starts_with("fuzz: ")),
+        Err(e) => assert!(e.to_string().starts_with("fuzz:")),
     }
 });

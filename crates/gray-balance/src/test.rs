@@ -199,6 +199,7 @@ async fn matched_subset_unready_fails_or_falls_back() {
                 next(&mut base).await.send_response("b1");
                 assert_eq!(fut.await.unwrap(), "b1");
             }
+            _ => unreachable!("only the two settings above are tried"),
         }
     }
 }

@@ -67,7 +67,7 @@ fn bench(c: &mut Criterion) {
     g.bench_function("match_query_rule_18", |b| {
         b.iter(|| {
             let view = RequestView::new(black_box(&last_uri), black_box(&last)).with_client_ip(ip);
-            black_box(set.evaluate(&view).map(|d| d.into_context()))
+            black_box(set.evaluate(&view).map(|d| d.into_stain()))
         })
     });
 
@@ -75,7 +75,7 @@ fn bench(c: &mut Criterion) {
     g.bench_function("match_ip_rule_12", |b| {
         b.iter(|| {
             let view = RequestView::new(black_box(&uri), black_box(&common)).with_client_ip(ip_mid);
-            black_box(set.evaluate(&view).map(|d| d.into_context()))
+            black_box(set.evaluate(&view).map(|d| d.into_stain()))
         })
     });
     g.finish();

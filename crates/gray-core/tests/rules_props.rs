@@ -58,7 +58,7 @@ proptest! {
     fn rule_parser_never_panics(text in any::<String>()) {
         for format in [Format::Json, Format::Toml, Format::Yaml] {
             if let Err(e) = RuleSet::parse(&text, format, "prop") {
-                prop_assert!(e.to_string().starts_with("prop: "));
+                prop_assert!(e.to_string().starts_with("prop:"));
             }
         }
     }

@@ -523,6 +523,15 @@ fn parse(path: &Path, format: Format, content: &[u8]) -> Result<Catalogue, Parse
                 )
             })?
         }
+        // `Format` is non-exhaustive: a format added to gray-core is not read here yet.
+        other => {
+            return Err(error(
+                None,
+                None,
+                None,
+                format!("{other} instance files are not supported"),
+            ));
+        }
     };
     Ok(Catalogue {
         services: document

@@ -126,7 +126,7 @@ impl FileSource {
 
 impl Source for FileSource {
     fn describe(&self) -> String {
-        format!("file {}", self.path.display())
+        self.path.display().to_string()
     }
 
     fn load(&self) -> Pin<Box<dyn Future<Output = Result<Snapshot, SourceError>> + Send + '_>> {

@@ -86,8 +86,9 @@ pub use self::{
 /// read at. Both methods are cheap to call more than once; every [`Source::watch`] is an
 /// independent watch.
 pub trait Source: fmt::Debug + Send + Sync + 'static {
-    /// What this source reads, for messages and logs: `file /etc/gray/rules.toml`,
-    /// `etcd prefix /gray/ at http://127.0.0.1:2379`.
+    /// What this source reads, as error messages name it before a line number: a file's
+    /// path (`/etc/gray/rules.toml`), `etcd key /gray/rules`, `etcd prefix /gray/`. (The
+    /// etcd endpoint in use is in the watch's [`Status`].)
     fn describe(&self) -> String;
 
     /// Reads the whole source once. Fails with what went wrong (the file is missing, etcd

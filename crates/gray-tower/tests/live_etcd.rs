@@ -117,8 +117,7 @@ async fn an_etcd_key_reloads_rejects_and_survives_a_restart() {
     assert_eq!(s.generation, 2);
     let err = s.last_error.expect("error");
     assert!(
-        err.starts_with("etcd key /gray/rules")
-            && err.contains(": rules[0] (\"bad\"), field `lane`"),
+        err.starts_with("etcd key /gray/rules:1:50: rules[0] (\"bad\"), field `lane`"),
         "{err}"
     );
     assert_eq!(name(&live).as_deref(), Some("two"));

@@ -166,5 +166,5 @@ async fn the_first_load_reports_what_is_wrong() {
         .await
         .expect_err("invalid");
     let text = err.to_string();
-    assert!(text.contains("rules.yml: rules[0] (\"x\"), field `when.sticky.percent`: expected a percentage from 0 to 100, found 101"), "{text}");
+    assert!(text.contains("rules.yml:4:47: rules[0] (\"x\"), field `when.sticky.percent`: expected a percentage from 0 to 100, found 101"), "{text}");
 }

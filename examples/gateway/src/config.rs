@@ -16,7 +16,7 @@
 //! prefix = "/gray"
 //!
 //! [services.orders]                  # one table per routed service: /orders/** ...
-//! preset = "seed-000"                # ... with its gray_core::matching::PolicyConfig
+//! preset = "seed-000"                # ... with its gray_core::matching::PolicyConfig keys
 //! fallback = "baseline"
 //! pick = "peak-ewma"                 # or "round-robin", "pending-requests"
 //! ```
@@ -27,47 +27,25 @@
 
 use std::{
     collections::BTreeMap,
-    fmt,
     net::SocketAddr,
     path::{Path, PathBuf},
     time::Duration,
 };
 
 use gray_balance::Pick;
-use gray_core::{Policy, matching::PolicyConfig, rules::CidrList};
+use gray_core::{
+    Policy,
+    config::{Document, Format},
+    matching::WithPolicy,
+    rules::CidrList,
+};
 use serde::Deserialize;
 
 /// The embedded default instance file.
 pub const DEFAULT_INSTANCES: &str = include_str!("../instances.toml");
 
-/// A configuration error: the file, the field, and what was wrong.
-#[derive(Debug)]
-pub struct ConfigError {
-    /// The configuration file.
-    pub file: PathBuf,
-    /// The field, dotted (`services.orders.pick`); empty for the file as a whole.
-    pub field: String,
-    /// What was wrong and what was expected.
-    pub message: String,
-}
-
-impl fmt::Display for ConfigError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        if self.field.is_empty() {
-            write!(f, "{}: {}", self.file.display(), self.message)
-        } else {
-            write!(
-                f,
-                "{}: field `{}`: {}",
-                self.file.display(),
-                self.field,
-                self.message
-            )
-        }
-    }
-}
-
-impl std::error::Error for ConfigError {}
+/// A configuration error: the file, the line, the field, and what was wrong.
+pub use gray_core::config::ConfigError;
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -95,11 +73,14 @@ fn default_timeout() -> u64 {
     10_000
 }
 
+/// A `[services.<name>]` table: the policy's keys and the gateway's own, nothing else.
+type RawService = WithPolicy<ServiceKeys>;
+
+/// The gateway's own keys of a service table.
 #[derive(Debug, Deserialize)]
-struct RawService {
+#[serde(deny_unknown_fields)]
+struct ServiceKeys {
     pick: Option<String>,
-    #[serde(flatten)]
-    policy: PolicyConfig,
 }
 
 /// Discovery from etcd.
@@ -169,10 +150,11 @@ pub struct Config {
 impl Config {
     /// Reads and validates the file at `path`.
     pub fn load(path: &Path) -> Result<Config, ConfigError> {
-        let text = std::fs::read_to_string(path).map_err(|e| ConfigError {
-            file: path.to_owned(),
-            field: String::new(),
-            message: format!("cannot read it: {e}"),
+        let text = std::fs::read_to_string(path).map_err(|e| {
+            ConfigError::new(
+                &path.display().to_string(),
+                format_args!("cannot read it: {e}"),
+            )
         })?;
         Self::parse(&text, path)
     }
@@ -180,25 +162,10 @@ impl Config {
     /// Parses and validates `text`, read from `path` (relative paths are resolved against
     /// its folder).
     pub fn parse(text: &str, path: &Path) -> Result<Config, ConfigError> {
-        let err = |field: &str, message: String| ConfigError {
-            file: path.to_owned(),
-            field: field.to_owned(),
-            message,
-        };
-        let raw: RawConfig = toml::from_str(text).map_err(|e| {
-            let message = match e.span() {
-                Some(span) => {
-                    let line = text.as_bytes()[..span.start.min(text.len())]
-                        .iter()
-                        .filter(|&&b| b == b'\n')
-                        .count()
-                        + 1;
-                    format!("line {line}: {}", e.message())
-                }
-                None => e.message().to_owned(),
-            };
-            err("", message)
-        })?;
+        let source = path.display().to_string();
+        let doc = Document::new(text, Format::Toml, &source);
+        let raw: RawConfig = doc.parse()?;
+        let err = |field: &str, message: String| doc.error(field, message);
         let base = path.parent().unwrap_or(Path::new("."));
         let resolve = |p: PathBuf| if p.is_absolute() { p } else { base.join(p) };
         let trusted_clients = CidrList::parse(&raw.trusted_clients)
@@ -239,7 +206,7 @@ impl Config {
                     "a service name is one path segment".into(),
                 ));
             }
-            let pick = match service.pick.as_deref() {
+            let pick = match service.extra.pick.as_deref() {
                 None | Some("peak-ewma") => Pick::default(),
                 Some("round-robin") => Pick::RoundRobin,
                 Some("pending-requests") => Pick::PendingRequests,
@@ -257,7 +224,7 @@ impl Config {
                 policy_config.name = Some(name.clone());
             }
             let policy = Policy::try_from(policy_config)
-                .map_err(|e| err(&format!("services.{name}"), e.to_string()))?;
+                .map_err(|e| err(&field(e.field()), e.to_string()))?;
             services.push(ServiceConfig { name, policy, pick });
         }
         Ok(Config {
@@ -314,10 +281,48 @@ pick = "round-robin"
         .unwrap_err()
         .to_string();
         assert!(
-            bad_fallback.starts_with("gw.toml: field `services.orders`"),
+            bad_fallback.starts_with(
+                "gw.toml:3:12: field `services.orders.fallback`: unknown variant `sometimes`"
+            ),
             "{bad_fallback}"
         );
-        assert!(bad_fallback.contains("fallback"), "{bad_fallback}");
+
+        // A typo inside a service table is refused with its line (issue 10).
+        let typo = Config::parse(
+            "listen = \"127.0.0.1:1\"\n[services.orders]\npick = \"round-robin\"\nfalback = \"any\"\n",
+            Path::new("gw.toml"),
+        )
+        .unwrap_err();
+        assert_eq!(typo.line(), Some(4), "{typo}");
+        assert_eq!(typo.field(), Some("services.orders.falback"), "{typo}");
+        assert!(
+            typo.message()
+                .starts_with("unknown field `falback`, expected one of `pick`, `name`, `preset`"),
+            "{typo}"
+        );
+
+        let bad_preset = Config::parse(
+            "listen = \"127.0.0.1:1\"\n[services.orders]\npreset = \"seed-9\"\n",
+            Path::new("gw.toml"),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            bad_preset.starts_with(
+                "gw.toml:3:10: field `services.orders.preset`: expected one of `seed-000`"
+            ),
+            "{bad_preset}"
+        );
+        let same_keys = Config::parse(
+            "listen = \"127.0.0.1:1\"\n[services.orders]\nlane_key = \"k\"\nflag_key = \"k\"\n",
+            Path::new("gw.toml"),
+        )
+        .unwrap_err();
+        assert_eq!(
+            (same_keys.line(), same_keys.field()),
+            (Some(4), Some("services.orders.flag_key")),
+            "{same_keys}"
+        );
 
         let bad_cidr = Config::parse(
             "listen = \"127.0.0.1:1\"\ntrusted_clients = [\"nope\"]\n[services.a]\n",
@@ -334,7 +339,7 @@ pick = "round-robin"
         .unwrap_err()
         .to_string();
         assert!(
-            unknown.contains("line 2") && unknown.contains("listen_port"),
+            unknown.starts_with("gw.toml:2:1: field `listen_port`: unknown field `listen_port`"),
             "{unknown}"
         );
     }

@@ -1,8 +1,17 @@
 //! The serde form of a rule set, as written in TOML, YAML or JSON.
+//!
+//! Every table rejects the keys it does not know, so that a typo is an error with its line
+//! and field, never a setting silently ignored.
 
-use std::collections::BTreeMap;
+use std::{collections::BTreeMap, fmt};
 
-use serde::{Deserialize, Serialize};
+use serde::{
+    Deserialize, Deserializer, Serialize,
+    de::{self, EnumAccess, IgnoredAny, MapAccess, VariantAccess, Visitor},
+};
+
+use super::{Format, RulesError};
+use crate::config;
 
 /// A whole rule set as written in a configuration file.
 ///
@@ -16,6 +25,7 @@ use serde::{Deserialize, Serialize};
 /// ```
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
+#[non_exhaustive]
 pub struct RulesConfig {
     /// The global switch: when `false` no rule decides anything.
     #[serde(default = "yes")]
@@ -23,6 +33,30 @@ pub struct RulesConfig {
     /// The rules, in priority order: the first that matches decides.
     #[serde(default)]
     pub rules: Vec<RuleConfig>,
+}
+
+impl RulesConfig {
+    /// Deserializes `text` in `format`; `source` names it in errors (with the line, the
+    /// rule and the field). [`RuleSet::parse`](super::RuleSet::parse) also compiles it.
+    ///
+    /// ```
+    /// use gray_core::rules::{Format, RulesConfig};
+    ///
+    /// let config = RulesConfig::parse(r#"{"rules":[{"lane":"gray"}]}"#, Format::Json, "inline")?;
+    /// assert_eq!(config.rules[0].lane.as_deref(), Some("gray"));
+    ///
+    /// let err = RulesConfig::parse("{\"rules\": [\n  {\"lane\": \"gray\", \"wehn\": {}}\n]}", Format::Json, "rules.json")
+    ///     .unwrap_err();
+    /// assert_eq!((err.line(), err.rule_index(), err.field()), (Some(2), Some(0), "wehn"));
+    /// assert!(err.to_string().starts_with("rules.json:2:"), "{err}");
+    /// # Ok::<(), gray_core::rules::RulesError>(())
+    /// ```
+    pub fn parse(text: &str, format: Format, source: &str) -> Result<Self, RulesError> {
+        let document = config::Document::new(text, format, source);
+        document
+            .parse()
+            .map_err(|e| RulesError::from_document(e, &document))
+    }
 }
 
 impl Default for RulesConfig {
@@ -49,6 +83,7 @@ fn is_true(b: &bool) -> bool {
 /// or an explicit `baseline = true`.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
+#[non_exhaustive]
 pub struct RuleConfig {
     /// A name for errors, logs and [`explain`](super::RuleSet::explain).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -83,6 +118,7 @@ pub struct RuleConfig {
 /// is baseline.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
+#[non_exhaustive]
 pub struct SplitArmConfig {
     /// The relative weight of this arm (an integer; arms with weight 0 never win).
     pub weight: u32,
@@ -100,6 +136,7 @@ pub struct SplitArmConfig {
 /// Where [`RuleConfig::version_from`] reads the version (exactly one source).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
+#[non_exhaustive]
 pub struct VersionFromConfig {
     /// The 0-based path segment holding the version, such as `0` for `/v1/users`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -115,8 +152,8 @@ pub struct VersionFromConfig {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub strip_prefix: Option<String>,
     /// The accepted versions. When set, other values do not match, and every accepted
-    /// version's context is built once at load time. When empty, any valid version
-    /// matches and its context is built per request.
+    /// version's stain is built once at load time. When empty, any valid version
+    /// matches and its stain is built per request.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub known: Vec<String>,
     /// A lane to put the request in as well.
@@ -128,6 +165,7 @@ pub struct VersionFromConfig {
 /// required.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
+#[non_exhaustive]
 pub struct ConditionConfig {
     /// A request header.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -165,6 +203,7 @@ pub struct ConditionConfig {
 /// `one_of`, `prefix`, `regex` or `present`.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
+#[non_exhaustive]
 pub struct FieldMatchConfig {
     /// The header, cookie or parameter name.
     pub name: String,
@@ -191,6 +230,7 @@ pub struct FieldMatchConfig {
 /// How the path is matched: exactly one of `exact`, `prefix`, `segment` or `regex`.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
+#[non_exhaustive]
 pub struct PathMatchConfig {
     /// The path equals this.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -209,6 +249,7 @@ pub struct PathMatchConfig {
 /// A sticky percentage: users whose key hashes below the threshold are in.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
+#[non_exhaustive]
 pub struct StickyConfig {
     /// The key that identifies a user.
     pub by: KeyConfig,
@@ -220,9 +261,22 @@ pub struct StickyConfig {
     pub salt: String,
 }
 
-/// The key of a sticky percentage.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case", deny_unknown_fields)]
+impl StickyConfig {
+    /// Users whose `by` key hashes below `percent` (from 0 to 100), without salt.
+    pub fn new(by: KeyConfig, percent: f64) -> Self {
+        StickyConfig {
+            by,
+            percent,
+            salt: String::new(),
+        }
+    }
+}
+
+/// The key of a sticky percentage: `"client_ip"`, or a one-key table naming a header, a
+/// cookie or a query parameter. YAML also takes the tagged form (`!header x-user-id`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum KeyConfig {
     /// A request header (`by = { header = "x-user-id" }`).
     Header(String),
@@ -234,10 +288,124 @@ pub enum KeyConfig {
     ClientIp,
 }
 
+/// The kinds of [`KeyConfig`], as written.
+const KEY_KINDS: &[&str] = &["header", "cookie", "query", "client_ip"];
+
+#[derive(Clone, Copy)]
+enum KeyKind {
+    Header,
+    Cookie,
+    Query,
+    ClientIp,
+}
+
+impl KeyKind {
+    fn named<E: de::Error>(name: &str) -> Result<KeyKind, E> {
+        Ok(match name {
+            "header" => KeyKind::Header,
+            "cookie" => KeyKind::Cookie,
+            "query" => KeyKind::Query,
+            "client_ip" => KeyKind::ClientIp,
+            _ => return Err(E::unknown_variant(name, KEY_KINDS)),
+        })
+    }
+
+    fn with(self, name: String) -> KeyConfig {
+        match self {
+            KeyKind::Header => KeyConfig::Header(name),
+            KeyKind::Cookie => KeyConfig::Cookie(name),
+            KeyKind::Query => KeyConfig::Query(name),
+            KeyKind::ClientIp => KeyConfig::ClientIp,
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for KeyKind {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct KindVisitor;
+
+        impl Visitor<'_> for KindVisitor {
+            type Value = KeyKind;
+
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("`header`, `cookie`, `query` or `client_ip`")
+            }
+
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<KeyKind, E> {
+                KeyKind::named(v)
+            }
+        }
+
+        d.deserialize_identifier(KindVisitor)
+    }
+}
+
+// Written by hand: serde_norway reads the derived (externally tagged) form only from YAML
+// tags, and `by: { header: x-user-id }` must read the same in every format.
+impl<'de> Deserialize<'de> for KeyConfig {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct KeyVisitor;
+
+        impl<'de> Visitor<'de> for KeyVisitor {
+            type Value = KeyConfig;
+
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(
+                    "`client_ip`, or a table with one of `header`, `cookie` or `query` and its name",
+                )
+            }
+
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<KeyConfig, E> {
+                match KeyKind::named(v)? {
+                    KeyKind::ClientIp => Ok(KeyConfig::ClientIp),
+                    _ => Err(E::invalid_value(de::Unexpected::Str(v), &self)),
+                }
+            }
+
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<KeyConfig, A::Error> {
+                let Some(kind) = map.next_key::<KeyKind>()? else {
+                    return Err(de::Error::invalid_length(0, &self));
+                };
+                let key = match kind {
+                    KeyKind::ClientIp => {
+                        map.next_value::<IgnoredAny>()?;
+                        KeyConfig::ClientIp
+                    }
+                    kind => kind.with(map.next_value()?),
+                };
+                if map.next_key::<IgnoredAny>()?.is_some() {
+                    return Err(de::Error::invalid_length(2, &self));
+                }
+                Ok(key)
+            }
+
+            fn visit_enum<A: EnumAccess<'de>>(self, data: A) -> Result<KeyConfig, A::Error> {
+                match data.variant::<KeyKind>()? {
+                    (KeyKind::ClientIp, variant) => {
+                        variant.unit_variant()?;
+                        Ok(KeyConfig::ClientIp)
+                    }
+                    (kind, variant) => Ok(kind.with(variant.newtype_variant()?)),
+                }
+            }
+        }
+
+        d.deserialize_any(KeyVisitor)
+    }
+}
+
 /// A random percentage of requests (not sticky).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
+#[non_exhaustive]
 pub struct RandomConfig {
     /// The share of requests that match, from 0 to 100, in steps of 0.01.
     pub percent: f64,
+}
+
+impl RandomConfig {
+    /// `percent` of requests, from 0 to 100.
+    pub fn new(percent: f64) -> Self {
+        RandomConfig { percent }
+    }
 }

@@ -4,7 +4,6 @@ mod cidr;
 mod condition;
 mod config;
 mod error;
-mod format;
 mod hash;
 mod request;
 
@@ -12,6 +11,8 @@ use std::{collections::HashMap, sync::Arc};
 
 use http::HeaderName;
 use serde::Serialize;
+
+pub use crate::config::Format;
 
 pub use self::{
     cidr::{Cidr, CidrList, InvalidCidr},
@@ -21,7 +22,6 @@ pub use self::{
         RulesConfig, SplitArmConfig, StickyConfig, VersionFromConfig,
     },
     error::{Problem, RulesError},
-    format::Format,
     hash::{BUCKETS, Dice, content_hash, sticky_bucket},
     request::{RequestView, canonical_ip, percent_decode},
 };
@@ -30,6 +30,7 @@ use self::{
     error::At,
 };
 use crate::{
+    config::Document,
     name::{Lane, Names, Version},
     stain::{Pins, Stain},
 };
@@ -37,7 +38,7 @@ use crate::{
 /// A compiled, validated rule set: rules in priority order, first match wins.
 ///
 /// Built once per configuration version; evaluation borrows the request, allocates
-/// nothing in the common cases, and a match clones a context built at load time.
+/// nothing in the common cases, and a match clones a stain built at load time.
 #[derive(Debug, Clone)]
 pub struct RuleSet {
     enabled: bool,
@@ -121,20 +122,20 @@ impl Rule {
             }
         }
         match &self.outcome {
-            Outcome::Fixed(ctx) => Some(ctx.clone()),
+            Outcome::Fixed(stain) => Some(stain.clone()),
             Outcome::Split { arms, total } => {
                 let roll = dice.get_or_insert_with(Dice::from_thread).roll(*total);
                 arms.iter()
                     .find(|(upper, _)| roll < *upper)
-                    .map(|(_, ctx)| ctx.clone())
+                    .map(|(_, stain)| stain.clone())
             }
-            Outcome::VersionFrom(v) => v.context(req),
+            Outcome::VersionFrom(v) => v.stain(req),
         }
     }
 }
 
 impl VersionFrom {
-    fn context(&self, req: &RequestView<'_>) -> Option<Stain> {
+    fn stain(&self, req: &RequestView<'_>) -> Option<Stain> {
         let decoded;
         let raw: &[u8] = match &self.source {
             VersionSource::PathSegment(n) => req
@@ -153,17 +154,17 @@ impl VersionFrom {
         if !self.known.is_empty() {
             return self.known.get(value).cloned();
         }
-        // Open set: build the context on the spot (allocates; list `known` to avoid it).
+        // Open set: build the stain on the spot (allocates; list `known` to avoid it).
         let version = Version::from_bytes(value).ok()?;
         Some(Stain::pinned(Pins::all(version)).with_lane(self.lane.clone()))
     }
 }
 
-/// The rule that decided a request, and the context it decided.
+/// The rule that decided a request, and the stain it decided.
 #[derive(Debug, Clone)]
 pub struct Decision<'a> {
     rule: &'a Rule,
-    context: Stain,
+    stain: Stain,
 }
 
 impl<'a> Decision<'a> {
@@ -172,19 +173,32 @@ impl<'a> Decision<'a> {
         self.rule
     }
 
-    /// The decided context (baseline for a `baseline = true` rule or a baseline split arm).
-    pub fn context(&self) -> &Stain {
-        &self.context
+    /// The decided stain (baseline for a `baseline = true` rule or a baseline split arm).
+    pub fn stain(&self) -> &Stain {
+        &self.stain
     }
 
-    /// The decided context, by value.
+    /// The decided stain, by value.
+    pub fn into_stain(self) -> Stain {
+        self.stain
+    }
+
+    /// The former name of [`stain`](Self::stain).
+    #[deprecated(since = "0.2.0", note = "renamed to `stain`")]
+    pub fn context(&self) -> &Stain {
+        &self.stain
+    }
+
+    /// The former name of [`into_stain`](Self::into_stain).
+    #[deprecated(since = "0.2.0", note = "renamed to `into_stain`")]
     pub fn into_context(self) -> Stain {
-        self.context
+        self.stain
     }
 }
 
-/// Why a request got the context it got: for admin endpoints and logs.
+/// Why a request got the stain it got: for admin endpoints and logs.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[non_exhaustive]
 pub struct Explanation {
     /// The source the rule set was loaded from.
     pub source: String,
@@ -204,6 +218,7 @@ pub struct Explanation {
 
 /// One rule checked by [`RuleSet::explain`].
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[non_exhaustive]
 pub struct RuleCheck {
     /// The rule's index.
     pub index: usize,
@@ -218,10 +233,16 @@ pub struct RuleCheck {
 impl RuleSet {
     /// Parses and compiles `text` in `format`. `source` names it in errors (a file path,
     /// an etcd key).
+    ///
+    /// Every error names the source, the rule, the field and, as the format reports it,
+    /// the line and column: a key no table knows, a value of the wrong type, or one that
+    /// does not compile (a regular expression, a CIDR block).
     pub fn parse(text: &str, format: Format, source: &str) -> Result<Self, RulesError> {
-        let source: Arc<str> = Arc::from(source);
-        let config = format::parse(text, format, &source)?;
-        Self::compile_shared(&config, source)
+        let document = Document::new(text, format, source);
+        let config: RulesConfig = document
+            .parse()
+            .map_err(|e| RulesError::from_document(e, &document))?;
+        Self::compile_shared(&config, Arc::from(source)).map_err(|e| e.locate(&document))
     }
 
     /// Compiles a configuration that is already deserialized.
@@ -268,7 +289,7 @@ impl RuleSet {
         &self.names
     }
 
-    /// The first rule that matches `req`, and its context. `None` when the set is switched
+    /// The first rule that matches `req`, and its stain. `None` when the set is switched
     /// off or no rule matches. Random conditions and splits use a per-thread generator.
     pub fn evaluate(&self, req: &RequestView<'_>) -> Option<Decision<'_>> {
         let mut dice = None;
@@ -295,7 +316,7 @@ impl RuleSet {
         }
         self.rules.iter().find_map(|rule| {
             rule.matches(req, dice)
-                .map(|context| Decision { rule, context })
+                .map(|stain| Decision { rule, stain })
         })
     }
 
@@ -317,17 +338,17 @@ impl RuleSet {
         }
         let mut dice = None;
         for rule in &self.rules {
-            let ctx = rule.matches(req, &mut dice);
+            let stain = rule.matches(req, &mut dice);
             out.checked.push(RuleCheck {
                 index: rule.index,
                 name: rule.name().map(str::to_owned),
                 enabled: rule.enabled,
-                matched: ctx.is_some(),
+                matched: stain.is_some(),
             });
-            if let Some(ctx) = ctx {
+            if let Some(stain) = stain {
                 out.fired = Some(rule.index);
-                out.lane = ctx.lane().map(|l| l.to_string());
-                if let Some(pins) = ctx.pins() {
+                out.lane = stain.lane().map(|l| l.to_string());
+                if let Some(pins) = stain.pins() {
                     out.version = pins.all_version().map(|v| v.to_string());
                     out.services = pins
                         .services()
@@ -365,7 +386,7 @@ fn version(at: &At<'_>, field: &str, s: &str, names: &mut Names) -> Result<Versi
     Ok(v)
 }
 
-fn fixed_context(
+fn fixed_stain(
     at: &At<'_>,
     prefix: &str,
     lane_name: Option<&str>,
@@ -425,7 +446,7 @@ fn compile_rule(
     let outcome = if rc.baseline {
         Outcome::Fixed(Stain::baseline())
     } else if fixed {
-        Outcome::Fixed(fixed_context(
+        Outcome::Fixed(fixed_stain(
             at,
             "",
             rc.lane.as_deref(),
@@ -445,7 +466,7 @@ fn compile_rule(
                     None,
                 )
             })?;
-            let ctx = fixed_context(
+            let stain = fixed_stain(
                 at,
                 &prefix,
                 arm.lane.as_deref(),
@@ -453,7 +474,7 @@ fn compile_rule(
                 &arm.services,
                 names,
             )?;
-            arms.push((total, ctx));
+            arms.push((total, stain));
         }
         if total == 0 {
             return Err(at.expected(
@@ -522,8 +543,8 @@ fn compile_version_from(
     let mut known = HashMap::with_capacity(vf.known.len());
     for (i, k) in vf.known.iter().enumerate() {
         let v = version(at, &format!("version_from.known[{i}]"), k, names)?;
-        let ctx = Stain::pinned(Pins::all(v)).with_lane(lane.clone());
-        known.insert(Box::<[u8]>::from(k.as_bytes()), ctx);
+        let stain = Stain::pinned(Pins::all(v)).with_lane(lane.clone());
+        known.insert(Box::<[u8]>::from(k.as_bytes()), stain);
     }
     Ok(VersionFrom {
         source,

@@ -186,7 +186,7 @@ fn worth_another_endpoint(error: &SourceError) -> bool {
 impl Source for EtcdSource {
     fn describe(&self) -> String {
         let what = if self.prefix { "prefix" } else { "key" };
-        format!("etcd {what} {} at {:?}", self.key, self.config.endpoints())
+        format!("etcd {what} {}", self.key)
     }
 
     /// Lists the key or prefix through the first endpoint that answers (each one tried in

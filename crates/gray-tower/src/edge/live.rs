@@ -381,7 +381,7 @@ impl LiveRules {
 
 /// Turns a source's entries into rule sets.
 struct Reader {
-    /// The source, for messages: `file /etc/gray/rules.toml`.
+    /// The source, for messages: `/etc/gray/rules.toml`, `etcd key /gray/rules`.
     name: String,
     format: Option<Format>,
 }

@@ -131,7 +131,7 @@ fn from_rule(d: Decision<'_>, e: &mut EdgeDecision) -> Stain {
     e.decided_by = DecidedBy::Rule;
     e.rule_index = Some(d.rule().index());
     e.rule_name = d.rule().shared_name().cloned();
-    d.into_context()
+    d.into_stain()
 }
 
 /// Rewrites the request to its normalised path; the original URI when it changed.
