@@ -76,6 +76,7 @@ async fn endpoints_send_to_their_instance_and_carry_its_labels() {
         let Change::Insert(id, endpoint) = change.unwrap() else {
             panic!("a static list only inserts")
         };
+        assert_eq!(endpoint.instance().id(), &id);
         // The request names only a path; the endpoint supplies scheme and authority.
         let request = Request::get("/hello?x=1")
             .body(Full::new(Bytes::new()))
@@ -445,4 +446,94 @@ async fn concurrent_requests_each_get_their_own_answer() {
         accepted <= ended + 64,
         "{accepted} connections for {REQUESTS} requests"
     );
+}
+
+/// An instance that answers `200 ok` as soon as it has read a request's head, without
+/// reading its body, and closes the connection a moment later.
+async fn early_server() -> (SocketAddr, Arc<AtomicUsize>) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let accepted = Arc::new(AtomicUsize::new(0));
+    let count = accepted.clone();
+    tokio::spawn(async move {
+        while let Ok((mut stream, _)) = listener.accept().await {
+            count.fetch_add(1, Ordering::SeqCst);
+            tokio::spawn(async move {
+                let mut buf = vec![0; 4096];
+                let mut seen = Vec::new();
+                while !seen.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match stream.read(&mut buf).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => seen.extend_from_slice(&buf[..n]),
+                    }
+                }
+                let _ = stream
+                    .write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
+                    .await;
+                // Long enough for the response to be read before the close resets the
+                // connection (the unread body makes the close a reset).
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            });
+        }
+    });
+    (addr, accepted)
+}
+
+/// A 10 MiB request body fed by a task, as a proxy's body is fed by its client; the
+/// returned handle ends once the body was sent whole or dropped, never before.
+fn upload() -> (
+    BoxBody<Bytes, Infallible>,
+    tokio::task::JoinHandle<usize>,
+) {
+    let (tx, rx) = tokio::sync::mpsc::channel::<Bytes>(1);
+    let producer = tokio::spawn(async move {
+        let mut sent = 0;
+        for _ in 0..160 {
+            if tx.send(Bytes::from(vec![b'x'; 64 * 1024])).await.is_err() {
+                break;
+            }
+            sent += 1;
+        }
+        sent
+    });
+    let chunks = futures_util::stream::unfold(rx, |mut rx| async move {
+        rx.recv()
+            .await
+            .map(|chunk| (Ok::<_, Infallible>(Frame::data(chunk)), rx))
+    });
+    (BodyExt::boxed(StreamBody::new(chunks)), producer)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_early_response_never_leaves_its_request_waiting_for_other_traffic() {
+    let (addr, accepted) = early_server().await;
+    let timeout = Duration::from_secs(5);
+    let endpoint = HttpEndpoints::<_, BoxBody<Bytes, Infallible>>::new()
+        .response_timeout(timeout)
+        .endpoint(instance(addr));
+    // Twenty uploads, one after the other, and no other traffic: each must end by itself
+    // (its response or an error, and its body sent or dropped). A hang would take the
+    // whole bound; twenty response timeouts would take 100 s.
+    let bound = tokio::time::Instant::now() + Duration::from_secs(30);
+    let mut answered = 0;
+    for i in 0..20 {
+        let (body, producer) = upload();
+        let request = Request::post("/upload").body(body).unwrap();
+        let exchange = async {
+            if let Ok(response) = endpoint.clone().oneshot(request).await {
+                if let Ok(body) = response.into_body().collect().await {
+                    assert_eq!(body.to_bytes(), "ok");
+                    answered += 1;
+                }
+            }
+            // The body is not left behind in an idle connection that nobody polls.
+            producer.await.unwrap()
+        };
+        tokio::time::timeout_at(bound, exchange)
+            .await
+            .unwrap_or_else(|_| panic!("upload {i} still waiting"));
+    }
+    assert!(answered > 0, "the instance answers before the reset, most of the time");
+    // No connection was reused with a body still in flight on it.
+    assert_eq!(accepted.load(Ordering::SeqCst), 20);
 }
