@@ -154,8 +154,8 @@ impl Layout {
                 };
                 match document(*format, &snapshot) {
                     Ok(services) => {
-                        tracing::info!(target: "gray::discovery", revision = %snapshot.revision,
-                            "instance file reloaded");
+                        tracing::debug!(target: "gray::discovery", revision = %snapshot.revision,
+                            "instance file read");
                         Effect::Reset(services)
                     }
                     Err(Error::Parse(error)) => {
@@ -179,13 +179,18 @@ impl Layout {
             }
             Kind::Keys { prefix } => match update {
                 Update::Reset(snapshot) => {
-                    let mut services: BTreeMap<String, Vec<Instance>> = BTreeMap::new();
+                    let mut services: BTreeMap<&str, Vec<Instance>> = BTreeMap::new();
                     for entry in &snapshot.entries {
                         if let Some((service, Ok(instance))) = decode(prefix, entry) {
-                            services.entry(service.to_owned()).or_default().push(instance);
+                            services.entry(service).or_default().push(instance);
                         }
                     }
-                    Effect::Reset(services)
+                    Effect::Reset(
+                        services
+                            .into_iter()
+                            .map(|(name, list)| (name.to_owned(), list))
+                            .collect(),
+                    )
                 }
                 Update::Put(entry) => match decode(prefix, &entry) {
                     Some((service, Ok(instance))) => Effect::Put(service.to_owned(), instance),

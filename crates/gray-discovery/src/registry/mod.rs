@@ -128,7 +128,8 @@ impl Catalog {
         state
     }
 
-    fn apply(&self, effect: Effect) {
+    /// Applies `effect`; returns how many changes it made.
+    fn apply(&self, effect: Effect) -> usize {
         match effect {
             Effect::Reset(mut next) => {
                 // Every service known: the ones the new content names get its instances,
@@ -138,22 +139,25 @@ impl Catalog {
                     .iter()
                     .map(|(name, state)| (name.clone(), state.clone()))
                     .collect();
+                let mut changes = 0;
                 for (name, state) in known {
-                    state.replace(next.remove(&*name).unwrap_or_default());
+                    changes += state.replace(next.remove(&*name).unwrap_or_default());
                 }
                 for (name, instances) in next {
-                    self.service(&name).replace(instances);
+                    changes += self.service(&name).replace(instances);
                 }
+                changes
             }
             Effect::Put(service, instance) => {
-                tracing::trace!(target: "gray::discovery", %service, id = %instance.id(), "put");
-                self.service(&service).insert(instance);
+                tracing::debug!(target: "gray::discovery", %service, id = %instance.id(),
+                    address = %instance.address(), "instance put");
+                self.service(&service).insert(instance)
             }
             Effect::Remove(service, id) => {
-                tracing::trace!(target: "gray::discovery", %service, %id, "remove");
-                self.service(&service).remove(&id);
+                tracing::debug!(target: "gray::discovery", %service, %id, "instance removed");
+                self.service(&service).remove(&id)
             }
-            Effect::None => {}
+            Effect::None => 0,
         }
     }
 }
@@ -191,7 +195,7 @@ impl Registry {
         let updates = source.watch();
         let status = updates.status_handle();
         status.contact(revision);
-        let task = tokio::spawn(follow(catalog.clone(), layout, updates));
+        let task = tokio::spawn(follow(catalog.clone(), layout, updates, describe.clone()));
         tracing::info!(target: "gray::discovery", source = %describe,
             services = catalog.lock().len(), "registry started");
         Ok(Registry {
@@ -268,8 +272,13 @@ impl Registry {
 }
 
 /// The registry's task: applies every update of the source, in order.
-async fn follow(catalog: Arc<Catalog>, layout: Layout, mut updates: Updates) {
+async fn follow(catalog: Arc<Catalog>, layout: Layout, mut updates: Updates, source: String) {
     while let Some(update) = updates.next().await {
-        catalog.apply(layout.apply(update));
+        let effect = layout.apply(update);
+        let whole = matches!(effect, Effect::Reset(_));
+        let changes = catalog.apply(effect);
+        if whole && changes > 0 {
+            tracing::info!(target: "gray::discovery", %source, changes, "instances reloaded");
+        }
     }
 }

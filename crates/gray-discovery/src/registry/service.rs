@@ -46,29 +46,32 @@ impl ServiceState {
         lock(&self.inner).set.is_empty()
     }
 
-    /// Replaces every instance; O(n), emits the difference.
-    pub(crate) fn replace(&self, instances: Vec<Instance>) {
+    /// Replaces every instance; O(n), emits the difference. Returns how many changes.
+    pub(crate) fn replace(&self, instances: Vec<Instance>) -> usize {
         let mut inner = lock(&self.inner);
         let changes = inner.set.replace(instances);
         if !changes.is_empty() {
             tracing::debug!(target: "gray::discovery", service = %self.name,
                 changes = changes.len(), instances = inner.set.len(), "instances replaced");
         }
-        inner.publish(changes);
+        inner.publish(&changes);
+        changes.len()
     }
 
-    /// Adds or replaces one instance; O(1).
-    pub(crate) fn insert(&self, instance: Instance) {
+    /// Adds or replaces one instance; O(1). Returns how many changes (0 or 1).
+    pub(crate) fn insert(&self, instance: Instance) -> usize {
         let mut inner = lock(&self.inner);
         let change = inner.set.insert(instance);
-        inner.publish(change);
+        inner.publish(change.as_slice());
+        change.as_slice().len()
     }
 
-    /// Removes one instance; O(1).
-    pub(crate) fn remove(&self, id: &InstanceId) {
+    /// Removes one instance; O(1). Returns how many changes (0 or 1).
+    pub(crate) fn remove(&self, id: &InstanceId) -> usize {
         let mut inner = lock(&self.inner);
         let change = inner.set.remove(id.as_str());
-        inner.publish(change);
+        inner.publish(change.as_slice());
+        change.as_slice().len()
     }
 
     fn instances(&self) -> Vec<Instance> {
@@ -98,25 +101,18 @@ fn sorted(set: &InstanceSet) -> Vec<Instance> {
 }
 
 impl ServiceInner {
-    /// Hands `changes` to every subscriber still listening.
-    fn publish(&mut self, changes: impl IntoIterator<Item = Change<InstanceId, Instance>>) {
-        let mut changes = changes.into_iter().peekable();
-        if changes.peek().is_none() {
+    /// Hands `changes` to every subscriber still listening, and forgets the others.
+    fn publish(&mut self, changes: &[Change<InstanceId, Instance>]) {
+        if changes.is_empty() {
             return;
         }
-        let live: Vec<Arc<Subscriber>> = self
-            .subscribers
-            .iter()
-            .filter_map(Weak::upgrade)
-            .collect();
-        if live.len() != self.subscribers.len() {
-            self.subscribers.retain(|s| s.strong_count() > 0);
-        }
-        let changes: Vec<_> = changes.collect();
-        for subscriber in live {
+        self.subscribers.retain(|subscriber| {
+            let Some(subscriber) = subscriber.upgrade() else {
+                return false;
+            };
             let waker = {
                 let mut pending = lock(&subscriber.pending);
-                for change in &changes {
+                for change in changes {
                     pending.push(change.clone());
                 }
                 pending.waker.take()
@@ -124,7 +120,8 @@ impl ServiceInner {
             if let Some(waker) = waker {
                 waker.wake();
             }
-        }
+            true
+        });
     }
 }
 
