@@ -486,14 +486,7 @@ async fn admin_explains_and_counts() {
         "{orders}"
     );
 
-    let metrics = c
-        .get(format!("http://{admin}/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = metrics(admin).await;
     assert!(
         metrics.contains(
             r#"gray_gateway_requests_total{service="orders",lane="gray",instance="orders-gray",status="200"} 1"#
@@ -522,6 +515,17 @@ async fn admin_explains_and_counts() {
         metrics.contains("gray_gateway_rules_generation "),
         "{metrics}"
     );
+}
+
+async fn metrics(admin: SocketAddr) -> String {
+    client([127, 0, 0, 1])
+        .get(format!("http://{admin}/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap()
 }
 
 async fn explain(admin: SocketAddr) -> serde_json::Value {
@@ -567,10 +571,7 @@ async fn explain_follows_the_instances_with_no_traffic_at_all() {
         if !orders.contains("orders-gray") && orders.contains("orders-base") {
             break;
         }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "still {orders}"
-        );
+        assert!(tokio::time::Instant::now() < deadline, "still {orders}");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     let names: Vec<String> = s
@@ -584,14 +585,7 @@ async fn explain_follows_the_instances_with_no_traffic_at_all() {
         .collect();
     assert_eq!(names, ["orders-base", "orders-canary"]);
 
-    let metrics = client([127, 0, 0, 1])
-        .get(format!("http://{admin}/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = metrics(admin).await;
     assert!(
         metrics.contains("gray_gateway_discovery_connected 1"),
         "{metrics}"
@@ -602,40 +596,14 @@ async fn explain_follows_the_instances_with_no_traffic_at_all() {
     );
 }
 
-/// An upstream that answers `200 ok` as soon as it has read a request's head, without
-/// reading its body, and closes the connection a moment later.
-async fn early_upstream() -> SocketAddr {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move {
-        while let Ok((mut stream, _)) = listener.accept().await {
-            tokio::spawn(async move {
-                let mut buf = vec![0; 4096];
-                let mut seen = Vec::new();
-                while !seen.windows(4).any(|w| w == b"\r\n\r\n") {
-                    match stream.read(&mut buf).await {
-                        Ok(0) | Err(_) => return,
-                        Ok(n) => seen.extend_from_slice(&buf[..n]),
-                    }
-                }
-                let _ = stream
-                    .write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
-                    .await;
-                tokio::time::sleep(Duration::from_millis(5)).await;
-            });
-        }
-    });
-    addr
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn uploads_answered_early_all_end_without_other_traffic() {
     let dir = TempDir(
         std::env::temp_dir().join(format!("gray-gateway-test-early-{}", std::process::id())),
     );
     std::fs::create_dir_all(&dir.0).expect("temp dir");
-    let early = early_upstream().await;
+    // It answers as soon as it has read a request's head, and closes 5 ms later.
+    let (early, _) = gray_test_support::net::answers_early(Duration::from_millis(5)).await;
     std::fs::write(
         dir.0.join("instances.toml"),
         instance("early", "early-1", early, false),

@@ -285,9 +285,9 @@ pub(crate) fn parse(path: &Path, format: Format, content: &[u8]) -> Result<Catal
 
 /// Whether a YAML text holds nothing but comments, blank lines and document markers.
 fn is_blank_yaml(text: &str) -> bool {
-    text.lines().map(str::trim).all(|line| {
-        line.is_empty() || line.starts_with('#') || line == "---" || line == "..."
-    })
+    text.lines()
+        .map(str::trim)
+        .all(|line| line.is_empty() || line.starts_with('#') || line == "---" || line == "...")
 }
 
 /// The 1-based line and column (in characters) of byte `offset`.

@@ -210,11 +210,7 @@ async fn etcd_killed_mid_watch_and_restarted() {
     // "-a" first) and not a replay of a, b and c.
     assert_eq!(
         take(&mut orders, 3).await,
-        [
-            "+d 127.0.0.1:4 {}",
-            "-a",
-            "+b 127.0.0.1:2 {version=2.0}"
-        ]
+        ["+d 127.0.0.1:4 {}", "-a", "+b 127.0.0.1:2 {version=2.0}"]
     );
     put(&mut writer, "z", &record(26, "")).await;
     assert_eq!(next(&mut orders).await, "+z 127.0.0.1:26 {}");
@@ -244,11 +240,7 @@ async fn changes_made_while_disconnected_arrive_in_order() {
     // pending change per instance, and says nothing of an instance it never inserted.
     assert_eq!(
         take(&mut orders, 3).await,
-        [
-            "+d 127.0.0.1:4 {}",
-            "+a 127.0.0.1:1 {gray=true}",
-            "-b",
-        ]
+        ["+d 127.0.0.1:4 {}", "+a 127.0.0.1:1 {gray=true}", "-b",]
     );
     put(&mut writer, "z", &record(26, "")).await;
     assert_eq!(next(&mut orders).await, "+z 127.0.0.1:26 {}");
@@ -280,11 +272,7 @@ async fn compacted_revision_forces_a_relist_with_the_difference() {
     // first, then inserts, each sorted by id. `e` came and went: nothing for it.
     assert_eq!(
         take(&mut orders, 3).await,
-        [
-            "-b",
-            "+a 127.0.0.1:1 {gray=true}",
-            "+d 127.0.0.1:4 {}",
-        ]
+        ["-b", "+a 127.0.0.1:1 {gray=true}", "+d 127.0.0.1:4 {}",]
     );
     // And then it watches from the listed revision.
     put(&mut writer, "z", &record(26, "")).await;
@@ -358,13 +346,23 @@ async fn registration_writes_the_canonical_record() {
         .await
         .expect("register");
     assert_eq!(registration.key(), "/gray/orders/r");
-    let response = etcd.client().await.get("/gray/orders/r", None).await.unwrap();
+    let response = etcd
+        .client()
+        .await
+        .get("/gray/orders/r", None)
+        .await
+        .unwrap();
     assert_eq!(
         response.kvs()[0].value_str().unwrap(),
         r#"{"address":"127.0.0.1:7","labels":{"gray":"true"}}"#
     );
     registration.deregister().await.expect("deregister");
-    let response = etcd.client().await.get("/gray/orders/r", None).await.unwrap();
+    let response = etcd
+        .client()
+        .await
+        .get("/gray/orders/r", None)
+        .await
+        .unwrap();
     assert!(response.kvs().is_empty());
 }
 
@@ -374,7 +372,8 @@ async fn registration_disappears_when_its_keep_alive_stops_and_comes_back() {
     let proxy = Proxy::start(etcd.addr()).await;
     let (_watcher, mut orders) = orders(&etcd.endpoint()).await;
 
-    let registrar = Registrar::new(config(&proxy.endpoint()), PREFIX).with_ttl(Duration::from_secs(2));
+    let registrar =
+        Registrar::new(config(&proxy.endpoint()), PREFIX).with_ttl(Duration::from_secs(2));
     let registration = registrar
         .register("orders", &instance("r", 7, true))
         .await
@@ -399,7 +398,8 @@ async fn registration_disappears_when_its_keep_alive_stops_and_comes_back() {
 async fn a_kept_alive_registration_outlives_its_ttl_until_dropped() {
     let etcd = Etcd::start().await;
     let (_watcher, mut orders) = orders(&etcd.endpoint()).await;
-    let registrar = Registrar::new(config(&etcd.endpoint()), PREFIX).with_ttl(Duration::from_secs(2));
+    let registrar =
+        Registrar::new(config(&etcd.endpoint()), PREFIX).with_ttl(Duration::from_secs(2));
 
     let registration = registrar
         .register("orders", &instance("s", 8, false))

@@ -91,7 +91,9 @@ async fn instances_follow_the_file_with_no_traffic_at_all() {
     let dir = TempDir::new("file");
     let path = dir.path().join("instances.toml");
     let one = |id: &str, port: u16, labels: &str| {
-        format!("[[services.orders]]\nid = \"{id}\"\naddress = \"127.0.0.1:{port}\"\nlabels = {{ {labels} }}\n\n")
+        format!(
+            "[[services.orders]]\nid = \"{id}\"\naddress = \"127.0.0.1:{port}\"\nlabels = {{ {labels} }}\n\n"
+        )
     };
     write(&path, &one("a", 1, ""));
     // The default interval, as a gateway runs it; nothing reads a stream.
@@ -100,7 +102,10 @@ async fn instances_follow_the_file_with_no_traffic_at_all() {
     assert_eq!(instances(&orders), ["a 127.0.0.1:1 {}"]);
 
     // Registered.
-    write(&path, &[one("a", 1, ""), one("b", 2, "gray = true")].concat());
+    write(
+        &path,
+        &[one("a", 1, ""), one("b", 2, "gray = true")].concat(),
+    );
     until_instances(&orders, &["a 127.0.0.1:1 {}", "b 127.0.0.1:2 {gray=true}"]).await;
     // Relabelled.
     write(
@@ -197,7 +202,10 @@ async fn an_invalid_edit_keeps_the_last_good_set_and_names_file_line_and_field()
     );
     assert!(line.contains("invalid address `127.0.0.1:two`"), "{line}");
     assert_quiet(&mut orders, Duration::from_millis(300)).await;
-    assert_eq!(instances(&service), ["a 127.0.0.1:1 {}", "b 127.0.0.1:2 {}"]);
+    assert_eq!(
+        instances(&service),
+        ["a 127.0.0.1:1 {}", "b 127.0.0.1:2 {}"]
+    );
     // Reported once, not at every poll.
     let log = logs.text();
     assert_eq!(log.matches("instance file rejected").count(), 1, "{log}");
@@ -236,7 +244,10 @@ async fn an_empty_file_never_empties_a_service_but_an_empty_table_does() {
         )
     );
 
-    write(&path, "[[services.orders]]\nid = \"a\"\naddress = \"127.0.0.1:1\"\n");
+    write(
+        &path,
+        "[[services.orders]]\nid = \"a\"\naddress = \"127.0.0.1:1\"\n",
+    );
     let registry = registry(&path).await.unwrap();
     let service = registry.service("orders").unwrap();
     let mut orders = service.discover();

@@ -14,38 +14,33 @@ use bytes::Bytes;
 use futures_util::StreamExt;
 use gray_core::{Labelled, Labels, Origin};
 use gray_discovery::{Instance, Registry, grpc::GrpcChannels};
+use gray_test_support::net::{closed_port, is_refused, serve};
 use http::{Request, Response};
 use http_body_util::{BodyExt, Full};
 use hyper::{server::conn::http2, service::service_fn};
 use hyper_util::rt::{TokioExecutor, TokioIo};
-use tokio::net::TcpListener;
 use tower::{ServiceExt, discover::Change};
 
 /// An HTTP/2 server that answers `NAME PATH VERSION` and counts its connections.
 async fn server(name: &'static str) -> (SocketAddr, Arc<AtomicUsize>) {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let accepted = Arc::new(AtomicUsize::new(0));
-    let count = accepted.clone();
-    tokio::spawn(async move {
-        while let Ok((stream, _)) = listener.accept().await {
-            count.fetch_add(1, Ordering::SeqCst);
-            tokio::spawn(async move {
-                let service = service_fn(move |req: Request<hyper::body::Incoming>| async move {
-                    let body = format!("{name} {} {:?}", req.uri().path(), req.version());
-                    Ok::<_, Infallible>(Response::new(Full::new(Bytes::from(body))))
-                });
-                let _ = http2::Builder::new(TokioExecutor::new())
-                    .serve_connection(TokioIo::new(stream), service)
-                    .await;
-            });
-        }
-    });
-    (addr, accepted)
+    serve(move |stream| async move {
+        let service = service_fn(move |req: Request<hyper::body::Incoming>| async move {
+            let body = format!("{name} {} {:?}", req.uri().path(), req.version());
+            Ok::<_, Infallible>(Response::new(Full::new(Bytes::from(body))))
+        });
+        let _ = http2::Builder::new(TokioExecutor::new())
+            .serve_connection(TokioIo::new(stream), service)
+            .await;
+    })
+    .await
 }
 
 fn instance(id: &str, addr: SocketAddr, labels: Labels) -> Instance {
-    Instance::new(id.parse().unwrap(), addr.to_string().parse().unwrap(), labels)
+    Instance::new(
+        id.parse().unwrap(),
+        addr.to_string().parse().unwrap(),
+        labels,
+    )
 }
 
 fn call(path: &'static str) -> Request<tonic::body::Body> {
@@ -103,12 +98,7 @@ async fn one_lazy_http2_channel_per_instance() {
 
 #[tokio::test]
 async fn an_unreachable_instance_fails_on_use_not_on_discovery() {
-    // Bind and drop: nothing listens on this port any more.
-    let gone = TcpListener::bind("127.0.0.1:0")
-        .await
-        .unwrap()
-        .local_addr()
-        .unwrap();
+    let gone = closed_port();
     let registry =
         Registry::from_static([("stock", [instance("gone", gone, Labels::new())])]).unwrap();
     let mut endpoints = registry
@@ -122,13 +112,5 @@ async fn an_unreachable_instance_fails_on_use_not_on_discovery() {
         .oneshot(call("/stock.Stock/Items"))
         .await
         .unwrap_err();
-    let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(&err);
-    let mut refused = false;
-    while let Some(e) = cause {
-        if let Some(io) = e.downcast_ref::<std::io::Error>() {
-            refused |= io.kind() == std::io::ErrorKind::ConnectionRefused;
-        }
-        cause = e.source();
-    }
-    assert!(refused, "a connection error: {err:?}");
+    assert!(is_refused(&err), "a connection error: {err:?}");
 }

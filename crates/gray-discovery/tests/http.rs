@@ -17,40 +17,33 @@ use gray_discovery::{
     Instance, StaticDiscover,
     http::{HttpEndpoints, RequestError, ResponseBody},
 };
+use gray_test_support::net::{OK, answers_early, closed_port, is_refused, read_head, serve};
 use http::{Request, Response};
 use http_body::Frame;
 use http_body_util::{BodyExt, Empty, Full, StreamBody, combinators::BoxBody};
 use hyper::{server::conn::http1, service::service_fn};
 use hyper_util::rt::TokioIo;
-use tokio::{
-    io::{AsyncReadExt, AsyncWriteExt},
-    net::TcpListener,
-};
+use tokio::io::AsyncWriteExt;
 use tower::{ServiceExt, discover::Change};
 
 /// A server that answers `NAME PATH?QUERY host=HOST`.
 async fn server(name: &'static str) -> SocketAddr {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move {
-        while let Ok((stream, _)) = listener.accept().await {
-            tokio::spawn(async move {
-                let service = service_fn(move |req: Request<hyper::body::Incoming>| async move {
-                    let host = req
-                        .headers()
-                        .get(http::header::HOST)
-                        .and_then(|h| h.to_str().ok())
-                        .unwrap_or("")
-                        .to_owned();
-                    let body = format!("{name} {} host={host}", req.uri());
-                    Ok::<_, Infallible>(Response::new(Full::new(Bytes::from(body))))
-                });
-                let _ = http1::Builder::new()
-                    .serve_connection(TokioIo::new(stream), service)
-                    .await;
-            });
-        }
-    });
+    let (addr, _) = serve(move |stream| async move {
+        let service = service_fn(move |req: Request<hyper::body::Incoming>| async move {
+            let host = req
+                .headers()
+                .get(http::header::HOST)
+                .and_then(|h| h.to_str().ok())
+                .unwrap_or("")
+                .to_owned();
+            let body = format!("{name} {} host={host}", req.uri());
+            Ok::<_, Infallible>(Response::new(Full::new(Bytes::from(body))))
+        });
+        let _ = http1::Builder::new()
+            .serve_connection(TokioIo::new(stream), service)
+            .await;
+    })
+    .await;
     addr
 }
 
@@ -114,12 +107,7 @@ async fn endpoints_send_to_their_instance_and_carry_its_labels() {
 
 #[tokio::test]
 async fn an_unreachable_instance_is_an_error() {
-    // Bind and drop: nothing listens on this port any more.
-    let addr = TcpListener::bind("127.0.0.1:0")
-        .await
-        .unwrap()
-        .local_addr()
-        .unwrap();
+    let addr = closed_port();
     let endpoint = HttpEndpoints::<_, Full<Bytes>>::new().endpoint(Instance::new(
         "gone".parse().unwrap(),
         addr.to_string().parse().unwrap(),
@@ -135,15 +123,10 @@ async fn an_unreachable_instance_is_an_error() {
     );
     let request_error = err.downcast_ref::<RequestError>().expect("a RequestError");
     assert!(request_error.is_connect());
-    let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(&*err);
-    let mut refused = false;
-    while let Some(e) = cause {
-        if let Some(io) = e.downcast_ref::<std::io::Error>() {
-            refused |= io.kind() == std::io::ErrorKind::ConnectionRefused;
-        }
-        cause = e.source();
-    }
-    assert!(refused, "the io::Error is in the source chain: {err:?}");
+    assert!(
+        is_refused(&*err),
+        "the io::Error is in the source chain: {err:?}"
+    );
 }
 
 /// A server that counts the connections it accepted and answers `/echo` with the request
@@ -152,49 +135,40 @@ async fn an_unreachable_instance_is_an_error() {
 /// multiple of 10), anything else with `ok`. With `keep_alive` false it closes every
 /// connection after one response.
 async fn counting_server(keep_alive: bool) -> (SocketAddr, Arc<AtomicUsize>) {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let accepted = Arc::new(AtomicUsize::new(0));
-    let count = accepted.clone();
-    tokio::spawn(async move {
-        while let Ok((stream, _)) = listener.accept().await {
-            count.fetch_add(1, Ordering::SeqCst);
-            tokio::spawn(async move {
-                let service = service_fn(|req: Request<hyper::body::Incoming>| async move {
-                    let path = req.uri().path().to_owned();
-                    if let Some(ms) = path.strip_prefix("/wait/").and_then(|ms| ms.parse().ok()) {
-                        tokio::time::sleep(Duration::from_millis(ms)).await;
-                    }
-                    if let Some(n) = path.strip_prefix("/n/").and_then(|n| n.parse::<u64>().ok()) {
-                        let mut response = Response::new(BodyExt::boxed(
-                            Full::new(Bytes::from(path)).map_err(|never| match never {}),
-                        ));
-                        if n % 10 == 0 {
-                            response
-                                .headers_mut()
-                                .insert(http::header::CONNECTION, "close".parse().unwrap());
-                        }
-                        return Ok::<_, Infallible>(response);
-                    }
-                    let body: BoxBody<Bytes, hyper::Error> = match req.uri().path() {
-                        "/echo" => req.into_body().boxed(),
-                        "/stream" => BodyExt::boxed(StreamBody::new(futures_util::stream::iter(
-                            (0..64).map(|_| Ok(Frame::data(Bytes::from(vec![b'x'; 16 * 1024])))),
-                        ))),
-                        _ => Full::new(Bytes::from_static(b"ok"))
-                            .map_err(|never| match never {})
-                            .boxed(),
-                    };
-                    Ok::<_, Infallible>(Response::new(body))
-                });
-                let _ = http1::Builder::new()
-                    .keep_alive(keep_alive)
-                    .serve_connection(TokioIo::new(stream), service)
-                    .await;
-            });
-        }
-    });
-    (addr, accepted)
+    serve(move |stream| async move {
+        let service = service_fn(|req: Request<hyper::body::Incoming>| async move {
+            let path = req.uri().path().to_owned();
+            if let Some(ms) = path.strip_prefix("/wait/").and_then(|ms| ms.parse().ok()) {
+                tokio::time::sleep(Duration::from_millis(ms)).await;
+            }
+            if let Some(n) = path.strip_prefix("/n/").and_then(|n| n.parse::<u64>().ok()) {
+                let mut response = Response::new(BodyExt::boxed(
+                    Full::new(Bytes::from(path)).map_err(|never| match never {}),
+                ));
+                if n % 10 == 0 {
+                    response
+                        .headers_mut()
+                        .insert(http::header::CONNECTION, "close".parse().unwrap());
+                }
+                return Ok::<_, Infallible>(response);
+            }
+            let body: BoxBody<Bytes, hyper::Error> = match req.uri().path() {
+                "/echo" => req.into_body().boxed(),
+                "/stream" => BodyExt::boxed(StreamBody::new(futures_util::stream::iter(
+                    (0..64).map(|_| Ok(Frame::data(Bytes::from(vec![b'x'; 16 * 1024])))),
+                ))),
+                _ => Full::new(Bytes::from_static(b"ok"))
+                    .map_err(|never| match never {})
+                    .boxed(),
+            };
+            Ok::<_, Infallible>(Response::new(body))
+        });
+        let _ = http1::Builder::new()
+            .keep_alive(keep_alive)
+            .serve_connection(TokioIo::new(stream), service)
+            .await;
+    })
+    .await
 }
 
 fn instance(addr: SocketAddr) -> Instance {
@@ -298,27 +272,13 @@ async fn connections_the_instance_closes_are_replaced() {
 
     // An instance that closes idle keep-alive connections without saying so: the closed
     // connection is noticed when it is taken, and the request goes on a new one.
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let served = Arc::new(AtomicUsize::new(0));
-    let count = served.clone();
-    tokio::spawn(async move {
-        while let Ok((mut stream, _)) = listener.accept().await {
-            count.fetch_add(1, Ordering::SeqCst);
-            let mut buf = vec![0; 4096];
-            let mut seen = Vec::new();
-            while !seen.windows(4).any(|w| w == b"\r\n\r\n") {
-                match stream.read(&mut buf).await {
-                    Ok(0) | Err(_) => break,
-                    Ok(n) => seen.extend_from_slice(&buf[..n]),
-                }
-            }
-            let _ = stream
-                .write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
-                .await;
-            // Dropped: closed right after the response, keep-alive notwithstanding.
+    let (addr, served) = serve(|mut stream| async move {
+        if read_head(&mut stream).await {
+            let _ = stream.write_all(OK).await;
         }
-    });
+        // Dropped: closed right after the response, keep-alive notwithstanding.
+    })
+    .await;
     let endpoint = HttpEndpoints::<_, Full<Bytes>>::new().endpoint(instance(addr));
     for _ in 0..3 {
         let response = endpoint.clone().oneshot(get("/")).await.unwrap();
@@ -448,43 +408,9 @@ async fn concurrent_requests_each_get_their_own_answer() {
     );
 }
 
-/// An instance that answers `200 ok` as soon as it has read a request's head, without
-/// reading its body, and closes the connection a moment later.
-async fn early_server() -> (SocketAddr, Arc<AtomicUsize>) {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let accepted = Arc::new(AtomicUsize::new(0));
-    let count = accepted.clone();
-    tokio::spawn(async move {
-        while let Ok((mut stream, _)) = listener.accept().await {
-            count.fetch_add(1, Ordering::SeqCst);
-            tokio::spawn(async move {
-                let mut buf = vec![0; 4096];
-                let mut seen = Vec::new();
-                while !seen.windows(4).any(|w| w == b"\r\n\r\n") {
-                    match stream.read(&mut buf).await {
-                        Ok(0) | Err(_) => return,
-                        Ok(n) => seen.extend_from_slice(&buf[..n]),
-                    }
-                }
-                let _ = stream
-                    .write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
-                    .await;
-                // Long enough for the response to be read before the close resets the
-                // connection (the unread body makes the close a reset).
-                tokio::time::sleep(Duration::from_millis(20)).await;
-            });
-        }
-    });
-    (addr, accepted)
-}
-
 /// A 10 MiB request body fed by a task, as a proxy's body is fed by its client; the
 /// returned handle ends once the body was sent whole or dropped, never before.
-fn upload() -> (
-    BoxBody<Bytes, Infallible>,
-    tokio::task::JoinHandle<usize>,
-) {
+fn upload() -> (BoxBody<Bytes, Infallible>, tokio::task::JoinHandle<usize>) {
     let (tx, rx) = tokio::sync::mpsc::channel::<Bytes>(1);
     let producer = tokio::spawn(async move {
         let mut sent = 0;
@@ -506,7 +432,8 @@ fn upload() -> (
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_early_response_never_leaves_its_request_waiting_for_other_traffic() {
-    let (addr, accepted) = early_server().await;
+    // Long enough for the response to be read before the close resets the connection.
+    let (addr, accepted) = answers_early(Duration::from_millis(20)).await;
     let timeout = Duration::from_secs(5);
     let endpoint = HttpEndpoints::<_, BoxBody<Bytes, Infallible>>::new()
         .response_timeout(timeout)
@@ -533,7 +460,10 @@ async fn an_early_response_never_leaves_its_request_waiting_for_other_traffic() 
             .await
             .unwrap_or_else(|_| panic!("upload {i} still waiting"));
     }
-    assert!(answered > 0, "the instance answers before the reset, most of the time");
+    assert!(
+        answered > 0,
+        "the instance answers before the reset, most of the time"
+    );
     // No connection was reused with a body still in flight on it.
     assert_eq!(accepted.load(Ordering::SeqCst), 20);
 }

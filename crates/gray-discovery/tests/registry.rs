@@ -235,9 +235,15 @@ async fn a_subscriber_that_is_not_polled_keeps_one_change_per_instance() {
     assert_eq!(next(&mut busy).await, "+a 127.0.0.1:1 {}");
     for round in 0..500u16 {
         source.put("/gray/orders/a", &record(1000 + round, ""));
-        assert_eq!(next(&mut busy).await, format!("+a 127.0.0.1:{} {{}}", 1000 + round));
+        assert_eq!(
+            next(&mut busy).await,
+            format!("+a 127.0.0.1:{} {{}}", 1000 + round)
+        );
         source.put("/gray/orders/b", &record(2000 + round, ""));
-        assert_eq!(next(&mut busy).await, format!("+b 127.0.0.1:{} {{}}", 2000 + round));
+        assert_eq!(
+            next(&mut busy).await,
+            format!("+b 127.0.0.1:{} {{}}", 2000 + round)
+        );
     }
     // b comes and goes: `idle` never saw it, so it is told nothing about it.
     source.delete("/gray/orders/b");
@@ -305,10 +311,7 @@ async fn a_source_that_cannot_be_read_does_not_start() {
         .await
         .unwrap_err();
     assert!(matches!(err, Error::Source(_)), "{err}");
-    assert_eq!(
-        err.to_string(),
-        "setting `endpoints`: nothing to read"
-    );
+    assert_eq!(err.to_string(), "setting `endpoints`: nothing to read");
 }
 
 #[tokio::test]

@@ -5,11 +5,15 @@
 //!   that a request path allocates nothing;
 //! - `etcd` (feature `etcd`): a real etcd server on free loopback ports with a temporary
 //!   data dir, killed at the end, and a TCP proxy whose connections a test can cut;
+//! - `net` (feature `net`, which `etcd` includes): raw TCP servers on loopback, among them
+//!   an HTTP/1.1 instance that answers before it has read the request body;
 //! - [`TempDir`] and [`WAIT`], the bound of every wait in the real-network tests.
 
 pub mod alloc;
 #[cfg(feature = "etcd")]
 pub mod etcd;
+#[cfg(feature = "net")]
+pub mod net;
 
 use std::{
     path::{Path, PathBuf},

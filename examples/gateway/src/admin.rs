@@ -104,7 +104,9 @@ async fn metrics(State(admin): State<Admin>) -> Response {
         ));
     }
     if let Some(revision) = discovery.revision {
-        text.push_str("# HELP gray_gateway_discovery_revision The etcd revision discovery has applied.\n");
+        text.push_str(
+            "# HELP gray_gateway_discovery_revision The etcd revision discovery has applied.\n",
+        );
         text.push_str("# TYPE gray_gateway_discovery_revision gauge\n");
         text.push_str(&format!("gray_gateway_discovery_revision {revision}\n"));
     }

@@ -184,8 +184,7 @@ impl<IO: Read + Write, B: Body + 'static> Pool<IO, B> {
     fn put(&self, mut conn: Box<Conn<IO, B>>) {
         // A connection still sending its request body (the instance answered early) is
         // closed here: idle, nobody would poll it to send the rest.
-        if conn.ended || conn.sender.is_closed() || !conn.body_released.load(Ordering::Acquire)
-        {
+        if conn.ended || conn.sender.is_closed() || !conn.body_released.load(Ordering::Acquire) {
             return;
         }
         conn.pool = None;

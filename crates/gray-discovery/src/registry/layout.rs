@@ -74,16 +74,19 @@ pub trait InstanceSource: Source {
 impl InstanceSource for gray_source::file::FileSource {
     fn layout(&self) -> Result<Layout, Error> {
         let path = self.path();
-        Format::from_path(path).map(Layout::document).ok_or_else(|| {
-            Error::Parse(ParseError {
-                path: path.to_owned(),
-                line: None,
-                column: None,
-                field: None,
-                message: "unknown format: the file name must end in .toml, .yaml, .yml or .json"
-                    .to_owned(),
+        Format::from_path(path)
+            .map(Layout::document)
+            .ok_or_else(|| {
+                Error::Parse(ParseError {
+                    path: path.to_owned(),
+                    line: None,
+                    column: None,
+                    field: None,
+                    message:
+                        "unknown format: the file name must end in .toml, .yaml, .yml or .json"
+                            .to_owned(),
+                })
             })
-        })
     }
 }
 
@@ -210,10 +213,7 @@ impl Layout {
 
 /// The instances of the document in `snapshot`'s one entry.
 #[cfg(feature = "file")]
-fn document(
-    format: Format,
-    snapshot: &Snapshot,
-) -> Result<BTreeMap<String, Vec<Instance>>, Error> {
+fn document(format: Format, snapshot: &Snapshot) -> Result<BTreeMap<String, Vec<Instance>>, Error> {
     match snapshot.entries.as_slice() {
         [entry] => Ok(crate::file::parse(
             std::path::Path::new(&entry.key),

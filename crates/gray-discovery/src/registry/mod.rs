@@ -81,11 +81,11 @@ use futures_util::StreamExt;
 use gray_source::{Revision, Source, Status, StatusHandle, Updates, WatchHandle};
 
 pub(crate) use self::layout::Effect;
+use self::service::ServiceState;
 pub use self::{
     layout::{InstanceSource, Layout},
     service::{InstanceDiscover, ServiceInstances},
 };
-use self::service::ServiceState;
 use crate::{Error, Instance, instance::check_service};
 
 /// The instances of every service of one source, kept up to date by a task of its own;

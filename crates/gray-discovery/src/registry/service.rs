@@ -16,7 +16,9 @@ use super::Inner;
 use crate::{Endpoints, Instance, InstanceId, InstanceSet, MakeEndpoint};
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 /// The instances of one service and the streams that follow them.

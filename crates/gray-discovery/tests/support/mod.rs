@@ -68,7 +68,12 @@ pub fn show(instance: &Instance) -> String {
         .iter()
         .map(|(k, v)| format!("{k}={v}"))
         .collect();
-    format!("{} {} {{{}}}", instance.id(), instance.address(), labels.join(","))
+    format!(
+        "{} {} {{{}}}",
+        instance.id(),
+        instance.address(),
+        labels.join(",")
+    )
 }
 
 /// The instances of `service` now, as text, sorted by id.
