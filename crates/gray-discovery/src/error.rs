@@ -1,4 +1,13 @@
-//! The errors of this crate.
+//! The errors of this crate: [`Error`], and [`ParseError`] for an instance file that was
+//! rejected, which names the file, the line, the column and the field.
+//!
+//! ```
+//! use gray_discovery::{Error, InstanceId};
+//!
+//! let err = "orders/1".parse::<InstanceId>().unwrap_err();
+//! assert!(matches!(err, Error::Invalid { what: "instance id", .. }));
+//! assert_eq!(err.to_string(), "invalid instance id `orders/1`: it contains `/`");
+//! ```
 
 use std::{fmt, path::PathBuf};
 

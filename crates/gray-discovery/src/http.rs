@@ -4,7 +4,7 @@
 //! label-aware balancer can choose it.
 //!
 //! [`HttpEndpoints`] holds the connector and the pool settings, and is a
-//! [`MakeEndpoint`](crate::MakeEndpoint): `registry.service("orders")?.endpoints(endpoints)`
+//! [`MakeEndpoint`]: `registry.service("orders")?.endpoints(endpoints)`
 //! is the discover stream of a registry's service as endpoints, and
 //! [`HttpEndpoints::discover`] maps any discover stream of instances. An endpoint sends the request's path and query (`/` when it has none) to its
 //! instance, whatever scheme and authority the request URI names; it keeps the request's

@@ -41,7 +41,7 @@
 //!
 //! | feature | default | what it adds | dependencies |
 //! |---|---|---|---|
-//! | `file` | yes | [`file`]: TOML, YAML and JSON instance files, read by a [`Registry`] from a `FileSource` | `toml`, `serde_norway`, `serde_path_to_error` |
+//! | `file` | yes | [`file`](mod@file): TOML, YAML and JSON instance files, read by a [`Registry`] from a `FileSource` | `toml`, `serde_norway`, `serde_path_to_error` |
 //! | `http` | yes | `http`: instances as HTTP/1.1 client services with their own keep-alive connections | `hyper`, `hyper-util` |
 //! | `etcd` | no | `etcd`: a [`Registry`] from an `EtcdSource` prefix, and self-registration under a lease | `etcd-client` (tonic, prost; building needs `protoc` and the well-known protos) |
 //! | `tonic` | no | `grpc`: instances as lazily connected HTTP/2 tonic `Channel`s | `tonic` (no `protoc`) |

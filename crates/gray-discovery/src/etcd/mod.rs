@@ -83,6 +83,16 @@
 //! # Ok(()) }
 //! ```
 //!
+//! A [`Registrar`] connects only when it registers; building one checks nothing yet:
+//!
+//! ```
+//! use gray_discovery::{etcd::Registrar, source::etcd::EtcdConfig};
+//!
+//! let registrar = Registrar::new(EtcdConfig::new(["http://127.0.0.1:2379"]), "/gray/");
+//! assert_eq!(registrar.prefix(), "/gray");
+//! assert_eq!(registrar.key("orders", "orders-7"), "/gray/orders/orders-7");
+//! ```
+//!
 //! [`EtcdSource`]: gray_source::etcd::EtcdSource
 
 mod register;
