@@ -346,24 +346,20 @@ async fn registration_writes_the_canonical_record() {
         .await
         .expect("register");
     assert_eq!(registration.key(), "/gray/orders/r");
-    let response = etcd
-        .client()
-        .await
-        .get("/gray/orders/r", None)
-        .await
-        .unwrap();
+    let mut client = etcd.client().await;
+    let mut value = async || {
+        let response = client.get("/gray/orders/r", None).await.unwrap();
+        response
+            .kvs()
+            .first()
+            .map(|kv| kv.value_str().unwrap().to_owned())
+    };
     assert_eq!(
-        response.kvs()[0].value_str().unwrap(),
-        r#"{"address":"127.0.0.1:7","labels":{"gray":"true"}}"#
+        value().await.as_deref(),
+        Some(r#"{"address":"127.0.0.1:7","labels":{"gray":"true"}}"#)
     );
     registration.deregister().await.expect("deregister");
-    let response = etcd
-        .client()
-        .await
-        .get("/gray/orders/r", None)
-        .await
-        .unwrap();
-    assert!(response.kvs().is_empty());
+    assert_eq!(value().await, None);
 }
 
 #[tokio::test]
