@@ -1,6 +1,7 @@
 //! The example gateway on real loopback ports: routing by stain with the prefix stripped,
 //! the 503 that names service, lane and policy, stripping of untrusted stains, hop-by-hop
-//! headers, streamed bodies, upstream timeouts, live rule reloads, and the admin endpoint.
+//! headers, streamed bodies, upstream timeouts, uploads answered early, live rule and
+//! instance reloads (seen by the admin endpoint with no traffic), and the admin endpoint.
 
 use std::{net::SocketAddr, time::Duration};
 
@@ -339,7 +340,9 @@ async fn requests_waiting_for_a_first_instance_are_all_served_when_it_comes() {
     );
     std::fs::create_dir_all(&dir.0).expect("temp dir");
     let late = upstream("late-1").await;
-    std::fs::write(dir.0.join("instances.toml"), "").expect("write instances");
+    // No instance yet, said explicitly (an empty file is rejected: a file caught half-written
+    // must never empty a service).
+    std::fs::write(dir.0.join("instances.toml"), "services = {}\n").expect("write instances");
     std::fs::write(
         dir.0.join("gateway.toml"),
         r#"
@@ -483,14 +486,7 @@ async fn admin_explains_and_counts() {
         "{orders}"
     );
 
-    let metrics = c
-        .get(format!("http://{admin}/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = metrics(admin).await;
     assert!(
         metrics.contains(
             r#"gray_gateway_requests_total{service="orders",lane="gray",instance="orders-gray",status="200"} 1"#
@@ -519,4 +515,141 @@ async fn admin_explains_and_counts() {
         metrics.contains("gray_gateway_rules_generation "),
         "{metrics}"
     );
+}
+
+async fn metrics(admin: SocketAddr) -> String {
+    client([127, 0, 0, 1])
+        .get(format!("http://{admin}/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap()
+}
+
+async fn explain(admin: SocketAddr) -> serde_json::Value {
+    client([127, 0, 0, 1])
+        .post(format!("http://{admin}/explain"))
+        .body(r#"{"path": "/orders/x", "headers": {"x-gray-lane": "gray"}}"#)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn explain_follows_the_instances_with_no_traffic_at_all() {
+    let s = setup("fresh").await;
+    let admin = s.gateway.admin_addr().expect("admin address");
+    let explained = explain(admin).await;
+    let orders = explained["services"]["orders"].to_string();
+    assert!(orders.contains("orders-gray"), "{orders}");
+    assert_eq!(explained["discovery"]["connected"], true, "{explained}");
+    assert!(
+        explained["discovery"]["source"]
+            .as_str()
+            .is_some_and(|s| s.contains("instances.toml")),
+        "{explained}"
+    );
+
+    // The gray instance leaves, a canary comes: no request goes through the proxy, yet
+    // the explanation follows within a second (the registry runs on its own).
+    let instances = std::fs::read_to_string(s.dir.0.join("instances.toml")).unwrap();
+    let edited: String = instances
+        .split("[[services.")
+        .filter(|block| !block.contains("orders-gray"))
+        .collect::<Vec<_>>()
+        .join("[[services.");
+    let canary = "[[services.orders]]\nid = \"orders-canary\"\naddress = \"127.0.0.1:9\"\nlabels = { lane = \"canary\" }\n";
+    std::fs::write(s.dir.0.join("instances.toml"), edited + canary).unwrap();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(1);
+    loop {
+        let orders = explain(admin).await["services"]["orders"].to_string();
+        if !orders.contains("orders-gray") && orders.contains("orders-base") {
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "still {orders}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let names: Vec<String> = s
+        .gateway
+        .registry()
+        .service("orders")
+        .unwrap()
+        .instances()
+        .iter()
+        .map(|i| i.id().to_string())
+        .collect();
+    assert_eq!(names, ["orders-base", "orders-canary"]);
+
+    let metrics = metrics(admin).await;
+    assert!(
+        metrics.contains("gray_gateway_discovery_connected 1"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("gray_gateway_discovery_seconds_since_contact "),
+        "{metrics}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn uploads_answered_early_all_end_without_other_traffic() {
+    let dir = TempDir(
+        std::env::temp_dir().join(format!("gray-gateway-test-early-{}", std::process::id())),
+    );
+    std::fs::create_dir_all(&dir.0).expect("temp dir");
+    // It answers as soon as it has read a request's head, and closes 5 ms later.
+    let (early, _) = gray_test_support::net::answers_early(Duration::from_millis(5)).await;
+    std::fs::write(
+        dir.0.join("instances.toml"),
+        instance("early", "early-1", early, false),
+    )
+    .expect("write instances");
+    std::fs::write(
+        dir.0.join("gateway.toml"),
+        "listen = \"127.0.0.1:0\"\ninstances = \"instances.toml\"\nupstream_timeout_ms = 5000\n\n[services.early]\n",
+    )
+    .expect("write config");
+    let gateway = Gateway::start(Config::load(&dir.0.join("gateway.toml")).expect("config"))
+        .await
+        .expect("gateway starts");
+    let gw = gateway.addr();
+    // One client, twenty 10 MiB uploads one after the other, nothing else: each ends (its
+    // answer, or an error) by itself. Before, a connection parked with the upload still in
+    // flight held the client's connection until another request took it.
+    let c = reqwest::Client::builder()
+        .timeout(Duration::from_secs(60))
+        .build()
+        .expect("client");
+    let bound = tokio::time::Instant::now() + Duration::from_secs(30);
+    let mut answered = 0;
+    for i in 0..20 {
+        let upload = async {
+            match c
+                .post(format!("http://{gw}/early/up"))
+                .body(vec![b'x'; 10 << 20])
+                .send()
+                .await
+            {
+                Ok(res) => {
+                    let status = res.status();
+                    (status, res.text().await.unwrap_or_default())
+                }
+                Err(_) => (reqwest::StatusCode::BAD_GATEWAY, String::new()),
+            }
+        };
+        let (status, body) = tokio::time::timeout_at(bound, upload)
+            .await
+            .unwrap_or_else(|_| panic!("upload {i} still waiting"));
+        if status == 200 {
+            assert_eq!(body, "ok");
+            answered += 1;
+        }
+    }
+    assert!(answered > 0, "no upload was answered");
+    gateway.shutdown().await;
 }

@@ -1,8 +1,19 @@
-//! The errors of this crate.
+//! The errors of this crate: [`Error`], and [`ParseError`] for an instance file that was
+//! rejected, which names the file, the line, the column and the field.
+//!
+//! ```
+//! use gray_discovery::{Error, InstanceId};
+//!
+//! let err = "orders/1".parse::<InstanceId>().unwrap_err();
+//! assert!(matches!(err, Error::Invalid { what: "instance id", .. }));
+//! assert_eq!(err.to_string(), "invalid instance id `orders/1`: it contains `/`");
+//! ```
 
-use std::{fmt, io, path::PathBuf};
+use std::{fmt, path::PathBuf};
 
-/// What went wrong in a discovery source, a registration or an endpoint.
+use gray_source::SourceError;
+
+/// What went wrong in a registry, a registration or an endpoint.
 ///
 /// Every variant names what failed (the file, the field, the etcd key or request) and why.
 #[derive(Debug)]
@@ -17,14 +28,9 @@ pub enum Error {
         /// Why it was rejected.
         reason: &'static str,
     },
-    /// An instance file could not be read.
-    Read {
-        /// The file.
-        path: PathBuf,
-        /// The I/O error.
-        source: io::Error,
-    },
-    /// An instance file could not be parsed.
+    /// The source could not be read (a file that is missing, etcd unreachable).
+    Source(SourceError),
+    /// An instance file could not be parsed, or was empty.
     Parse(ParseError),
     /// A request to etcd failed.
     #[cfg(feature = "etcd")]
@@ -60,9 +66,7 @@ impl fmt::Display for Error {
                 value,
                 reason,
             } => write!(f, "invalid {what} `{value}`: {reason}"),
-            Error::Read { path, source } => {
-                write!(f, "cannot read instance file {}: {source}", path.display())
-            }
+            Error::Source(e) => fmt::Display::fmt(e, f),
             Error::Parse(e) => fmt::Display::fmt(e, f),
             #[cfg(feature = "etcd")]
             Error::Etcd { action, source } => write!(f, "etcd: cannot {action}: {source}"),
@@ -75,8 +79,9 @@ impl fmt::Display for Error {
 impl std::error::Error for Error {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
-            Error::Read { source, .. } => Some(source),
-            Error::Parse(e) => Some(e),
+            // Displayed as themselves: their sources are this error's.
+            Error::Source(e) => std::error::Error::source(e),
+            Error::Parse(e) => std::error::Error::source(e),
             #[cfg(feature = "etcd")]
             Error::Etcd { source, .. } => Some(source),
             _ => None,

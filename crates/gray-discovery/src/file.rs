@@ -1,21 +1,7 @@
-//! [`WatchedFile`]: instances listed in a TOML, YAML or JSON file that is watched for edits.
-//!
-//! One file lists the instances of several services; [`WatchedFile::service`] gives the
-//! discover stream of one of them. The file is polled (modification time, size and, for a
-//! recently modified file, content) every 250 ms by default, so an edit reaches the streams
-//! as the difference of `Remove`s and `Insert`s within a second. An instance whose address
-//! or labels changed is one `Insert` with its id, which replaces it.
-//!
-//! An edit that does not parse, or names an invalid address or id, is rejected as a whole:
-//! the streams keep serving the last good content, and an error event (`tracing`, level
-//! ERROR) names the file, the line, the column and the field, for example
-//!
-//! ```text
-//! instances.yaml:7:14: field `services.orders[1].address`: invalid address `x:y`: ...
-//! ```
-//!
-//! A file that disappears for a while (an editor's rename, a config-map update) is handled
-//! the same way. The first read, in [`WatchedFile::open`], returns these errors instead.
+//! The instance file (feature `file`): the instances of several services in one TOML, YAML
+//! or JSON document, read by a [`Registry`](crate::Registry) from a
+//! [`FileSource`](gray_source::file::FileSource) (or from any source whose one entry is
+//! such a document, with [`Layout::document`](crate::Layout::document)).
 //!
 //! # Format
 //!
@@ -51,12 +37,44 @@
 //! ]}}
 //! ```
 //!
-//! # Example
+//! The format is chosen by the file's extension: `.toml`, `.yaml` / `.yml`, `.json`.
+//! Unknown keys are rejected (a misspelt `adress` is an error, not an instance without an
+//! address), and so is an id listed twice within a service.
+//!
+//! # Empty files
+//!
+//! **A file without a `services` key is rejected**, and so is a file of 0 bytes: a file
+//! caught half-written (truncated by an editor, a config tool that writes in place) must
+//! never empty a service. The message says what to write instead:
+//!
+//! ```text
+//! instances.toml: empty: an instance file must have a `services` table; write `services = {}` to remove every instance
+//! ```
+//!
+//! An explicit empty table, `services = {}` (YAML `services: {}`, JSON `{"services": {}}`),
+//! means *no instances*, and a service listed with an empty list (`orders = []`) has none.
+//!
+//! # Edits
+//!
+//! A [`Registry`](crate::Registry) reads the file at start (an error there stops the start:
+//! [`Registry::start`](crate::Registry::start) returns it), then polls it (every 250 ms by
+//! default, [`FileSource::with_interval`](gray_source::file::FileSource::with_interval)).
+//! Each new version is diffed against the instances known: only the instances that were
+//! added, changed or removed become `Insert`s and `Remove`s. A version that does not
+//! parse, names an invalid address or id, or is empty is **rejected as a whole**: the last
+//! good instances stay, and an error event (`tracing`, level ERROR, target
+//! `gray::discovery`) names the file, the line, the column and the field, for example
+//!
+//! ```text
+//! instances.yaml:7:14: field `services.orders[1].address`: invalid address `x:y`: ...
+//! ```
+//!
+//! A file that disappears for a while (an editor's rename, a config-map update) changes
+//! nothing either. Write files atomically (a temporary file renamed over the old one).
 //!
 //! ```
-//! use futures_util::StreamExt;
-//! use gray_discovery::WatchedFile;
-//! use tower::discover::Change;
+//! use gray_discovery::{Registry, source::file::FileSource};
+//! use std::time::Duration;
 //!
 //! # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
 //! let path = std::env::temp_dir().join(format!("gray-doc-{}.json", std::process::id()));
@@ -64,14 +82,21 @@
 //!     {"id": "orders-1", "address": "127.0.0.1:8081", "labels": {"gray": "true"}}
 //! ]}}"#).unwrap();
 //!
-//! let file = WatchedFile::open(&path).await?;
-//! let mut orders = file.service("orders")?;
-//! match orders.next().await.unwrap()? {
-//!     Change::Insert(id, instance) => {
-//!         assert_eq!(id.as_str(), "orders-1");
-//!         assert_eq!(instance.labels().get("gray"), Some("true"));
-//!     }
-//!     Change::Remove(_) => unreachable!(),
+//! let registry = Registry::start(FileSource::new(&path).with_interval(Duration::from_millis(10))).await?;
+//! let orders = registry.service("orders")?;
+//! assert_eq!(orders.instances()[0].labels().get("gray"), Some("true"));
+//!
+//! // Half-written: rejected, the instance stays.
+//! std::fs::write(&path, "").unwrap();
+//! tokio::time::sleep(Duration::from_millis(100)).await;
+//! assert_eq!(orders.instances().len(), 1);
+//!
+//! // Every instance removed, on purpose.
+//! std::fs::write(&path, r#"{"services": {}}"#).unwrap();
+//! let deadline = std::time::Instant::now() + Duration::from_secs(10);
+//! while !orders.instances().is_empty() {
+//!     assert!(std::time::Instant::now() < deadline);
+//!     tokio::time::sleep(Duration::from_millis(10)).await;
 //! }
 //! # std::fs::remove_file(&path).unwrap();
 //! # Ok::<(), gray_discovery::Error>(())
@@ -79,320 +104,41 @@
 //! ```
 
 use std::{
-    collections::{BTreeMap, HashMap, VecDeque},
+    collections::{BTreeMap, HashMap},
     fmt,
     path::Path,
-    pin::Pin,
-    sync::Arc,
-    task::{Context, Poll},
-    time::{Duration, SystemTime},
 };
 
-use futures_core::Stream;
-use futures_util::stream::{self, BoxStream, StreamExt};
 use gray_core::Labels;
 use serde::{Deserialize, Deserializer, de};
-use tokio::sync::watch;
-use tower::discover::Change;
 
-use crate::{
-    Address, Error, Instance, InstanceId, InstanceSet, ParseError, instance::check_service,
-};
-
-/// How often the file is checked by default.
-pub const DEFAULT_INTERVAL: Duration = Duration::from_millis(250);
-
-/// A file modified less than this long ago is compared by content as well, as its
-/// modification time may not change on a second edit on file systems with coarse times.
-const RACY_WINDOW: Duration = Duration::from_secs(3);
+use crate::{Address, Instance, InstanceId, ParseError, instance::check_service};
 
 /// The format of an instance file (the one enum all gray crates share).
-pub use gray_core::format::Format;
+pub use gray_core::config::Format;
 
 /// The parsed content of an instance file: instances by service.
-#[derive(Debug, Default)]
-struct Catalogue {
-    services: BTreeMap<String, Vec<Instance>>,
-}
+pub(crate) type Catalogue = BTreeMap<String, Vec<Instance>>;
 
-/// A watched instance file; see the [module docs](self).
-///
-/// Cloning it is cheap; the file is polled by one task for all clones and all service
-/// streams, and the task stops when the last of them is dropped.
-#[derive(Clone)]
-pub struct WatchedFile {
-    path: Arc<Path>,
-    catalogue: watch::Receiver<Arc<Catalogue>>,
-}
-
-impl fmt::Debug for WatchedFile {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("WatchedFile")
-            .field("path", &self.path)
-            .field("services", &self.catalogue.borrow().services.len())
-            .finish()
-    }
-}
-
-impl WatchedFile {
-    /// Reads `path`, in the format its extension names, and watches it every
-    /// [`DEFAULT_INTERVAL`]. Must be called within a tokio runtime with timers enabled.
-    pub async fn open(path: impl AsRef<Path>) -> Result<WatchedFile, Error> {
-        let path = path.as_ref();
-        let format = Format::from_path(path).ok_or_else(|| {
-            Error::Parse(ParseError {
-                path: path.to_owned(),
-                line: None,
-                column: None,
-                field: None,
-                message: "unknown format: the file name must end in .toml, .yaml, .yml or .json"
-                    .to_owned(),
-            })
-        })?;
-        WatchedFile::open_with(path, format, DEFAULT_INTERVAL).await
-    }
-
-    /// Reads `path` in `format` and watches it every `interval`.
-    pub async fn open_with(
-        path: impl AsRef<Path>,
-        format: Format,
-        interval: Duration,
-    ) -> Result<WatchedFile, Error> {
-        let path: Arc<Path> = Arc::from(path.as_ref());
-        let read_error = |source| Error::Read {
-            path: path.to_path_buf(),
-            source,
-        };
-        let meta = tokio::fs::metadata(&path).await.map_err(read_error)?;
-        let content = tokio::fs::read(&path).await.map_err(read_error)?;
-        let catalogue = parse(&path, format, &content)?;
-        let (tx, rx) = watch::channel(Arc::new(catalogue));
-        let poller = Poller {
-            path: path.clone(),
-            format,
-            stamp: Some(Stamp::of(&meta)),
-            content,
-            rejected: None,
-            unreadable: false,
-        };
-        tokio::spawn(poller.run(tx, interval.max(Duration::from_millis(1))));
-        Ok(WatchedFile {
-            path,
-            catalogue: rx,
-        })
-    }
-
-    /// The file.
-    pub fn path(&self) -> &Path {
-        &self.path
-    }
-
-    /// The names of the services the file lists now.
-    pub fn services(&self) -> Vec<String> {
-        self.catalogue.borrow().services.keys().cloned().collect()
-    }
-
-    /// The instances of `service` the file lists now.
-    pub fn instances(&self, service: &str) -> Vec<Instance> {
-        self.catalogue
-            .borrow()
-            .services
-            .get(service)
-            .cloned()
-            .unwrap_or_default()
-    }
-
-    /// The discover stream of `service`: first an `Insert` for each of its instances now in
-    /// the file (none when the file does not list the service yet), then the changes of
-    /// every accepted edit. It never yields an error: rejected edits are logged.
-    pub fn service(&self, service: &str) -> Result<FileDiscover, Error> {
-        check_service(service)?;
-        let mut catalogue = self.catalogue.clone();
-        catalogue.mark_changed();
-        let state = FileState {
-            catalogue,
-            service: service.to_owned(),
-            set: InstanceSet::new(),
-            queue: VecDeque::new(),
-        };
-        Ok(FileDiscover {
-            service: service.to_owned(),
-            path: self.path.clone(),
-            inner: stream::unfold(state, FileState::next).boxed(),
-        })
-    }
-}
-
-/// The discover stream of one service of a [`WatchedFile`].
-pub struct FileDiscover {
-    service: String,
-    path: Arc<Path>,
-    inner: BoxStream<'static, Result<Change<InstanceId, Instance>, Error>>,
-}
-
-impl fmt::Debug for FileDiscover {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("FileDiscover")
-            .field("path", &self.path)
-            .field("service", &self.service)
-            .finish()
-    }
-}
-
-impl Stream for FileDiscover {
-    type Item = Result<Change<InstanceId, Instance>, Error>;
-
-    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
-        self.inner.poll_next_unpin(cx)
-    }
-}
-
-struct FileState {
-    catalogue: watch::Receiver<Arc<Catalogue>>,
-    service: String,
-    set: InstanceSet,
-    queue: VecDeque<Change<InstanceId, Instance>>,
-}
-
-type Step = Option<(Result<Change<InstanceId, Instance>, Error>, FileState)>;
-
-impl FileState {
-    async fn next(mut self) -> Step {
-        loop {
-            if let Some(change) = self.queue.pop_front() {
-                return Some((Ok(change), self));
-            }
-            // The poller only stops once every receiver is gone, or when the runtime does.
-            self.catalogue.changed().await.ok()?;
-            let catalogue = self.catalogue.borrow_and_update().clone();
-            let instances = catalogue
-                .services
-                .get(&self.service)
-                .map(|list| list.iter().cloned())
-                .into_iter()
-                .flatten();
-            self.queue.extend(self.set.replace(instances));
-        }
-    }
-}
-
-/// What identifies a version of the file cheaply.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct Stamp {
-    modified: Option<SystemTime>,
-    len: u64,
-}
-
-impl Stamp {
-    fn of(meta: &std::fs::Metadata) -> Stamp {
-        Stamp {
-            modified: meta.modified().ok(),
-            len: meta.len(),
-        }
-    }
-
-    /// Whether the file was modified so recently that an edit may not show in the stamp.
-    fn is_recent(&self) -> bool {
-        match self.modified {
-            Some(modified) => SystemTime::now()
-                .duration_since(modified)
-                .map_or(true, |age| age < RACY_WINDOW),
-            None => true,
-        }
-    }
-}
-
-struct Poller {
-    path: Arc<Path>,
-    format: Format,
-    stamp: Option<Stamp>,
-    /// The content last accepted.
-    content: Vec<u8>,
-    /// The content last rejected, so that one bad edit is reported once.
-    rejected: Option<Vec<u8>>,
-    /// Whether the last attempt could not read the file, so that it is reported once.
-    unreadable: bool,
-}
-
-impl Poller {
-    async fn run(mut self, tx: watch::Sender<Arc<Catalogue>>, interval: Duration) {
-        let mut ticker = tokio::time::interval(interval);
-        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        ticker.tick().await;
-        loop {
-            tokio::select! {
-                () = tx.closed() => return,
-                _ = ticker.tick() => {}
-            }
-            if let Some(catalogue) = self.check().await {
-                tx.send_replace(Arc::new(catalogue));
-            }
-        }
-    }
-
-    /// Returns the new catalogue when the file changed and its new content is good.
-    async fn check(&mut self) -> Option<Catalogue> {
-        let read = async {
-            let meta = tokio::fs::metadata(&self.path).await?;
-            let stamp = Stamp::of(&meta);
-            if self.stamp == Some(stamp) && !stamp.is_recent() {
-                return Ok(None);
-            }
-            let content = tokio::fs::read(&self.path).await?;
-            Ok::<_, std::io::Error>(Some((stamp, content)))
-        };
-        let (stamp, content) = match read.await {
-            Ok(Some(read)) => read,
-            Ok(None) => return None,
-            Err(error) => {
-                if !self.unreadable {
-                    self.unreadable = true;
-                    tracing::error!(
-                        file = %self.path.display(),
-                        %error,
-                        "cannot read instance file; keeping the last good instances"
-                    );
-                }
-                return None;
-            }
-        };
-        if self.unreadable {
-            self.unreadable = false;
-            tracing::info!(file = %self.path.display(), "instance file readable again");
-        }
-        self.stamp = Some(stamp);
-        if content == self.content || self.rejected.as_ref() == Some(&content) {
-            return None;
-        }
-        match parse(&self.path, self.format, &content) {
-            Ok(catalogue) => {
-                tracing::info!(file = %self.path.display(), "instance file reloaded");
-                self.content = content;
-                self.rejected = None;
-                Some(catalogue)
-            }
-            Err(error) => {
-                tracing::error!(
-                    file = %error.path.display(),
-                    line = error.line,
-                    column = error.column,
-                    field = error.field.as_deref(),
-                    %error,
-                    "instance file rejected; keeping the last good instances"
-                );
-                self.rejected = Some(content);
-                None
-            }
-        }
-    }
+/// What an empty file is told, by format.
+fn empty_message(format: Format) -> String {
+    let example = match format {
+        Format::Toml => "services = {}",
+        Format::Yaml => "services: {}",
+        Format::Json => r#"{"services": {}}"#,
+        _ => "an empty `services` table",
+    };
+    format!(
+        "empty: an instance file must have a `services` table; write `{example}` to remove every instance"
+    )
 }
 
 /// The document: `services` → lists of instances.
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct Document {
-    #[serde(default)]
-    services: BTreeMap<ServiceName, InstanceList>,
+    // Not defaulted: a document without it is rejected as empty.
+    services: Option<BTreeMap<ServiceName, InstanceList>>,
 }
 
 #[derive(PartialEq, Eq, PartialOrd, Ord)]
@@ -457,7 +203,8 @@ struct FileInstance {
     labels: Labels,
 }
 
-fn parse(path: &Path, format: Format, content: &[u8]) -> Result<Catalogue, ParseError> {
+/// Parses an instance file (`path` names it in errors).
+pub(crate) fn parse(path: &Path, format: Format, content: &[u8]) -> Result<Catalogue, ParseError> {
     let error = |line, column, field: Option<String>, message: String| ParseError {
         path: path.to_path_buf(),
         line,
@@ -465,6 +212,10 @@ fn parse(path: &Path, format: Format, content: &[u8]) -> Result<Catalogue, Parse
         field: field.filter(|f| !f.is_empty() && f != "."),
         message,
     };
+    let empty = || error(None, None, None, empty_message(format));
+    if content.iter().all(u8::is_ascii_whitespace) {
+        return Err(empty());
+    }
     let text = std::str::from_utf8(content).map_err(|e| {
         let (line, column) = line_column(content, e.valid_up_to());
         error(Some(line), Some(column), None, format!("not UTF-8: {e}"))
@@ -486,6 +237,8 @@ fn parse(path: &Path, format: Format, content: &[u8]) -> Result<Catalogue, Parse
             de.end().map_err(|e| json_error(&e, None))?;
             document
         }
+        // A YAML file of comments only is an empty document.
+        Format::Yaml if is_blank_yaml(text) => return Err(empty()),
         Format::Yaml => {
             let de = serde_norway::Deserializer::from_str(text);
             serde_path_to_error::deserialize(de).map_err(|e| {
@@ -533,13 +286,18 @@ fn parse(path: &Path, format: Format, content: &[u8]) -> Result<Catalogue, Parse
             ));
         }
     };
-    Ok(Catalogue {
-        services: document
-            .services
-            .into_iter()
-            .map(|(name, list)| (name.0, list.0))
-            .collect(),
-    })
+    let services = document.services.ok_or_else(empty)?;
+    Ok(services
+        .into_iter()
+        .map(|(name, list)| (name.0, list.0))
+        .collect())
+}
+
+/// Whether a YAML text holds nothing but comments, blank lines and document markers.
+fn is_blank_yaml(text: &str) -> bool {
+    text.lines()
+        .map(str::trim)
+        .all(|line| line.is_empty() || line.starts_with('#') || line == "---" || line == "...")
 }
 
 /// The 1-based line and column (in characters) of byte `offset`.
@@ -603,7 +361,7 @@ services:
             (Format::Json, json),
         ] {
             let catalogue = parse_str(format, text).unwrap();
-            let orders = &catalogue.services["orders"];
+            let orders = &catalogue["orders"];
             assert_eq!(orders.len(), 2, "{format:?}");
             assert_eq!(orders[0].id().as_str(), "orders-1");
             assert_eq!(orders[1].id().as_str(), "10.0.0.8:8080", "{format:?}");
@@ -661,6 +419,37 @@ services:
                 "{err}"
             );
         }
+    }
+
+    #[test]
+    fn an_empty_file_is_rejected_and_an_empty_table_is_no_instances() {
+        for (format, text, example) in [
+            (Format::Toml, "", "services = {}"),
+            (Format::Toml, "  \n# nothing yet\n", "services = {}"),
+            (Format::Yaml, "\n", "services: {}"),
+            (Format::Yaml, "# nothing\n---\n", "services: {}"),
+            (Format::Yaml, "{}", "services: {}"),
+            (Format::Json, "", r#"{"services": {}}"#),
+            (Format::Json, "{}", r#"{"services": {}}"#),
+        ] {
+            let err = parse_str(format, text).unwrap_err();
+            assert_eq!(
+                err.to_string(),
+                format!(
+                    "instances: empty: an instance file must have a `services` table; write `{example}` to remove every instance"
+                ),
+                "{format:?} {text:?}"
+            );
+        }
+        for (format, text) in [
+            (Format::Toml, "services = {}"),
+            (Format::Yaml, "services: {}"),
+            (Format::Json, r#"{"services": {}}"#),
+        ] {
+            assert!(parse_str(format, text).unwrap().is_empty(), "{format:?}");
+        }
+        let one_empty = parse_str(Format::Toml, "[services]\norders = []\n").unwrap();
+        assert_eq!(one_empty["orders"].len(), 0);
     }
 
     #[test]

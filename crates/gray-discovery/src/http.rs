@@ -3,9 +3,10 @@
 //! instance over HTTP/1.1 keep-alive connections, and that is [`Labelled`] so a
 //! label-aware balancer can choose it.
 //!
-//! [`HttpEndpoints`] holds the connector and the pool settings; [`HttpEndpoints::discover`]
-//! maps any discover stream of instances (static, file, etcd) to a discover stream of
-//! endpoints. An endpoint sends the request's path and query (`/` when it has none) to its
+//! [`HttpEndpoints`] holds the connector and the pool settings, and is a
+//! [`MakeEndpoint`]: `registry.service("orders")?.endpoints(endpoints)`
+//! is the discover stream of a registry's service as endpoints, and
+//! [`HttpEndpoints::discover`] maps any discover stream of instances. An endpoint sends the request's path and query (`/` when it has none) to its
 //! instance, whatever scheme and authority the request URI names; it keeps the request's
 //! `Host` header, or sets the instance's authority when there is none; it speaks HTTP/1.1
 //! to the instance whatever version the request arrived in.
@@ -21,25 +22,32 @@
 //! that finds its idle connection closed by the instance is sent again on another one when
 //! it was not sent at all; once written, it is never resent.
 //!
+//! **No request depends on other traffic.** An instance may answer before it has read the
+//! whole request body (an early 413 or 200, then close). When such a response ends while
+//! its request body is still being sent, the connection is closed rather than kept idle: an
+//! idle connection is polled by nobody, and the request body it still held (in a proxy,
+//! the body the client is still uploading) would wait for the next request to take the
+//! connection. Every request thus ends with its response, or an error, within the
+//! [response timeout](HttpEndpoints::response_timeout).
+//!
 //! ```
 //! use bytes::Bytes;
 //! use futures_util::StreamExt;
 //! use gray_core::{Labelled, Labels};
-//! use gray_discovery::{Instance, StaticDiscover, http::HttpEndpoints};
+//! use gray_discovery::{Instance, Registry, http::HttpEndpoints};
 //! use http_body_util::Full;
 //! use tower::discover::Change;
 //!
 //! # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
 //! let endpoints = HttpEndpoints::<_, Full<Bytes>>::new().max_idle_per_instance(32);
-//! let instances = StaticDiscover::new([Instance::new(
-//!     "a".parse()?,
-//!     "127.0.0.1:8081".parse()?,
-//!     Labels::from_iter([("gray", "true")]),
-//! )]);
-//! let mut discover = endpoints.discover(instances);
+//! let registry = Registry::from_static([(
+//!     "orders",
+//!     [Instance::new("a".parse()?, "127.0.0.1:8081".parse()?, Labels::from_iter([("gray", "true")]))],
+//! )])?;
+//! let mut discover = registry.service("orders")?.endpoints(endpoints);
 //! let Some(Ok(Change::Insert(_, endpoint))) = discover.next().await else { unreachable!() };
 //! assert_eq!(endpoint.labels().get("gray"), Some("true"));
-//! assert_eq!(endpoint.instance().address().to_string(), "http://127.0.0.1:8081");
+//! assert_eq!(endpoint.instance().address().to_string(), "127.0.0.1:8081");
 //! # Ok::<(), gray_discovery::Error>(())
 //! # }).unwrap();
 //! ```
@@ -49,24 +57,25 @@ mod pool;
 use std::{
     fmt,
     marker::PhantomData,
-    pin::Pin,
     sync::Arc,
     task::{Context, Poll},
     time::Duration,
 };
 
-use futures_core::Stream;
-use gray_core::{Labelled, Labels};
-use http::{HeaderValue, Request, Uri, uri::PathAndQuery};
+use gray_core::{Labelled, Labels, Origin};
+use http::{
+    HeaderValue, Request, Uri,
+    uri::{Authority, PathAndQuery, Scheme},
+};
 use http_body::Body;
 use hyper::rt::{Read, Write};
 use hyper_util::client::legacy::connect::HttpConnector;
-use tower::{BoxError, discover::Change};
+use tower::BoxError;
 use tower_service::Service;
 
 use self::pool::{Pool, Settings, Target};
 pub use self::pool::{RequestError, ResponseBody, ResponseFuture};
-use crate::Instance;
+use crate::{Endpoints, Instance, MakeEndpoint};
 
 /// The connector and pool settings that turn instances into [`HttpEndpoint`]s; see the
 /// [module docs](self). `C` is the connector (hyper-util's [`HttpConnector`] by default,
@@ -166,12 +175,7 @@ where
     /// The endpoint of `instance`, with its own idle connections.
     pub fn endpoint(&self, instance: Instance) -> HttpEndpoint<C, B> {
         let address = instance.address();
-        let uri = Uri::builder()
-            .scheme(address.scheme().clone())
-            .authority(address.authority().clone())
-            .path_and_query(PathAndQuery::from_static("/"))
-            .build()
-            .unwrap_or_else(|_| unreachable!("an address is a valid scheme and authority"));
+        let uri = address.uri();
         let host = HeaderValue::from_str(address.authority().as_str())
             .unwrap_or_else(|_| unreachable!("an authority is a valid header value"));
         HttpEndpoint {
@@ -186,13 +190,24 @@ where
     }
 }
 
+impl<C, B> MakeEndpoint for HttpEndpoints<C, B>
+where
+    C: Service<Uri> + Clone,
+    C::Response: Read + Write,
+    B: Body + 'static,
+{
+    type Service = HttpEndpoint<C, B>;
+
+    fn make_endpoint(&self, instance: &Instance) -> HttpEndpoint<C, B> {
+        self.endpoint(instance.clone())
+    }
+}
+
 impl<C: Clone, B> HttpEndpoints<C, B> {
-    /// Maps a discover stream of instances to a discover stream of endpoints.
-    pub fn discover<D>(&self, discover: D) -> Endpoints<D, C, B> {
-        Endpoints {
-            discover,
-            endpoints: self.clone(),
-        }
+    /// Maps a discover stream of instances (a registry's, a [`StaticDiscover`](crate::StaticDiscover),
+    /// your own) to a discover stream of [`Endpoint`](crate::Endpoint)s of [`HttpEndpoint`]s.
+    pub fn discover<D>(&self, discover: D) -> Endpoints<D, Self> {
+        Endpoints::new(discover, self.clone())
     }
 }
 
@@ -258,6 +273,21 @@ where
     }
 }
 
+impl<C, B> Origin for HttpEndpoint<C, B>
+where
+    C: Service<Uri>,
+    C::Response: Read + Write,
+    B: Body + 'static,
+{
+    fn scheme(&self) -> &Scheme {
+        self.instance.address().scheme()
+    }
+
+    fn authority(&self) -> &Authority {
+        self.instance.address().authority()
+    }
+}
+
 impl<C, B> Service<Request<B>> for HttpEndpoint<C, B>
 where
     C: Service<Uri> + Clone + Send + 'static,
@@ -288,47 +318,5 @@ where
             *request.uri_mut() = Uri::from(pq);
         }
         self.target.clone().send(request)
-    }
-}
-
-pin_project_lite::pin_project! {
-    /// A discover stream of [`HttpEndpoint`]s made from a discover stream of instances; see
-    /// [`HttpEndpoints::discover`].
-    pub struct Endpoints<D, C, B> {
-        #[pin]
-        discover: D,
-        endpoints: HttpEndpoints<C, B>,
-    }
-}
-
-impl<D: fmt::Debug, C, B> fmt::Debug for Endpoints<D, C, B> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Endpoints")
-            .field("discover", &self.discover)
-            .finish_non_exhaustive()
-    }
-}
-
-impl<D, K, E, C, B> Stream for Endpoints<D, C, B>
-where
-    D: Stream<Item = Result<Change<K, Instance>, E>>,
-    C: Service<Uri> + Clone,
-    C::Response: Read + Write,
-    B: Body + 'static,
-{
-    type Item = Result<Change<K, HttpEndpoint<C, B>>, E>;
-
-    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
-        let this = self.project();
-        this.discover.poll_next(cx).map(|item| {
-            item.map(|change| {
-                change.map(|change| match change {
-                    Change::Insert(key, instance) => {
-                        Change::Insert(key, this.endpoints.endpoint(instance))
-                    }
-                    Change::Remove(key) => Change::Remove(key),
-                })
-            })
-        })
     }
 }

@@ -10,15 +10,19 @@
 //!     Labels::from_iter([("gray", "true")]),
 //! );
 //! assert_eq!(instance.id().as_str(), "orders-1");
-//! assert_eq!(instance.address().to_string(), "http://127.0.0.1:8081");
+//! // The canonical form of an address: `host:port` for plain HTTP, `https://host:port` else.
+//! assert_eq!(instance.address().to_string(), "127.0.0.1:8081");
 //! assert_eq!(instance.labels().get("gray"), Some("true"));
 //! # Ok::<(), gray_discovery::Error>(())
 //! ```
 
 use std::{borrow::Borrow, fmt, str::FromStr, sync::Arc};
 
-use gray_core::{Labelled, Labels};
-use http::uri::{Authority, Scheme};
+use gray_core::{Labelled, Labels, Origin};
+use http::{
+    Uri,
+    uri::{Authority, PathAndQuery, Scheme},
+};
 use serde::{Deserialize, Deserializer, Serialize, Serializer, de};
 
 use crate::Error;
@@ -68,7 +72,6 @@ pub(crate) fn check_segment(what: &'static str, value: &str, max: usize) -> Resu
 }
 
 /// Checks a service name: what [`InstanceId`] accepts, as it is a segment of an etcd key too.
-#[cfg(any(feature = "file", feature = "etcd"))]
 pub(crate) fn check_service(service: &str) -> Result<(), Error> {
     check_segment("service name", service, MAX_ID_LEN)
 }
@@ -121,7 +124,24 @@ impl<'de> Deserialize<'de> for InstanceId {
 /// Where an instance listens: a scheme (`http` or `https`) and an authority (`host:port`).
 ///
 /// Parsed from `host:port` (scheme `http`) or `http://host:port` / `https://host:port`; a
-/// path, query, fragment or user is rejected. Displayed as `scheme://host:port`.
+/// path, query, fragment or user is rejected.
+///
+/// **One canonical form** is written everywhere (`Display`, serde, the etcd records that
+/// self-registration writes): `host:port` when the scheme is `http`, `https://host:port`
+/// when it is `https`. It is what operators type with `etcdctl`, and it reads back as the
+/// same address.
+///
+/// ```
+/// use gray_discovery::Address;
+///
+/// let plain: Address = "http://10.0.0.7:8080".parse()?;
+/// assert_eq!(plain.to_string(), "10.0.0.7:8080");
+/// assert_eq!(plain, "10.0.0.7:8080".parse()?);
+/// let tls: Address = "https://orders.internal:443".parse()?;
+/// assert_eq!(tls.to_string(), "https://orders.internal:443");
+/// assert_eq!(tls.uri().to_string(), "https://orders.internal:443/");
+/// # Ok::<(), gray_discovery::Error>(())
+/// ```
 #[derive(Clone, PartialEq, Eq, Hash)]
 pub struct Address {
     scheme: Scheme,
@@ -144,6 +164,26 @@ impl Address {
 
     /// The `host:port`.
     pub fn authority(&self) -> &Authority {
+        &self.authority
+    }
+
+    /// `scheme://host:port/`, the URI a client connects to.
+    pub fn uri(&self) -> Uri {
+        Uri::builder()
+            .scheme(self.scheme.clone())
+            .authority(self.authority.clone())
+            .path_and_query(PathAndQuery::from_static("/"))
+            .build()
+            .unwrap_or_else(|_| unreachable!("a scheme and an authority make a valid URI"))
+    }
+}
+
+impl Origin for Address {
+    fn scheme(&self) -> &Scheme {
+        &self.scheme
+    }
+
+    fn authority(&self) -> &Authority {
         &self.authority
     }
 }
@@ -182,8 +222,13 @@ impl FromStr for Address {
 }
 
 impl fmt::Display for Address {
+    /// The canonical form: `host:port` for `http`, `https://host:port` for `https`.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}://{}", self.scheme, self.authority)
+        if self.scheme == Scheme::HTTP {
+            f.write_str(self.authority.as_str())
+        } else {
+            write!(f, "{}://{}", self.scheme, self.authority)
+        }
     }
 }
 
@@ -208,10 +253,15 @@ impl<'de> Deserialize<'de> for Address {
 
 /// One instance of a service, as a registry reports it.
 ///
-/// Two instances are equal when id, address and labels are; a source emits a
+/// Two instances are equal when id, address and labels are; a registry emits a
 /// [`Change::Insert`](tower::discover::Change::Insert) only when one of them changed.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Instance {
+/// Cloning an instance clones an `Arc`: the registry, every subscriber and every endpoint
+/// share one copy.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Instance(Arc<Parts>);
+
+#[derive(PartialEq, Eq)]
+struct Parts {
     id: InstanceId,
     address: Address,
     labels: Labels,
@@ -220,45 +270,65 @@ pub struct Instance {
 impl Instance {
     /// An instance.
     pub fn new(id: InstanceId, address: Address, labels: Labels) -> Self {
-        Instance {
+        Instance(Arc::new(Parts {
             id,
             address,
             labels,
-        }
+        }))
     }
 
     /// Its id, unique within its service.
     pub fn id(&self) -> &InstanceId {
-        &self.id
+        &self.0.id
     }
 
     /// Where it listens.
     pub fn address(&self) -> &Address {
-        &self.address
+        &self.0.address
     }
 
     /// Its labels.
     pub fn labels(&self) -> &Labels {
-        &self.labels
+        &self.0.labels
     }
 
     /// This instance with other labels.
     pub fn with_labels(self, labels: Labels) -> Self {
-        Instance { labels, ..self }
+        Instance::new(self.id().clone(), self.address().clone(), labels)
     }
 
     /// The registry record of this instance: its address and labels.
     pub fn record(&self) -> Record {
         Record {
-            address: self.address.clone(),
-            labels: self.labels.clone(),
+            address: self.address().clone(),
+            labels: self.labels().clone(),
         }
+    }
+}
+
+impl fmt::Debug for Instance {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Instance")
+            .field("id", self.id())
+            .field("address", self.address())
+            .field("labels", self.labels())
+            .finish()
     }
 }
 
 impl Labelled for Instance {
     fn labels(&self) -> &Labels {
-        &self.labels
+        &self.0.labels
+    }
+}
+
+impl Origin for Instance {
+    fn scheme(&self) -> &Scheme {
+        self.0.address.scheme()
+    }
+
+    fn authority(&self) -> &Authority {
+        self.0.address.authority()
     }
 }
 
@@ -275,9 +345,10 @@ impl Labelled for Instance {
 /// let record: Record =
 ///     serde_json::from_str(r#"{"address": "10.0.0.7:8080", "labels": {"gray": true}}"#)?;
 /// assert_eq!(record.labels.get("gray"), Some("true"));
+/// // Written in the canonical form of the address.
 /// assert_eq!(
 ///     serde_json::to_string(&record)?,
-///     r#"{"address":"http://10.0.0.7:8080","labels":{"gray":"true"}}"#
+///     r#"{"address":"10.0.0.7:8080","labels":{"gray":"true"}}"#
 /// );
 /// # Ok::<(), serde_json::Error>(())
 /// ```
@@ -376,12 +447,18 @@ mod tests {
     #[test]
     fn addresses() {
         let a: Address = "127.0.0.1:80".parse().unwrap();
-        assert_eq!(a.to_string(), "http://127.0.0.1:80");
+        assert_eq!(a.to_string(), "127.0.0.1:80");
+        let b: Address = "http://127.0.0.1:80/".parse().unwrap();
+        assert_eq!(a, b, "both forms read as one address");
+        assert_eq!(b.to_string(), "127.0.0.1:80", "and are written in one form");
         let a: Address = "HTTPS://example.test:443/".parse().unwrap();
         assert_eq!(a.scheme(), &Scheme::HTTPS);
         assert_eq!(a.authority().as_str(), "example.test:443");
+        assert_eq!(a.to_string(), "https://example.test:443");
+        assert_eq!(a.to_string().parse::<Address>().unwrap(), a);
         let a: Address = "[::1]:8080".parse().unwrap();
         assert_eq!(a.authority().host(), "[::1]");
+        assert_eq!(a.uri().to_string(), "http://[::1]:8080/");
         for bad in [
             "",
             "http://",

@@ -1,9 +1,10 @@
-//! [`InstanceSet`]: the instances a source currently serves, and the changes that bring a
-//! balancer from one set to the next.
+//! [`InstanceSet`]: the instances of one service, and the changes that bring a balancer from
+//! one set to the next.
 //!
-//! Every source of this crate keeps one; it is public so that custom sources emit the same
-//! changes. Applying one registry event costs O(1) whatever the size of the set; replacing
-//! the whole set (a re-list, a file edit) costs O(n) and emits only the difference.
+//! A [`Registry`](crate::Registry) keeps one per service; it is public so that custom
+//! discover streams emit the same changes. Applying one registry event costs O(1) whatever
+//! the size of the set; replacing the whole set (a re-list, a file edit) costs O(n) and
+//! emits only the difference.
 //!
 //! ```
 //! use gray_core::Labels;

@@ -4,6 +4,9 @@
 //! one) and then ends, like [`tower::discover::ServiceList`]; a balancer keeps serving the
 //! instances it has when its discover stream ends.
 //!
+//! For a fixed list that several balancers share, and that an admin view reads, use
+//! [`Registry::from_static`](crate::Registry::from_static).
+//!
 //! ```
 //! use futures_util::StreamExt;
 //! use gray_core::Labels;

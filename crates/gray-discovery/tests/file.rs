@@ -1,4 +1,5 @@
-//! The watched-file source against real temporary files.
+//! A registry over a real instance file: edits as diffs, rejected edits, empty files, and
+//! freshness with no traffic at all.
 
 mod support;
 
@@ -9,8 +10,8 @@ use std::{
     time::Duration,
 };
 
-use gray_discovery::{Error, WatchedFile};
-use support::{TempDir, WAIT, assert_quiet, next, take};
+use gray_discovery::{Error, Registry, source::file::FileSource};
+use support::{TempDir, WAIT, assert_quiet, instances, next, take, until_instances};
 
 /// Writes `content` to `path` the way editors and config tools do: a new file renamed over
 /// the old one.
@@ -18,6 +19,11 @@ fn write(path: &Path, content: &str) {
     let tmp = path.with_extension("tmp");
     std::fs::write(&tmp, content).unwrap();
     std::fs::rename(&tmp, path).unwrap();
+}
+
+/// A registry of `path`, polled every 20 ms.
+async fn registry(path: &Path) -> Result<Registry, Error> {
+    Registry::start(FileSource::new(path).with_interval(Duration::from_millis(20))).await
 }
 
 const YAML: &str = r#"services:
@@ -37,18 +43,15 @@ async fn an_edit_is_applied_as_a_diff() {
     let dir = TempDir::new("file");
     let path = dir.path().join("instances.yaml");
     write(&path, YAML);
-    let file = WatchedFile::open(&path).await.unwrap();
-    assert_eq!(file.services(), ["orders", "payments"]);
-    let mut orders = file.service("orders").unwrap();
-    let mut payments = file.service("payments").unwrap();
+    let registry = registry(&path).await.unwrap();
+    assert_eq!(registry.services(), ["orders", "payments"]);
+    let mut orders = registry.service("orders").unwrap().discover();
+    let mut payments = registry.service("payments").unwrap().discover();
     assert_eq!(
         take(&mut orders, 2).await,
-        [
-            "+a http://127.0.0.1:1 {}",
-            "+b http://127.0.0.1:2 {gray=true}"
-        ]
+        ["+a 127.0.0.1:1 {}", "+b 127.0.0.1:2 {gray=true}"]
     );
-    assert_eq!(next(&mut payments).await, "+p http://127.0.0.1:9 {}");
+    assert_eq!(next(&mut payments).await, "+p 127.0.0.1:9 {}");
 
     // a gets labels, b goes, c comes; payments is untouched.
     write(
@@ -67,13 +70,9 @@ async fn an_edit_is_applied_as_a_diff() {
     );
     assert_eq!(
         take(&mut orders, 3).await,
-        [
-            "-b",
-            "+a http://127.0.0.1:1 {version=2.0}",
-            "+c http://127.0.0.1:3 {}"
-        ]
+        ["-b", "+a 127.0.0.1:1 {version=2.0}", "+c 127.0.0.1:3 {}"]
     );
-    assert_quiet(&mut payments, Duration::from_millis(600)).await;
+    assert_quiet(&mut payments, Duration::from_millis(300)).await;
 
     // An in-place edit of the same size and within the same second is seen too.
     let mut f = std::fs::OpenOptions::new()
@@ -84,7 +83,44 @@ async fn an_edit_is_applied_as_a_diff() {
     f.write_all(YAML.replace("127.0.0.1:9", "127.0.0.1:8").as_bytes())
         .unwrap();
     drop(f);
-    assert_eq!(next(&mut payments).await, "+p http://127.0.0.1:8 {}");
+    assert_eq!(next(&mut payments).await, "+p 127.0.0.1:8 {}");
+}
+
+#[tokio::test]
+async fn instances_follow_the_file_with_no_traffic_at_all() {
+    let dir = TempDir::new("file");
+    let path = dir.path().join("instances.toml");
+    let one = |id: &str, port: u16, labels: &str| {
+        format!(
+            "[[services.orders]]\nid = \"{id}\"\naddress = \"127.0.0.1:{port}\"\nlabels = {{ {labels} }}\n\n"
+        )
+    };
+    write(&path, &one("a", 1, ""));
+    // The default interval, as a gateway runs it; nothing reads a stream.
+    let registry = Registry::start(FileSource::new(&path)).await.unwrap();
+    let orders = registry.service("orders").unwrap();
+    assert_eq!(instances(&orders), ["a 127.0.0.1:1 {}"]);
+
+    // Registered.
+    write(
+        &path,
+        &[one("a", 1, ""), one("b", 2, "gray = true")].concat(),
+    );
+    until_instances(&orders, &["a 127.0.0.1:1 {}", "b 127.0.0.1:2 {gray=true}"]).await;
+    // Relabelled.
+    write(
+        &path,
+        &[one("a", 1, "version = \"2.0\""), one("b", 2, "gray = true")].concat(),
+    );
+    until_instances(
+        &orders,
+        &["a 127.0.0.1:1 {version=2.0}", "b 127.0.0.1:2 {gray=true}"],
+    )
+    .await;
+    // Deleted.
+    write(&path, &one("b", 2, "gray = true"));
+    until_instances(&orders, &["b 127.0.0.1:2 {gray=true}"]).await;
+    assert!(registry.status().last_contact.is_some());
 }
 
 /// Collects what `tracing` prints.
@@ -94,6 +130,22 @@ struct Logs(Arc<Mutex<Vec<u8>>>);
 impl Logs {
     fn text(&self) -> String {
         String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()
+    }
+
+    /// Waits (bounded) until a line contains `what`; returns that line.
+    async fn line(&self, what: &str) -> String {
+        let deadline = tokio::time::Instant::now() + WAIT;
+        loop {
+            if let Some(line) = self.text().lines().find(|l| l.contains(what)) {
+                return line.to_owned();
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "no `{what}` logged: {}",
+                self.text()
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
     }
 }
 
@@ -108,25 +160,30 @@ impl Write for Logs {
     }
 }
 
-#[tokio::test(flavor = "current_thread")]
-async fn an_invalid_edit_keeps_the_last_good_set_and_names_file_line_and_field() {
+fn capture() -> (Logs, tracing::subscriber::DefaultGuard) {
     let logs = Logs::default();
     let writer = logs.clone();
     let subscriber = tracing_subscriber::fmt()
         .with_writer(move || writer.clone())
         .with_ansi(false)
         .finish();
-    // A current-thread runtime: the poller task runs on this thread, under this subscriber.
-    let _guard = tracing::subscriber::set_default(subscriber);
+    // A current-thread runtime: the registry's task runs on this thread, under this
+    // subscriber.
+    (logs, tracing::subscriber::set_default(subscriber))
+}
 
+#[tokio::test(flavor = "current_thread")]
+async fn an_invalid_edit_keeps_the_last_good_set_and_names_file_line_and_field() {
+    let (logs, _guard) = capture();
     let dir = TempDir::new("file");
     let path = dir.path().join("instances.toml");
     write(
         &path,
         "[[services.orders]]\nid = \"a\"\naddress = \"127.0.0.1:1\"\n\n[[services.orders]]\nid = \"b\"\naddress = \"127.0.0.1:2\"\n",
     );
-    let file = WatchedFile::open(&path).await.unwrap();
-    let mut orders = file.service("orders").unwrap();
+    let registry = registry(&path).await.unwrap();
+    let service = registry.service("orders").unwrap();
+    let mut orders = service.discover();
     assert_eq!(take(&mut orders, 2).await.len(), 2);
 
     // Line 7: b's address is not an address. The whole edit is rejected, including the
@@ -135,20 +192,7 @@ async fn an_invalid_edit_keeps_the_last_good_set_and_names_file_line_and_field()
         &path,
         "[[services.orders]]\nid = \"c\"\naddress = \"127.0.0.1:3\"\n\n[[services.orders]]\nid = \"b\"\naddress = \"127.0.0.1:two\"\n",
     );
-    let deadline = tokio::time::Instant::now() + WAIT;
-    while !logs.text().contains("instance file rejected") {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "no error logged: {}",
-            logs.text()
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    let log = logs.text();
-    let line = log
-        .lines()
-        .find(|l| l.contains("instance file rejected"))
-        .unwrap();
+    let line = logs.line("instance file rejected").await;
     assert!(line.contains("ERROR"), "{line}");
     assert!(line.contains(&path.display().to_string()), "{line}");
     assert!(line.contains("line=7"), "{line}");
@@ -157,14 +201,13 @@ async fn an_invalid_edit_keeps_the_last_good_set_and_names_file_line_and_field()
         "{line}"
     );
     assert!(line.contains("invalid address `127.0.0.1:two`"), "{line}");
-    assert_quiet(&mut orders, Duration::from_millis(600)).await;
-    let ids: Vec<String> = file
-        .instances("orders")
-        .iter()
-        .map(|i| i.id().to_string())
-        .collect();
-    assert_eq!(ids, ["a", "b"]);
+    assert_quiet(&mut orders, Duration::from_millis(300)).await;
+    assert_eq!(
+        instances(&service),
+        ["a 127.0.0.1:1 {}", "b 127.0.0.1:2 {}"]
+    );
     // Reported once, not at every poll.
+    let log = logs.text();
     assert_eq!(log.matches("instance file rejected").count(), 1, "{log}");
 
     // The next good edit is diffed against the last good set.
@@ -172,14 +215,11 @@ async fn an_invalid_edit_keeps_the_last_good_set_and_names_file_line_and_field()
         &path,
         "[[services.orders]]\nid = \"c\"\naddress = \"127.0.0.1:3\"\n\n[[services.orders]]\nid = \"b\"\naddress = \"127.0.0.1:2\"\n",
     );
-    assert_eq!(
-        take(&mut orders, 2).await,
-        ["-a", "+c http://127.0.0.1:3 {}"]
-    );
+    assert_eq!(take(&mut orders, 2).await, ["-a", "+c 127.0.0.1:3 {}"]);
 
     // A file that disappears keeps the set too.
     std::fs::remove_file(&path).unwrap();
-    assert_quiet(&mut orders, Duration::from_millis(600)).await;
+    assert_quiet(&mut orders, Duration::from_millis(300)).await;
     write(
         &path,
         "[[services.orders]]\nid = \"b\"\naddress = \"127.0.0.1:2\"\n",
@@ -187,14 +227,58 @@ async fn an_invalid_edit_keeps_the_last_good_set_and_names_file_line_and_field()
     assert_eq!(next(&mut orders).await, "-c");
 }
 
+#[tokio::test(flavor = "current_thread")]
+async fn an_empty_file_never_empties_a_service_but_an_empty_table_does() {
+    let (logs, _guard) = capture();
+    let dir = TempDir::new("file");
+    let path = dir.path().join("instances.toml");
+
+    // At start, an empty file is an error that says what to write.
+    std::fs::write(&path, "").unwrap();
+    let err = registry(&path).await.unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        format!(
+            "{}: empty: an instance file must have a `services` table; write `services = {{}}` to remove every instance",
+            path.display()
+        )
+    );
+
+    write(
+        &path,
+        "[[services.orders]]\nid = \"a\"\naddress = \"127.0.0.1:1\"\n",
+    );
+    let registry = registry(&path).await.unwrap();
+    let service = registry.service("orders").unwrap();
+    let mut orders = service.discover();
+    assert_eq!(next(&mut orders).await, "+a 127.0.0.1:1 {}");
+
+    // Caught half-written (truncated in place, 0 bytes): rejected, the instance stays.
+    std::fs::OpenOptions::new()
+        .write(true)
+        .truncate(true)
+        .open(&path)
+        .unwrap();
+    let line = logs.line("instance file rejected").await;
+    assert!(line.contains("ERROR") && line.contains("empty"), "{line}");
+    assert_quiet(&mut orders, Duration::from_millis(300)).await;
+    assert_eq!(instances(&service), ["a 127.0.0.1:1 {}"]);
+
+    // Said on purpose: no instances.
+    write(&path, "services = {}\n");
+    assert_eq!(next(&mut orders).await, "-a");
+    assert!(service.instances().is_empty());
+    assert!(registry.services().is_empty());
+}
+
 #[tokio::test]
 async fn json_files_and_a_service_that_appears_later() {
     let dir = TempDir::new("file");
     let path = dir.path().join("instances.json");
     write(&path, r#"{"services": {}}"#);
-    let file = WatchedFile::open(&path).await.unwrap();
-    let mut orders = file.service("orders").unwrap();
-    assert_quiet(&mut orders, Duration::from_millis(400)).await;
+    let registry = registry(&path).await.unwrap();
+    let mut orders = registry.service("orders").unwrap().discover();
+    assert_quiet(&mut orders, Duration::from_millis(200)).await;
     write(
         &path,
         r#"{"services": {"orders": [{"address": "127.0.0.1:1", "labels": {"version": 2}}]}}"#,
@@ -202,19 +286,19 @@ async fn json_files_and_a_service_that_appears_later() {
     // Without an id, the address is the id.
     assert_eq!(
         next(&mut orders).await,
-        "+127.0.0.1:1 http://127.0.0.1:1 {version=2}"
+        "+127.0.0.1:1 127.0.0.1:1 {version=2}"
     );
 }
 
 #[tokio::test]
-async fn opening_a_bad_file_says_where_and_why() {
+async fn starting_on_a_bad_file_says_where_and_why() {
     let dir = TempDir::new("file");
     let path = dir.path().join("instances.json");
     write(
         &path,
         "{\"services\": {\"orders\": [\n  {\"id\": \"a\", \"address\": \"127.0.0.1:1\", \"lables\": {}}\n]}}",
     );
-    let err = WatchedFile::open(&path).await.unwrap_err();
+    let err = registry(&path).await.unwrap_err();
     let Error::Parse(parse) = &err else {
         panic!("{err}")
     };
@@ -228,26 +312,25 @@ async fn opening_a_bad_file_says_where_and_why() {
     assert!(err.to_string().contains("unknown field `lables`"), "{err}");
 
     let missing = dir.path().join("missing.yaml");
-    let err = WatchedFile::open(&missing).await.unwrap_err();
-    assert!(matches!(err, Error::Read { .. }), "{err}");
+    let err = registry(&missing).await.unwrap_err();
+    assert!(matches!(err, Error::Source(_)), "{err}");
     assert!(err.to_string().contains("missing.yaml"), "{err}");
 
-    let err = WatchedFile::open(dir.path().join("instances.ini"))
+    let err = registry(&dir.path().join("instances.ini"))
         .await
         .unwrap_err();
     assert!(err.to_string().contains("unknown format"), "{err}");
 }
 
 #[tokio::test]
-async fn the_poller_stops_with_the_last_handle() {
+async fn a_stream_alone_keeps_the_registry_running() {
     let dir = TempDir::new("file");
     let path = dir.path().join("instances.yaml");
     write(&path, YAML);
-    let file = WatchedFile::open(&path).await.unwrap();
-    let mut orders = file.service("orders").unwrap();
-    drop(file);
+    let registry = registry(&path).await.unwrap();
+    let mut orders = registry.service("orders").unwrap().discover();
+    drop(registry);
     assert_eq!(take(&mut orders, 2).await.len(), 2);
-    // A stream alone keeps the file watched.
     write(&path, &YAML.replace("127.0.0.1:1", "127.0.0.1:5"));
-    assert_eq!(next(&mut orders).await, "+a http://127.0.0.1:5 {}");
+    assert_eq!(next(&mut orders).await, "+a 127.0.0.1:5 {}");
 }

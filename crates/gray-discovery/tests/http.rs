@@ -17,40 +17,33 @@ use gray_discovery::{
     Instance, StaticDiscover,
     http::{HttpEndpoints, RequestError, ResponseBody},
 };
+use gray_test_support::net::{OK, answers_early, closed_port, is_refused, read_head, serve};
 use http::{Request, Response};
 use http_body::Frame;
 use http_body_util::{BodyExt, Empty, Full, StreamBody, combinators::BoxBody};
 use hyper::{server::conn::http1, service::service_fn};
 use hyper_util::rt::TokioIo;
-use tokio::{
-    io::{AsyncReadExt, AsyncWriteExt},
-    net::TcpListener,
-};
+use tokio::io::AsyncWriteExt;
 use tower::{ServiceExt, discover::Change};
 
 /// A server that answers `NAME PATH?QUERY host=HOST`.
 async fn server(name: &'static str) -> SocketAddr {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move {
-        while let Ok((stream, _)) = listener.accept().await {
-            tokio::spawn(async move {
-                let service = service_fn(move |req: Request<hyper::body::Incoming>| async move {
-                    let host = req
-                        .headers()
-                        .get(http::header::HOST)
-                        .and_then(|h| h.to_str().ok())
-                        .unwrap_or("")
-                        .to_owned();
-                    let body = format!("{name} {} host={host}", req.uri());
-                    Ok::<_, Infallible>(Response::new(Full::new(Bytes::from(body))))
-                });
-                let _ = http1::Builder::new()
-                    .serve_connection(TokioIo::new(stream), service)
-                    .await;
-            });
-        }
-    });
+    let (addr, _) = serve(move |stream| async move {
+        let service = service_fn(move |req: Request<hyper::body::Incoming>| async move {
+            let host = req
+                .headers()
+                .get(http::header::HOST)
+                .and_then(|h| h.to_str().ok())
+                .unwrap_or("")
+                .to_owned();
+            let body = format!("{name} {} host={host}", req.uri());
+            Ok::<_, Infallible>(Response::new(Full::new(Bytes::from(body))))
+        });
+        let _ = http1::Builder::new()
+            .serve_connection(TokioIo::new(stream), service)
+            .await;
+    })
+    .await;
     addr
 }
 
@@ -76,6 +69,7 @@ async fn endpoints_send_to_their_instance_and_carry_its_labels() {
         let Change::Insert(id, endpoint) = change.unwrap() else {
             panic!("a static list only inserts")
         };
+        assert_eq!(endpoint.instance().id(), &id);
         // The request names only a path; the endpoint supplies scheme and authority.
         let request = Request::get("/hello?x=1")
             .body(Full::new(Bytes::new()))
@@ -113,12 +107,7 @@ async fn endpoints_send_to_their_instance_and_carry_its_labels() {
 
 #[tokio::test]
 async fn an_unreachable_instance_is_an_error() {
-    // Bind and drop: nothing listens on this port any more.
-    let addr = TcpListener::bind("127.0.0.1:0")
-        .await
-        .unwrap()
-        .local_addr()
-        .unwrap();
+    let addr = closed_port();
     let endpoint = HttpEndpoints::<_, Full<Bytes>>::new().endpoint(Instance::new(
         "gone".parse().unwrap(),
         addr.to_string().parse().unwrap(),
@@ -134,15 +123,10 @@ async fn an_unreachable_instance_is_an_error() {
     );
     let request_error = err.downcast_ref::<RequestError>().expect("a RequestError");
     assert!(request_error.is_connect());
-    let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(&*err);
-    let mut refused = false;
-    while let Some(e) = cause {
-        if let Some(io) = e.downcast_ref::<std::io::Error>() {
-            refused |= io.kind() == std::io::ErrorKind::ConnectionRefused;
-        }
-        cause = e.source();
-    }
-    assert!(refused, "the io::Error is in the source chain: {err:?}");
+    assert!(
+        is_refused(&*err),
+        "the io::Error is in the source chain: {err:?}"
+    );
 }
 
 /// A server that counts the connections it accepted and answers `/echo` with the request
@@ -151,49 +135,40 @@ async fn an_unreachable_instance_is_an_error() {
 /// multiple of 10), anything else with `ok`. With `keep_alive` false it closes every
 /// connection after one response.
 async fn counting_server(keep_alive: bool) -> (SocketAddr, Arc<AtomicUsize>) {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let accepted = Arc::new(AtomicUsize::new(0));
-    let count = accepted.clone();
-    tokio::spawn(async move {
-        while let Ok((stream, _)) = listener.accept().await {
-            count.fetch_add(1, Ordering::SeqCst);
-            tokio::spawn(async move {
-                let service = service_fn(|req: Request<hyper::body::Incoming>| async move {
-                    let path = req.uri().path().to_owned();
-                    if let Some(ms) = path.strip_prefix("/wait/").and_then(|ms| ms.parse().ok()) {
-                        tokio::time::sleep(Duration::from_millis(ms)).await;
-                    }
-                    if let Some(n) = path.strip_prefix("/n/").and_then(|n| n.parse::<u64>().ok()) {
-                        let mut response = Response::new(BodyExt::boxed(
-                            Full::new(Bytes::from(path)).map_err(|never| match never {}),
-                        ));
-                        if n % 10 == 0 {
-                            response
-                                .headers_mut()
-                                .insert(http::header::CONNECTION, "close".parse().unwrap());
-                        }
-                        return Ok::<_, Infallible>(response);
-                    }
-                    let body: BoxBody<Bytes, hyper::Error> = match req.uri().path() {
-                        "/echo" => req.into_body().boxed(),
-                        "/stream" => BodyExt::boxed(StreamBody::new(futures_util::stream::iter(
-                            (0..64).map(|_| Ok(Frame::data(Bytes::from(vec![b'x'; 16 * 1024])))),
-                        ))),
-                        _ => Full::new(Bytes::from_static(b"ok"))
-                            .map_err(|never| match never {})
-                            .boxed(),
-                    };
-                    Ok::<_, Infallible>(Response::new(body))
-                });
-                let _ = http1::Builder::new()
-                    .keep_alive(keep_alive)
-                    .serve_connection(TokioIo::new(stream), service)
-                    .await;
-            });
-        }
-    });
-    (addr, accepted)
+    serve(move |stream| async move {
+        let service = service_fn(|req: Request<hyper::body::Incoming>| async move {
+            let path = req.uri().path().to_owned();
+            if let Some(ms) = path.strip_prefix("/wait/").and_then(|ms| ms.parse().ok()) {
+                tokio::time::sleep(Duration::from_millis(ms)).await;
+            }
+            if let Some(n) = path.strip_prefix("/n/").and_then(|n| n.parse::<u64>().ok()) {
+                let mut response = Response::new(BodyExt::boxed(
+                    Full::new(Bytes::from(path)).map_err(|never| match never {}),
+                ));
+                if n % 10 == 0 {
+                    response
+                        .headers_mut()
+                        .insert(http::header::CONNECTION, "close".parse().unwrap());
+                }
+                return Ok::<_, Infallible>(response);
+            }
+            let body: BoxBody<Bytes, hyper::Error> = match req.uri().path() {
+                "/echo" => req.into_body().boxed(),
+                "/stream" => BodyExt::boxed(StreamBody::new(futures_util::stream::iter(
+                    (0..64).map(|_| Ok(Frame::data(Bytes::from(vec![b'x'; 16 * 1024])))),
+                ))),
+                _ => Full::new(Bytes::from_static(b"ok"))
+                    .map_err(|never| match never {})
+                    .boxed(),
+            };
+            Ok::<_, Infallible>(Response::new(body))
+        });
+        let _ = http1::Builder::new()
+            .keep_alive(keep_alive)
+            .serve_connection(TokioIo::new(stream), service)
+            .await;
+    })
+    .await
 }
 
 fn instance(addr: SocketAddr) -> Instance {
@@ -297,27 +272,13 @@ async fn connections_the_instance_closes_are_replaced() {
 
     // An instance that closes idle keep-alive connections without saying so: the closed
     // connection is noticed when it is taken, and the request goes on a new one.
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let served = Arc::new(AtomicUsize::new(0));
-    let count = served.clone();
-    tokio::spawn(async move {
-        while let Ok((mut stream, _)) = listener.accept().await {
-            count.fetch_add(1, Ordering::SeqCst);
-            let mut buf = vec![0; 4096];
-            let mut seen = Vec::new();
-            while !seen.windows(4).any(|w| w == b"\r\n\r\n") {
-                match stream.read(&mut buf).await {
-                    Ok(0) | Err(_) => break,
-                    Ok(n) => seen.extend_from_slice(&buf[..n]),
-                }
-            }
-            let _ = stream
-                .write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
-                .await;
-            // Dropped: closed right after the response, keep-alive notwithstanding.
+    let (addr, served) = serve(|mut stream| async move {
+        if read_head(&mut stream).await {
+            let _ = stream.write_all(OK).await;
         }
-    });
+        // Dropped: closed right after the response, keep-alive notwithstanding.
+    })
+    .await;
     let endpoint = HttpEndpoints::<_, Full<Bytes>>::new().endpoint(instance(addr));
     for _ in 0..3 {
         let response = endpoint.clone().oneshot(get("/")).await.unwrap();
@@ -445,4 +406,64 @@ async fn concurrent_requests_each_get_their_own_answer() {
         accepted <= ended + 64,
         "{accepted} connections for {REQUESTS} requests"
     );
+}
+
+/// A 10 MiB request body fed by a task, as a proxy's body is fed by its client; the
+/// returned handle ends once the body was sent whole or dropped, never before.
+fn upload() -> (BoxBody<Bytes, Infallible>, tokio::task::JoinHandle<usize>) {
+    let (tx, rx) = tokio::sync::mpsc::channel::<Bytes>(1);
+    let producer = tokio::spawn(async move {
+        let mut sent = 0;
+        for _ in 0..160 {
+            if tx.send(Bytes::from(vec![b'x'; 64 * 1024])).await.is_err() {
+                break;
+            }
+            sent += 1;
+        }
+        sent
+    });
+    let chunks = futures_util::stream::unfold(rx, |mut rx| async move {
+        rx.recv()
+            .await
+            .map(|chunk| (Ok::<_, Infallible>(Frame::data(chunk)), rx))
+    });
+    (BodyExt::boxed(StreamBody::new(chunks)), producer)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_early_response_never_leaves_its_request_waiting_for_other_traffic() {
+    // Long enough for the response to be read before the close resets the connection.
+    let (addr, accepted) = answers_early(Duration::from_millis(20)).await;
+    let timeout = Duration::from_secs(5);
+    let endpoint = HttpEndpoints::<_, BoxBody<Bytes, Infallible>>::new()
+        .response_timeout(timeout)
+        .endpoint(instance(addr));
+    // Twenty uploads, one after the other, and no other traffic: each must end by itself
+    // (its response or an error, and its body sent or dropped). A hang would take the
+    // whole bound; twenty response timeouts would take 100 s.
+    let bound = tokio::time::Instant::now() + Duration::from_secs(30);
+    let mut answered = 0;
+    for i in 0..20 {
+        let (body, producer) = upload();
+        let request = Request::post("/upload").body(body).unwrap();
+        let exchange = async {
+            if let Ok(response) = endpoint.clone().oneshot(request).await {
+                if let Ok(body) = response.into_body().collect().await {
+                    assert_eq!(body.to_bytes(), "ok");
+                    answered += 1;
+                }
+            }
+            // The body is not left behind in an idle connection that nobody polls.
+            producer.await.unwrap()
+        };
+        tokio::time::timeout_at(bound, exchange)
+            .await
+            .unwrap_or_else(|_| panic!("upload {i} still waiting"));
+    }
+    assert!(
+        answered > 0,
+        "the instance answers before the reset, most of the time"
+    );
+    // No connection was reused with a body still in flight on it.
+    assert_eq!(accepted.load(Ordering::SeqCst), 20);
 }

@@ -8,11 +8,15 @@
 //!   with a user and password), restarted on the same or an EMPTY data dir, frozen with
 //!   SIGSTOP; a 3-member cluster; certificates made with `rcgen`; a TCP proxy whose
 //!   connections a test can cut;
+//! - `net` (feature `net`, which `etcd` includes): raw TCP servers on loopback, among them
+//!   an HTTP/1.1 instance that answers before it has read the request body;
 //! - [`TempDir`] and [`WAIT`], the bound of every wait in the real-network tests.
 
 pub mod alloc;
 #[cfg(feature = "etcd")]
 pub mod etcd;
+#[cfg(feature = "net")]
+pub mod net;
 
 use std::{
     path::{Path, PathBuf},

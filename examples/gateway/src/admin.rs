@@ -9,8 +9,14 @@
 //! ```
 //!
 //! and answers which rule fires, which lane and pins result, and, for each service, the
-//! subsets walked and the candidate instances (from the live instance lists; readiness is
-//! not known here, so every instance counts as ready).
+//! subsets walked and the candidate instances (from the registry, which follows its source
+//! whether or not requests flow; readiness is not known here, so every instance counts as
+//! ready), and how fresh discovery is (`discovery`: the source, whether it is reachable,
+//! the seconds since the last contact, the etcd revision and cluster ID).
+//!
+//! `/metrics` shows the same freshness as `gray_gateway_discovery_connected`,
+//! `gray_gateway_discovery_seconds_since_contact` and `gray_gateway_discovery_revision`,
+//! for an alert on stale discovery.
 
 use std::{
     convert::Infallible,
@@ -30,6 +36,7 @@ use gray_core::{
     Stain,
     matching::{Availability, Candidate},
 };
+use gray_discovery::Registry;
 use gray_tower::edge::{EdgeDecision, EdgeLayer, LiveRules, PeerAddr};
 use http::{HeaderName, HeaderValue, Request};
 use serde::Deserialize;
@@ -48,6 +55,8 @@ pub struct Admin {
     pub edge: EdgeLayer,
     /// The counters.
     pub metrics: Arc<Metrics>,
+    /// Discovery, for its freshness.
+    pub registry: Registry,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -79,6 +88,28 @@ async fn metrics(State(admin): State<Admin>) -> Response {
         "gray_gateway_rules_generation {}\n",
         status.generation
     ));
+    let discovery = admin.registry.status();
+    text.push_str("# HELP gray_gateway_discovery_connected Whether the discovery source is reachable and followed now.\n");
+    text.push_str("# TYPE gray_gateway_discovery_connected gauge\n");
+    text.push_str(&format!(
+        "gray_gateway_discovery_connected {}\n",
+        u8::from(discovery.connected)
+    ));
+    if let Some(since) = discovery.since_last_contact() {
+        text.push_str("# HELP gray_gateway_discovery_seconds_since_contact Seconds since the discovery source last answered.\n");
+        text.push_str("# TYPE gray_gateway_discovery_seconds_since_contact gauge\n");
+        text.push_str(&format!(
+            "gray_gateway_discovery_seconds_since_contact {:.3}\n",
+            since.as_secs_f64()
+        ));
+    }
+    if let Some(revision) = discovery.revision {
+        text.push_str(
+            "# HELP gray_gateway_discovery_revision The etcd revision discovery has applied.\n",
+        );
+        text.push_str("# TYPE gray_gateway_discovery_revision gauge\n");
+        text.push_str(&format!("gray_gateway_discovery_revision {revision}\n"));
+    }
     (
         [(http::header::CONTENT_TYPE, "text/plain; version=0.0.4")],
         text,
@@ -174,11 +205,20 @@ async fn explain(State(admin): State<Admin>, body: Bytes) -> Response {
             "trusted_client": d.trusted,
         })
     });
+    let discovery = admin.registry.status();
     axum::Json(serde_json::json!({
         "edge": rule,
         "lane": ctx.lane().map(|l| l.as_str()),
         "pins": ctx.pins().map(|p| p.route_header_value().to_str().unwrap_or_default().to_owned()),
         "services": services,
+        "discovery": {
+            "source": admin.registry.source(),
+            "connected": discovery.connected,
+            "seconds_since_contact": discovery.since_last_contact().map(|d| d.as_secs_f64()),
+            "revision": discovery.revision,
+            "cluster_id": discovery.cluster_id,
+            "last_error": discovery.last_error,
+        },
     }))
     .into_response()
 }

@@ -20,7 +20,14 @@ pub mod upstream;
 use std::{collections::BTreeMap, net::SocketAddr, sync::Arc};
 
 use gray_core::{Lane, rules::RuleSet};
-use gray_discovery::{WatchedFile, etcd::EtcdRegistry, http::HttpEndpoints};
+use gray_discovery::{
+    Registry,
+    http::HttpEndpoints,
+    source::{
+        etcd::{EtcdConfig, EtcdSource},
+        file::FileSource as InstanceFile,
+    },
+};
 use gray_tower::edge::{EdgeLayer, FileSource, LiveRules, TrustedProxies, WatchHandle};
 use hyper_util::{
     rt::{TokioExecutor, TokioIo},
@@ -34,7 +41,7 @@ use crate::{
     drain::Drain,
     metrics::Metrics,
     proxy::{Proxy, Routes},
-    upstream::{InstanceStream, Upstream},
+    upstream::Upstream,
 };
 
 /// A running gateway.
@@ -46,7 +53,7 @@ pub struct Gateway {
     stop: watch::Sender<bool>,
     tasks: Vec<JoinHandle<()>>,
     _watches: Vec<WatchHandle>,
-    _instances_file: Option<WatchedFile>,
+    registry: Registry,
     _embedded: Option<tempfile_guard::TempFile>,
 }
 
@@ -83,18 +90,13 @@ impl Gateway {
             None => LiveRules::new(RuleSet::default()),
         };
 
-        // Instances: one stream per routed service.
+        // Instances: one registry, followed by its own task whether or not requests flow;
+        // one instance stream per routed service.
         let mut embedded = None;
-        let mut instances_file = None;
-        let mut etcd = None;
-        match &config.discovery {
-            Discovery::File(path) => {
-                instances_file = Some(
-                    WatchedFile::open(path)
-                        .await
-                        .map_err(|e| format!("instances: {e}"))?,
-                );
-            }
+        let registry = match &config.discovery {
+            Discovery::File(path) => Registry::start(InstanceFile::new(path))
+                .await
+                .map_err(|e| format!("instances: {e}"))?,
             Discovery::Embedded => {
                 let path = std::env::temp_dir().join(format!(
                     "gray-gateway-instances-{}-{}.toml",
@@ -103,15 +105,15 @@ impl Gateway {
                 ));
                 std::fs::write(&path, DEFAULT_INSTANCES)?;
                 embedded = Some(tempfile_guard::TempFile(path.clone()));
-                instances_file = Some(WatchedFile::open(&path).await?);
+                Registry::start(InstanceFile::new(&path)).await?
             }
             Discovery::Etcd(cfg) => {
-                let client = etcd_client::Client::connect(&cfg.endpoints, None)
+                let prefix = format!("{}/", cfg.prefix.trim_end_matches('/'));
+                Registry::start(EtcdSource::prefix(EtcdConfig::new(&cfg.endpoints), prefix))
                     .await
-                    .map_err(|e| format!("etcd {:?}: {e}", cfg.endpoints))?;
-                etcd = Some(EtcdRegistry::new(client, cfg.prefix.clone()));
+                    .map_err(|e| format!("etcd {:?}: {e}", cfg.endpoints))?
             }
-        }
+        };
         // Messages are written with one copy into one buffer and one `send`, rather than
         // as a vectored write of head and body: cheaper for the small messages that
         // dominate, at the cost of a copy of large bodies.
@@ -123,14 +125,9 @@ impl Gateway {
         let metrics = Arc::new(Metrics::default());
         let mut services = BTreeMap::new();
         for service in &config.services {
-            let stream: InstanceStream = match (&instances_file, &etcd) {
-                (Some(file), _) => Box::pin(file.service(&service.name)?),
-                (None, Some(etcd)) => Box::pin(etcd.service(&service.name)?),
-                (None, None) => return Err("no discovery source".into()),
-            };
             services.insert(
                 service.name.clone().into_boxed_str(),
-                Upstream::new(service, stream, &pool, &metrics),
+                Upstream::new(service, registry.service(&service.name)?, &pool, &metrics),
             );
         }
         let routes = Arc::new(Routes {
@@ -178,6 +175,7 @@ impl Gateway {
                     rules: rules.clone(),
                     edge: edge.clone(),
                     metrics,
+                    registry: registry.clone(),
                 });
                 let mut stopped = stopped.clone();
                 tasks.push(tokio::spawn(async move {
@@ -201,7 +199,7 @@ impl Gateway {
             stop,
             tasks,
             _watches: watches,
-            _instances_file: instances_file,
+            registry,
             _embedded: embedded,
         })
     }
@@ -219,6 +217,11 @@ impl Gateway {
     /// The staining rules in force.
     pub fn rules(&self) -> &LiveRules {
         &self.rules
+    }
+
+    /// The instances of every service, as discovery has them now.
+    pub fn registry(&self) -> &Registry {
+        &self.registry
     }
 
     /// Stops accepting, lets in-flight requests finish, and returns.

@@ -1,8 +1,7 @@
-//! One routed service: its instances (from the file or etcd), the label-aware balancer
-//! over them, and a view of the instance list for the admin endpoint.
+//! One routed service: its instances (from the registry), and the label-aware balancer
+//! over them.
 
 use std::{
-    collections::BTreeMap,
     future::Future,
     pin::Pin,
     sync::{Arc, Mutex},
@@ -10,12 +9,12 @@ use std::{
     time::Duration,
 };
 
-use futures_util::{Stream, StreamExt};
+use futures_util::StreamExt;
 use gray_balance::{BalanceLayer, RecordRouted, Routed, future::ResponseFuture as BalanceFuture};
 use gray_core::{Labelled, Labels, Lane, Policy, Stain};
 use gray_discovery::{
-    Error as DiscoveryError, Instance, InstanceId,
-    http::{HttpEndpoints, ResponseBody},
+    Instance, ServiceInstances,
+    http::{HttpEndpoint, HttpEndpoints, ResponseBody},
 };
 use http::{HeaderName, HeaderValue, Request, Response};
 use hyper::body::Incoming;
@@ -28,10 +27,6 @@ use crate::{
     config::ServiceConfig,
     metrics::{EndpointMetrics, Metrics},
 };
-
-/// The instance stream of one service, whatever the source.
-pub type InstanceStream =
-    Pin<Box<dyn Stream<Item = Result<Change<InstanceId, Instance>, DiscoveryError>> + Send>>;
 
 /// What an endpoint knows about itself, shared by the requests it serves.
 #[derive(Debug)]
@@ -120,7 +115,7 @@ where
 /// The response header naming the instance that served it.
 pub const X_GRAY_INSTANCE: HeaderName = HeaderName::from_static("x-gray-instance");
 
-type Endpoint = gray_discovery::http::HttpEndpoint<HttpConnector, Incoming>;
+type Endpoint = gray_discovery::Endpoint<HttpEndpoint<HttpConnector, Incoming>>;
 
 type EndpointFuture = <Endpoint as Service<Request<Incoming>>>::Future;
 
@@ -327,9 +322,6 @@ where
     }
 }
 
-/// The live instance list of one service, for the admin endpoint.
-pub type InstanceView = Arc<Mutex<BTreeMap<InstanceId, Instance>>>;
-
 /// One routed service.
 pub struct Upstream {
     /// Its name.
@@ -338,8 +330,8 @@ pub struct Upstream {
     pub policy: Policy,
     /// The balancer, shared by every connection.
     pub balancer: Balancer,
-    /// The instances known now, for the admin endpoint.
-    pub instances: InstanceView,
+    /// Its instances in the registry, for the admin endpoint.
+    pub instances: ServiceInstances,
 }
 
 impl std::fmt::Debug for Upstream {
@@ -355,29 +347,13 @@ impl Upstream {
     /// Builds the balancer for `config` over `instances`, with connections from `pool`.
     pub fn new(
         config: &ServiceConfig,
-        instances: InstanceStream,
+        instances: ServiceInstances,
         pool: &HttpEndpoints<HttpConnector, Incoming>,
         metrics: &Arc<Metrics>,
     ) -> Upstream {
         let service: Arc<str> = config.name.as_str().into();
         let metrics = metrics.clone();
-        let view: InstanceView = Arc::default();
-        let tap = view.clone();
-        let instances = instances.map(move |change| {
-            if let Ok(change) = &change {
-                let mut map = tap.lock().unwrap_or_else(|p| p.into_inner());
-                match change {
-                    Change::Insert(id, instance) => {
-                        map.insert(id.clone(), instance.clone());
-                    }
-                    Change::Remove(id) => {
-                        map.remove(id);
-                    }
-                }
-            }
-            change
-        });
-        let endpoints = pool.discover(instances).map(move |change| {
+        let endpoints = instances.endpoints(pool.clone()).map(move |change| {
             change.map(|change| match change {
                 Change::Insert(id, endpoint) => {
                     let labels = endpoint.labels().clone();
@@ -407,17 +383,12 @@ impl Upstream {
             name: config.name.as_str().into(),
             policy: config.policy.clone(),
             balancer: Shared::new(Box::new(balance)),
-            instances: view,
+            instances,
         }
     }
 
     /// The instances known now, sorted by id.
     pub fn instances(&self) -> Vec<Instance> {
-        self.instances
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .values()
-            .cloned()
-            .collect()
+        self.instances.instances()
     }
 }

@@ -19,7 +19,7 @@ use bytes::Bytes;
 use example_gateway::{Gateway, config::Config};
 use gray_balance::BalanceLayer;
 use gray_core::{Policy, rules::sticky_bucket};
-use gray_discovery::{WatchedFile, http::HttpEndpoints};
+use gray_discovery::{Registry, http::HttpEndpoints, source::file::FileSource};
 use gray_tower::{CaptureStainLayer, ExtractStainLayer, PropagateStainLayer};
 use http::Request;
 use http_body_util::{BodyExt, Empty};
@@ -168,10 +168,13 @@ async fn run(dir: &Path, serve_forever: bool) -> Result<(), BoxError> {
         tokio::spawn(async move { axum::serve(listener, app).await });
     }
 
-    // 3. A: two instances; each calls B through a label-aware balancer over the same file.
-    let registry = WatchedFile::open(&instances).await?;
+    // 3. A: two instances; each calls B through a label-aware balancer over one registry of
+    // the same file, which follows the file whether or not requests flow.
+    let registry = Registry::start(FileSource::new(&instances)).await?;
     for (listener, id) in [(a_base_l, "a-base"), (a_gray_l, "a-gray")] {
-        let endpoints = HttpEndpoints::<_, Empty<Bytes>>::new().discover(registry.service("b")?);
+        let endpoints = registry
+            .service("b")?
+            .endpoints(HttpEndpoints::<_, Empty<Bytes>>::new());
         let policy = Policy::new().with_fallback(gray_core::Fallback::Baseline);
         let balance = BalanceLayer::new("b", policy).build(endpoints);
         // The balancer runs in the buffer's worker task: the capture layer hands it the

@@ -3,7 +3,7 @@ use std::{fmt, time::Duration};
 use etcd_client::{Client, PutOptions};
 use tokio::{sync::oneshot, task::JoinHandle};
 
-use super::EtcdRegistry;
+use super::Registrar;
 use crate::{Error, Instance};
 
 /// An instance registered in etcd under a lease that a background task keeps alive; see the
@@ -27,25 +27,24 @@ impl fmt::Debug for Registration {
 
 impl Registration {
     pub(super) async fn start(
-        registry: EtcdRegistry,
+        registrar: &Registrar,
         service: &str,
         instance: &Instance,
     ) -> Result<Registration, Error> {
-        let key = registry.key(service, instance.id().as_str());
+        let key = registrar.key(service, instance.id().as_str());
         let value = serde_json::to_vec(&instance.record()).map_err(|_| Error::Invalid {
             what: "instance record",
             value: instance.id().to_string(),
             reason: "it cannot be written as JSON",
         })?;
-        let keeper = Keeper {
-            client: registry.client.clone(),
-            ttl_secs: i64::try_from(
-                registry.ttl.as_secs() + u64::from(registry.ttl.subsec_nanos() > 0),
-            )
-            .unwrap_or(i64::MAX),
-            registry,
+        let ttl = registrar.ttl;
+        let mut keeper = Keeper {
+            registrar: registrar.clone(),
+            client: None,
             key: key.clone(),
             value,
+            ttl_secs: i64::try_from(ttl.as_secs() + u64::from(ttl.subsec_nanos() > 0))
+                .unwrap_or(i64::MAX),
         };
         let lease = keeper.register().await?;
         let (tx, rx) = oneshot::channel();
@@ -85,8 +84,9 @@ impl Drop for Registration {
 }
 
 struct Keeper {
-    registry: EtcdRegistry,
-    client: Client,
+    registrar: Registrar,
+    /// The connection, made again after a failure (it may be bound to a dead member).
+    client: Option<Client>,
     key: String,
     value: Vec<u8>,
     ttl_secs: i64,
@@ -101,12 +101,33 @@ enum Ended {
 }
 
 impl Keeper {
+    async fn client(&mut self) -> Result<Client, Error> {
+        if let Some(client) = &self.client {
+            return Ok(client.clone());
+        }
+        let client = self
+            .registrar
+            .config
+            .connect()
+            .await
+            .map_err(Error::Source)?;
+        Ok(self.client.insert(client).clone())
+    }
+
     /// Grants a lease and writes the key under it; returns the lease id.
-    async fn register(&self) -> Result<i64, Error> {
-        let mut client = self.client.clone();
+    async fn register(&mut self) -> Result<i64, Error> {
+        let attempt = self.try_register().await;
+        if attempt.is_err() {
+            self.client = None;
+        }
+        attempt
+    }
+
+    async fn try_register(&mut self) -> Result<i64, Error> {
+        let mut client = self.client().await?;
         let key = &self.key;
         let lease = self
-            .registry
+            .registrar
             .timed(
                 || format!("grant a lease for {key}"),
                 client.lease_grant(self.ttl_secs, None),
@@ -114,7 +135,7 @@ impl Keeper {
             .await?
             .id();
         let put = self
-            .registry
+            .registrar
             .timed(
                 || format!("put {key}"),
                 client.put(
@@ -127,16 +148,22 @@ impl Keeper {
         if let Err(error) = put {
             // Do not leave the lease behind; it expires by itself if this fails too.
             let _ = self
-                .registry
+                .registrar
                 .timed(String::new, client.lease_revoke(lease))
                 .await;
             return Err(error);
         }
-        tracing::info!(key = %self.key, lease, ttl = self.ttl_secs, "registered in etcd");
+        tracing::info!(target: "gray::discovery", key = %self.key, lease, ttl = self.ttl_secs,
+            "registered in etcd");
         Ok(lease)
     }
 
-    async fn run(self, mut lease: i64, mut shutdown: oneshot::Receiver<()>) -> Result<(), Error> {
+    async fn run(
+        mut self,
+        mut lease: i64,
+        mut shutdown: oneshot::Receiver<()>,
+    ) -> Result<(), Error> {
+        let backoff = self.registrar.config.backoff();
         let mut failures = 0u32;
         loop {
             let ended = tokio::select! {
@@ -146,11 +173,13 @@ impl Keeper {
             match ended {
                 Ended::Broken(error) => {
                     failures = failures.saturating_add(1);
-                    tracing::warn!(key = %self.key, lease, %error,
+                    self.client = None;
+                    tracing::warn!(target: "gray::discovery", key = %self.key, lease, %error,
                         "etcd lease keep-alive failed; retrying");
                 }
                 Ended::Lost => {
-                    tracing::warn!(key = %self.key, lease, "etcd lease lost; registering again");
+                    tracing::warn!(target: "gray::discovery", key = %self.key, lease,
+                        "etcd lease lost; registering again");
                     loop {
                         let attempt = tokio::select! {
                             _ = &mut shutdown => return Ok(()),
@@ -164,11 +193,11 @@ impl Keeper {
                             }
                             Err(error) => {
                                 failures = failures.saturating_add(1);
-                                tracing::warn!(key = %self.key, %error,
-                                    "etcd registration failed; retrying");
+                                tracing::warn!(target: "gray::discovery", key = %self.key,
+                                    %error, "etcd registration failed; retrying");
                                 tokio::select! {
                                     _ = &mut shutdown => return Ok(()),
-                                    () = tokio::time::sleep(self.registry.backoff.delay(failures)) => {}
+                                    () = tokio::time::sleep(backoff.delay(failures)) => {}
                                 }
                             }
                         }
@@ -178,18 +207,21 @@ impl Keeper {
             }
             tokio::select! {
                 _ = &mut shutdown => return self.revoke(lease).await,
-                () = tokio::time::sleep(self.registry.backoff.delay(failures)) => {}
+                () = tokio::time::sleep(backoff.delay(failures)) => {}
             }
         }
     }
 
     /// Keeps `lease` alive until it is lost or the connection fails.
-    async fn keep_alive(&self, lease: i64) -> Ended {
-        let mut client = self.client.clone();
+    async fn keep_alive(&mut self, lease: i64) -> Ended {
+        let mut client = match self.client().await {
+            Ok(client) => client,
+            Err(error) => return Ended::Broken(error),
+        };
         let key = &self.key;
         let action = || format!("keep the lease of {key} alive");
         let (mut keeper, mut responses) = match self
-            .registry
+            .registrar
             .timed(action, client.lease_keep_alive(lease))
             .await
         {
@@ -232,19 +264,24 @@ impl Keeper {
         }
     }
 
-    async fn revoke(&self, lease: i64) -> Result<(), Error> {
-        let mut client = self.client.clone();
-        let key = &self.key;
-        let revoked = self
-            .registry
-            .timed(
-                || format!("revoke the lease of {key}"),
-                client.lease_revoke(lease),
-            )
-            .await;
+    async fn revoke(&mut self, lease: i64) -> Result<(), Error> {
+        let revoked = async {
+            let mut client = self.client().await?;
+            let key = &self.key;
+            self.registrar
+                .timed(
+                    || format!("revoke the lease of {key}"),
+                    client.lease_revoke(lease),
+                )
+                .await
+        }
+        .await;
         match &revoked {
-            Ok(_) => tracing::info!(key = %self.key, lease, "deregistered from etcd"),
-            Err(error) => tracing::warn!(key = %self.key, lease, %error,
+            Ok(_) => {
+                tracing::info!(target: "gray::discovery", key = %self.key, lease,
+                    "deregistered from etcd");
+            }
+            Err(error) => tracing::warn!(target: "gray::discovery", key = %self.key, lease, %error,
                 "etcd deregistration failed; the key goes away when the lease expires"),
         }
         revoked.map(|_| ())

@@ -7,13 +7,23 @@
 //! the body is read; when the body ends, the connection goes back to the instance's idle
 //! list. One task, no hand-off, and nothing to clean up: an idle connection that the
 //! instance closed is found closed (and dropped) the next time it is taken.
+//!
+//! A connection goes back to the idle list only once it no longer holds its request body.
+//! An instance may answer before it has read the body (then close): the response ends
+//! while the body is still being sent, and nobody would poll an idle connection to send
+//! the rest. In a proxy, that body is the client's upload, and the client's connection
+//! would wait for an unrelated request to take this one. So such a connection is closed
+//! when its response ends, which drops the request body, and the request is over.
 
 use std::{
     error::Error as StdError,
     fmt,
     future::{Future, poll_fn},
     pin::Pin,
-    sync::{Arc, Mutex},
+    sync::{
+        Arc, Mutex,
+        atomic::{AtomicBool, Ordering},
+    },
     task::{Context, Poll, ready},
     time::{Duration, Instant},
 };
@@ -54,10 +64,58 @@ impl Default for Settings {
     }
 }
 
+pin_project_lite::pin_project! {
+    /// A request body that tells its connection when the connection has let go of it: once
+    /// written whole (or abandoned), hyper drops it.
+    pub(crate) struct Tracked<B> {
+        #[pin]
+        inner: B,
+        released: Released,
+    }
+}
+
+/// Sets its flag when dropped.
+struct Released(Arc<AtomicBool>);
+
+impl Drop for Released {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::Release);
+    }
+}
+
+impl<B> Tracked<B> {
+    fn into_inner(self) -> B {
+        self.inner
+    }
+}
+
+impl<B: Body> Body for Tracked<B> {
+    type Data = B::Data;
+    type Error = B::Error;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<B::Data>, B::Error>>> {
+        self.project().inner.poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}
+
 /// A connection and the handle that sends requests on it.
 struct Conn<IO: Read + Write, B: Body + 'static> {
-    sender: SendRequest<B>,
-    driver: Connection<IO, B>,
+    sender: SendRequest<Tracked<B>>,
+    driver: Connection<IO, Tracked<B>>,
+    /// Whether the connection has let go of the last request's body (sent it whole, or
+    /// dropped it): only then may it wait idle for the next request.
+    body_released: Arc<AtomicBool>,
     /// The driver finished: the connection is closed (or failed).
     ended: bool,
     /// When it was released to the idle list.
@@ -124,7 +182,9 @@ impl<IO: Read + Write, B: Body + 'static> Pool<IO, B> {
     }
 
     fn put(&self, mut conn: Box<Conn<IO, B>>) {
-        if conn.ended || conn.sender.is_closed() {
+        // A connection still sending its request body (the instance answered early) is
+        // closed here: idle, nobody would poll it to send the rest.
+        if conn.ended || conn.sender.is_closed() || !conn.body_released.load(Ordering::Acquire) {
             return;
         }
         conn.pool = None;
@@ -369,6 +429,7 @@ where
         Ok(Box::new(Conn {
             sender,
             driver,
+            body_released: Arc::new(AtomicBool::new(true)),
             ended: false,
             idle_since: Instant::now(),
             pool: None,
@@ -411,7 +472,10 @@ where
                     None => conn.timer = Some(Box::pin(tokio::time::sleep_until(at))),
                 }
             }
-            let mut sent = std::pin::pin!(conn.sender.try_send_request(request));
+            conn.body_released.store(false, Ordering::Release);
+            let released = Released(conn.body_released.clone());
+            let tracked = request.map(|inner| Tracked { inner, released });
+            let mut sent = std::pin::pin!(conn.sender.try_send_request(tracked));
             let result = poll_fn(|cx| {
                 conn.drive(cx);
                 if let Poll::Ready(result) = sent.as_mut().poll(cx) {
@@ -436,7 +500,7 @@ where
                 // Not sent: the idle connection was closed under us. Try another one; a
                 // new connection that cannot take the request is an error.
                 Err(mut e) => match e.take_message() {
-                    Some(unsent) if !fresh => request = unsent,
+                    Some(unsent) if !fresh => request = unsent.map(Tracked::into_inner),
                     _ => return Err(self.error(Stage::Send, e.into_error())),
                 },
             }

@@ -1,0 +1,88 @@
+//! Raw TCP servers on loopback (feature `net`), for the HTTP tests that need a server to
+//! misbehave in a precise way.
+
+use std::{
+    future::Future,
+    net::SocketAddr,
+    sync::{
+        Arc,
+        atomic::{AtomicUsize, Ordering},
+    },
+    time::Duration,
+};
+
+use tokio::{
+    io::{AsyncReadExt, AsyncWriteExt},
+    net::{TcpListener, TcpStream},
+};
+
+/// Accepts connections on a free loopback port, each handled by `on_connection` in a task
+/// of its own; returns the address and the number of connections accepted so far.
+pub async fn serve<F, Fut>(on_connection: F) -> (SocketAddr, Arc<AtomicUsize>)
+where
+    F: Fn(TcpStream) -> Fut + Send + 'static,
+    Fut: Future<Output = ()> + Send + 'static,
+{
+    let listener = TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind a loopback port");
+    let addr = listener.local_addr().expect("local address");
+    let accepted = Arc::new(AtomicUsize::new(0));
+    let count = accepted.clone();
+    tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            count.fetch_add(1, Ordering::SeqCst);
+            tokio::spawn(on_connection(stream));
+        }
+    });
+    (addr, accepted)
+}
+
+/// Reads `stream` up to the end of a request head (`\r\n\r\n`); `false` if the connection
+/// ended first.
+pub async fn read_head(stream: &mut TcpStream) -> bool {
+    let mut buf = vec![0; 4096];
+    let mut seen = Vec::new();
+    while !seen.windows(4).any(|w| w == b"\r\n\r\n") {
+        match stream.read(&mut buf).await {
+            Ok(0) | Err(_) => return false,
+            Ok(n) => seen.extend_from_slice(&buf[..n]),
+        }
+    }
+    true
+}
+
+/// The response every raw server here sends: `200`, body `ok`.
+pub const OK: &[u8] = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok";
+
+/// An HTTP/1.1 instance that answers [`OK`] as soon as it has read a request's head, without
+/// reading its body, and closes the connection `linger` later (a close with unread data is
+/// a reset: a short linger lets the client read the response first).
+pub async fn answers_early(linger: Duration) -> (SocketAddr, Arc<AtomicUsize>) {
+    serve(move |mut stream| async move {
+        if read_head(&mut stream).await {
+            let _ = stream.write_all(OK).await;
+            tokio::time::sleep(linger).await;
+        }
+    })
+    .await
+}
+
+/// A loopback address nothing listens on (a port bound, then closed).
+pub fn closed_port() -> SocketAddr {
+    SocketAddr::from(([127, 0, 0, 1], crate::free_port()))
+}
+
+/// Whether `error` or one of its sources is an `io::Error` of kind `ConnectionRefused`.
+pub fn is_refused(error: &(dyn std::error::Error + 'static)) -> bool {
+    let mut cause = Some(error);
+    while let Some(e) = cause {
+        if e.downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::ConnectionRefused)
+        {
+            return true;
+        }
+        cause = e.source();
+    }
+    false
+}
