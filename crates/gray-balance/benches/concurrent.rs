@@ -10,43 +10,15 @@
 //!
 //! Run with: `cargo bench -p gray-balance --bench concurrent`
 
-use std::{
-    convert::Infallible,
-    future::{Ready, ready},
-    sync::Arc,
-    task::{Context, Poll},
-    time::{Duration, Instant},
-};
+mod common;
 
+use std::time::{Duration, Instant};
+
+use common::{Req, endpoints};
 use criterion::{Criterion, criterion_group, criterion_main};
 use gray_balance::BalanceLayer;
-use gray_core::{Labelled, Labels, Lane, Policy, Stain};
-use tower::{Service, ServiceExt, discover::Change};
-
-type Req = http::Request<()>;
-
-#[derive(Clone)]
-struct Endpoint(Arc<Labels>);
-
-impl Labelled for Endpoint {
-    fn labels(&self) -> &Labels {
-        &self.0
-    }
-}
-
-impl Service<Req> for Endpoint {
-    type Response = ();
-    type Error = Infallible;
-    type Future = Ready<Result<(), Infallible>>;
-
-    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
-        Poll::Ready(Ok(()))
-    }
-
-    fn call(&mut self, _: Req) -> Self::Future {
-        ready(Ok(()))
-    }
-}
+use gray_core::{Lane, Policy, Stain};
+use tower::{Service, ServiceExt};
 
 const ENDPOINTS: usize = 100;
 const CALLERS: [usize; 3] = [1, 8, 64];
@@ -66,17 +38,9 @@ fn bench(c: &mut Criterion) {
         .build()
         .expect("runtime");
     let gray = Stain::in_lane(Lane::new("gray").expect("lane"));
-    let endpoints = futures_util::stream::iter((0..ENDPOINTS).map(|i| {
-        let labels = if i % 2 == 0 {
-            Labels::from_iter([("gray", "true")])
-        } else {
-            Labels::new()
-        };
-        Ok::<_, Infallible>(Change::Insert(i, Endpoint(Arc::new(labels))))
-    }));
     let balance = {
         let _guard = rt.enter();
-        BalanceLayer::new("svc-b", Policy::seed_000()).build(endpoints)
+        BalanceLayer::new("svc-b", Policy::seed_000()).build(endpoints(ENDPOINTS, 2))
     };
 
     for callers in CALLERS {

@@ -19,9 +19,11 @@
 //!
 //! Run with: `cargo bench -p gray-balance --bench select`
 
+mod common;
+
 use std::{
     convert::Infallible,
-    future::{Future, Ready, ready},
+    future::Future,
     hint::black_box,
     pin::{Pin, pin},
     sync::Arc,
@@ -29,55 +31,15 @@ use std::{
     time::Duration,
 };
 
+use common::{Endpoint, Req, endpoint, endpoints};
 use criterion::{Criterion, criterion_group, criterion_main};
 use gray_balance::{Balance, BalanceLayer};
-use gray_core::{Labelled, Labels, Lane, Policy, Stain};
+use gray_core::{Labels, Lane, Policy, Stain};
 use tower::{
     Service,
     discover::Change,
     load::{CompleteOnResponse, PeakEwmaDiscover},
 };
-
-type Req = http::Request<()>;
-
-#[derive(Clone)]
-struct Endpoint(Arc<Labels>);
-
-impl Labelled for Endpoint {
-    fn labels(&self) -> &Labels {
-        &self.0
-    }
-}
-
-impl Service<Req> for Endpoint {
-    type Response = ();
-    type Error = Infallible;
-    type Future = Ready<Result<(), Infallible>>;
-
-    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
-        Poll::Ready(Ok(()))
-    }
-
-    fn call(&mut self, _: Req) -> Self::Future {
-        ready(Ok(()))
-    }
-}
-
-fn endpoint(i: usize, gray_every: usize) -> Endpoint {
-    let labels = if gray_every > 0 && i % gray_every == 0 {
-        Labels::from_iter([("gray", "true")])
-    } else {
-        Labels::new()
-    };
-    Endpoint(Arc::new(labels))
-}
-
-fn endpoints(
-    n: usize,
-    gray_every: usize,
-) -> impl futures_util::Stream<Item = Result<Change<usize, Endpoint>, Infallible>> + Unpin {
-    futures_util::stream::iter((0..n).map(move |i| Ok(Change::Insert(i, endpoint(i, gray_every)))))
-}
 
 /// One request through `svc`: poll_ready, call, complete.
 fn one<S>(svc: &mut S, cx: &mut Context<'_>, req: Req)

@@ -206,7 +206,7 @@ where
             key: entry_key,
             service,
             labels,
-            meter: Arc::new(Meter::new(id, feedback)),
+            meter: Meter::new(id, feedback),
         });
     }
 
@@ -265,13 +265,7 @@ where
                 self.timer = None;
                 return changed;
             };
-            let timer = self
-                .timer
-                .get_or_insert_with(|| Box::pin(tokio::time::sleep_until(next)));
-            if timer.deadline() != next {
-                timer.as_mut().reset(next);
-            }
-            if timer.as_mut().poll(cx).is_pending() {
+            if poll_timer(&mut self.timer, next, cx).is_pending() {
                 return changed;
             }
         }
@@ -282,17 +276,20 @@ where
         let Some(at) = self.retry_at else {
             return;
         };
-        let timer = self
-            .retry_timer
-            .get_or_insert_with(|| Box::pin(tokio::time::sleep_until(at)));
-        if timer.deadline() != at {
-            timer.as_mut().reset(at);
-        }
-        if timer.as_mut().poll(cx).is_ready() {
+        if poll_timer(&mut self.retry_timer, at, cx).is_ready() {
             self.retry_at = None;
             self.retry_timer = None;
         }
     }
+}
+
+/// Polls `timer`, (re)armed for `at`.
+fn poll_timer(timer: &mut Option<Pin<Box<Sleep>>>, at: Instant, cx: &mut Context<'_>) -> Poll<()> {
+    let timer = timer.get_or_insert_with(|| Box::pin(tokio::time::sleep_until(at)));
+    if timer.deadline() != at {
+        timer.as_mut().reset(at);
+    }
+    timer.as_mut().poll(cx)
 }
 
 impl<D> Future for Driver<D>

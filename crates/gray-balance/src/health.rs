@@ -17,7 +17,10 @@
 //! fast or falls back), and it comes back after the same backoff.
 //!
 //! Ejection and readmission are applied by the background task, never on the request path,
-//! so the counts the policy walks stay exact and the request path takes no lock.
+//! so the counts the policy walks stay exact and the request path takes no lock. Until the
+//! task has ejected an endpoint that reached the threshold (microseconds, on a runtime
+//! that is not starved), picks avoid it: p2c takes the other candidate and probes skip it;
+//! only a subset with that one endpoint still sends to it.
 //!
 //! What a connection error is, is decided by a [`Classifier`], a plain function over the
 //! endpoint's error; the default, [`is_connection_error`], walks the error's `source()`

@@ -12,7 +12,7 @@ use gray_core::{
 
 use crate::{
     index::{Entry, Slot, Snapshot},
-    meter::{Completion, Ticket},
+    meter::{Clock, Completion, Meter, Ticket},
 };
 
 /// How the balancer picks among the ready endpoints of a subset.
@@ -45,11 +45,11 @@ impl Default for Pick {
 }
 
 impl Pick {
-    /// Peak-EWMA's decay in nanoseconds (1 for the other picks, which do not use it).
-    pub(crate) fn decay_ns(&self) -> f64 {
+    /// Peak-EWMA's decay in nanoseconds; `None` for the picks that measure no round trip.
+    pub(crate) fn decay_ns(&self) -> Option<f64> {
         match self {
-            Pick::PeakEwma { decay, .. } => decay.as_nanos() as f64,
-            _ => 1.0,
+            Pick::PeakEwma { decay, .. } => Some(decay.as_nanos() as f64),
+            _ => None,
         }
     }
 }
@@ -96,6 +96,8 @@ pub(crate) struct Router {
     pub(crate) policy: Policy,
     pub(crate) pick: Pick,
     pub(crate) record: RecordRouted,
+    /// The balancer's clock; set when the balancer is built.
+    pub(crate) clock: Clock,
 }
 
 /// The endpoint chosen for a request.
@@ -104,6 +106,15 @@ pub(crate) struct Choice<'s, 'k, K, S> {
     /// The request is the endpoint's probe.
     pub(crate) probe: bool,
     pub(crate) route: Route<'k>,
+    /// When it was picked, on the balancer's clock (0 when round trips are not measured).
+    pub(crate) start: u64,
+}
+
+impl<K: Send + Sync + 'static, S: Send + Sync + 'static> Choice<'_, '_, K, S> {
+    /// A claim on the chosen endpoint, counting the request in flight.
+    pub(crate) fn ticket(&self) -> Ticket {
+        Ticket::new(self.slot.entry.clone(), self.probe, self.start)
+    }
 }
 
 impl<K, S> Choice<'_, '_, K, S> {
@@ -152,6 +163,11 @@ impl Router {
             }
         };
         let n = route.counts.ready;
+        // Read once: the costs of p2c and the start of the request's round trip.
+        let now = match self.pick {
+            Pick::PeakEwma { .. } => self.clock.now(),
+            _ => 0,
+        };
         let (slot, probe) = match self.pick {
             Pick::RoundRobin => (
                 snapshot.ready_at(parts, snapshot.next_cursor(parts, n)),
@@ -160,7 +176,7 @@ impl Router {
             _ => match snapshot.claim_fresh(parts) {
                 Some(slot) => (Some(slot), true),
                 None if n == 1 => (snapshot.ready_at(parts, 0), false),
-                None => (self.p2c(snapshot, parts, n), false),
+                None => (self.p2c(snapshot, parts, n, now), false),
             },
         };
         let Some(slot) = slot else {
@@ -185,7 +201,12 @@ impl Router {
             endpoint = ?slot.entry.key,
             "routed",
         );
-        Ok(Choice { slot, probe, route })
+        Ok(Choice {
+            slot,
+            probe,
+            route,
+            start: now,
+        })
     }
 
     /// Power of two choices among the `n > 1` ready members of `parts`.
@@ -194,6 +215,7 @@ impl Router {
         snapshot: &'s Snapshot<K, S>,
         parts: crate::index::Parts,
         n: usize,
+        now: u64,
     ) -> Option<&'s Slot<K, S>> {
         let mut rng = Rng::new();
         let a = rng.index(n);
@@ -203,15 +225,23 @@ impl Router {
         }
         let (sa, sb) = (snapshot.ready_at(parts, a)?, snapshot.ready_at(parts, b)?);
         let (ma, mb) = (&sa.entry.meter, &sb.entry.meter);
-        let a_lighter = match self.pick {
-            Pick::PeakEwma { default_rtt, .. } => {
-                let now = ma.feedback().now();
-                let default = default_rtt.as_nanos() as f64;
-                ma.cost(now, default) <= mb.cost(now, default)
-            }
-            _ => ma.pending() <= mb.pending(),
+        // One about to be ejected loses.
+        let a_lighter = match (ma.doomed(), mb.doomed()) {
+            (false, true) => true,
+            (true, false) => false,
+            _ => self.lighter(ma, mb, now),
         };
         Some(if a_lighter { sa } else { sb })
+    }
+
+    /// `true` when `ma` carries no more load than `mb`.
+    fn lighter(&self, ma: &Meter, mb: &Meter, now: u64) -> bool {
+        match self.pick {
+            Pick::PeakEwma { default_rtt, .. } => {
+                Meter::lighter(ma, mb, now, default_rtt.as_nanos() as f64)
+            }
+            _ => ma.pending() <= mb.pending(),
+        }
     }
 }
 
@@ -224,27 +254,24 @@ impl Router {
 /// [`failed`](Self::failed) or [`connection_failed`](Self::connection_failed), so that
 /// Peak-EWMA measures the round trip and passive health sees connection errors; dropping
 /// it records nothing (a cancelled request).
-pub struct Picked<K, S> {
-    entry: Arc<Entry<K, S>>,
-    ticket: Ticket,
+pub struct Picked<K: Send + Sync, S: Send + Sync> {
+    ticket: Ticket<Entry<K, S>>,
     routed: Routed,
 }
 
-impl<K: fmt::Debug, S> fmt::Debug for Picked<K, S> {
+impl<K: fmt::Debug + Send + Sync, S: Send + Sync> fmt::Debug for Picked<K, S> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Picked")
-            .field("key", &self.entry.key)
+            .field("key", &self.ticket.owner().key)
             .field("routed", &self.routed)
             .finish_non_exhaustive()
     }
 }
 
-impl<K, S> Picked<K, S> {
+impl<K: Send + Sync, S: Send + Sync> Picked<K, S> {
     pub(crate) fn new(choice: &Choice<'_, '_, K, S>) -> Self {
-        let entry = choice.slot.entry.clone();
         Picked {
-            ticket: Ticket::new(entry.meter.clone(), choice.probe),
-            entry,
+            ticket: Ticket::new(choice.slot.entry.clone(), choice.probe, choice.start),
             routed: Routed {
                 subset: choice.route.subset.to_owned(),
                 fallback: choice.route.fallback,
@@ -254,17 +281,17 @@ impl<K, S> Picked<K, S> {
 
     /// The endpoint's discovery key.
     pub fn key(&self) -> &K {
-        &self.entry.key
+        &self.ticket.owner().key
     }
 
     /// The endpoint (for a URL-rewriting client, its [`gray_core::Origin`]).
     pub fn endpoint(&self) -> &S {
-        &self.entry.service
+        &self.ticket.owner().service
     }
 
     /// The endpoint's labels.
     pub fn labels(&self) -> &Labels {
-        &self.entry.labels
+        &self.ticket.owner().labels
     }
 
     /// The subset it was picked from, and whether that was a fallback.

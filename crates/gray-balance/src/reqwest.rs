@@ -181,6 +181,11 @@ impl<K, S> RouteMiddleware<K, S> {
         self.unknown = unknown;
         self
     }
+
+    /// The balancer that routes `host`, if any.
+    pub fn balancer(&self, host: &str) -> Option<&Balance<K, S>> {
+        self.routes.get(host.to_ascii_lowercase().as_str())
+    }
 }
 
 /// Replaces `url`'s scheme, host and port by `origin`'s.
@@ -235,12 +240,5 @@ where
             Err(_) => picked.failed(),
         }
         result
-    }
-}
-
-impl<K, S> RouteMiddleware<K, S> {
-    /// The balancer that routes `host`, if any.
-    pub fn balancer(&self, host: &str) -> Option<&Balance<K, S>> {
-        self.routes.get(host.to_ascii_lowercase().as_str())
     }
 }

@@ -21,7 +21,7 @@ use crate::{
     future::ResponseFuture,
     health::{Classifier, Ejection, is_connection_error},
     index::Snapshot,
-    meter::{Feedback, Ticket},
+    meter::{Clock, Feedback},
     pick::{Pick, Picked, RecordRouted, Routed, Router},
 };
 
@@ -32,9 +32,8 @@ pub trait RequestStain {
     /// The stain the request carries, if any.
     fn gray_stain(&self) -> Option<&Stain>;
 
-    /// Records on the request how it was routed, when the balancer was built with
-    /// [`BalanceLayer::with_routed`](crate::BalanceLayer::with_routed). Does nothing by
-    /// default.
+    /// Records on the request how it was routed, when the balancer records routes
+    /// ([`RecordRouted`]). Does nothing by default.
     fn record_routed(&mut self, routed: Routed) {
         let _ = routed;
     }
@@ -52,7 +51,7 @@ impl<B> RequestStain for http::Request<B> {
     }
 }
 
-/// A balancer's settings, as [`BalanceLayer`](crate::BalanceLayer) holds them.
+/// A balancer's settings.
 #[derive(Clone)]
 pub(crate) struct Config {
     pub(crate) router: Router,
@@ -69,6 +68,7 @@ impl Config {
                 policy,
                 pick: Pick::default(),
                 record: RecordRouted::Never,
+                clock: Clock::new(),
             },
             ejection: Ejection::default(),
             classify: is_connection_error,
@@ -90,10 +90,10 @@ impl fmt::Debug for Config {
 
 /// The label-aware, per-request balancer; see the [crate docs](crate).
 ///
-/// A cheap handle (one `Arc`): clone it for every caller. Built by
-/// [`BalanceLayer`](crate::BalanceLayer) (or [`Balance::new`]) over a [`Discover`] stream
-/// of endpoints that are [`Labelled`] services, whose changes a background task
-/// ([`Driver`]) applies as they come.
+/// A cheap handle (one `Arc`): clone it for every caller. Built ([`Balance::new`], or the
+/// crate's layer for more settings) over a [`Discover`] stream of endpoints that are
+/// [`Labelled`] services, whose changes a background task ([`Driver`]) applies as they
+/// come.
 pub struct Balance<K, S> {
     inner: Arc<Inner<K, S>>,
 }
@@ -178,16 +178,19 @@ where
         Self::with_config(discover, Config::new(service.as_ref(), policy))
     }
 
-    pub(crate) fn with_config<D>(discover: D, config: Config) -> (Self, Driver<D>)
+    pub(crate) fn with_config<D>(discover: D, mut config: Config) -> (Self, Driver<D>)
     where
         D: Discover<Key = K, Service = S>,
         D::Error: Into<BoxError>,
     {
+        let clock = Clock::new();
+        config.router.clock = clock;
         let (events, received) = mpsc::unbounded_channel();
         let wildcard = config.router.policy.unlabelled() == gray_core::Unlabelled::Wildcard;
         let snapshot = Arc::new(ArcSwap::from_pointee(Snapshot::new(wildcard)));
         let feedback = Arc::new(Feedback::new(
             events,
+            clock,
             config.router.pick.decay_ns(),
             config.ejection.consecutive(),
             config.classify,
@@ -268,7 +271,8 @@ impl<K, S> Balance<K, S> {
     /// Tell the returned [`Picked`] how the request ended, for load and health.
     pub fn pick(&self, stain: Option<&Stain>) -> Result<Picked<K, S>, Unroutable>
     where
-        K: fmt::Debug,
+        K: fmt::Debug + Send + Sync,
+        S: Send + Sync,
     {
         let inner = &*self.inner;
         let snapshot = inner.snapshot.load();
@@ -290,8 +294,8 @@ impl<K, S> Balance<K, S> {
 
 impl<K, S, Req> Service<Req> for Balance<K, S>
 where
-    K: fmt::Debug,
-    S: Service<Req> + Clone,
+    K: fmt::Debug + Send + Sync + 'static,
+    S: Service<Req> + Clone + Send + Sync + 'static,
     S::Error: Into<BoxError>,
     Req: RequestStain,
 {
@@ -326,9 +330,8 @@ where
             };
             let key = inner.router.policy.key(&inner.router.service, stain);
             inner.router.choose(&snapshot, &key).map(|c| {
-                let entry = &c.slot.entry;
-                let ticket = Ticket::new(entry.meter.clone(), c.probe);
-                (entry.service.clone(), ticket, c.routed(inner.router.record))
+                let service = c.slot.entry.service.clone();
+                (service, c.ticket(), c.routed(inner.router.record))
             })
         };
         match chosen {

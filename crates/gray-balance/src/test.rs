@@ -108,6 +108,21 @@ impl Harness<Endpoint> {
     }
 }
 
+/// One request through `balance`, as a boxed future: spawned futures that name the
+/// `&'static str` keys directly trip a compiler limitation ("not general enough").
+fn send<S>(
+    balance: Balance<&'static str, S>,
+    req: Req,
+) -> Pin<Box<dyn Future<Output = Result<S::Response, BoxError>> + Send>>
+where
+    S: Service<Req> + Clone + Send + Sync + 'static,
+    S::Error: Into<BoxError>,
+    S::Future: Send,
+    S::Response: Send,
+{
+    Box::pin(balance.oneshot(req))
+}
+
 /// Lets the background task run until `check` holds (a bounded number of turns).
 async fn settle(mut check: impl FnMut() -> bool) {
     for _ in 0..1_000 {
@@ -228,7 +243,7 @@ async fn the_endpoints_readiness_is_awaited_in_the_response_future() {
     let mut base = h.add("b1", &[]);
     settle(|| h.balance.len() == 1).await;
     let balance = h.balance.clone();
-    let call = tokio::spawn(async move { balance.oneshot(base_req()).await });
+    let call = tokio::spawn(send(balance, base_req()));
     for _ in 0..10 {
         tokio::task::yield_now().await;
     }
@@ -563,7 +578,7 @@ async fn concurrent_callers_route_by_their_own_task_local_stain() {
                 };
                 let mut served = Vec::new();
                 for _ in 0..50 {
-                    let call = balance.clone().oneshot(http::Request::new("hi".to_owned()));
+                    let call = send(balance.clone(), http::Request::new("hi".to_owned()));
                     served.push(gray_core::task::scope(stain.clone(), call).await.unwrap());
                 }
                 (i, served)

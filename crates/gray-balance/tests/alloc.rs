@@ -66,13 +66,18 @@ fn balancer(pick: Pick) -> Balance<usize, Endpoint> {
         .build(endpoints)
 }
 
-#[test]
-fn routing_a_lane_stain_allocates_nothing() {
-    let rt = tokio::runtime::Builder::new_multi_thread()
+/// A runtime whose one worker runs the balancers' drivers.
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
         .enable_all()
         .build()
-        .unwrap();
+        .unwrap()
+}
+
+#[test]
+fn routing_a_lane_stain_allocates_nothing() {
+    let rt = runtime();
     let _guard = rt.enter();
     for pick in [Pick::default(), Pick::PendingRequests, Pick::RoundRobin] {
         let mut balance = balancer(pick);
@@ -117,11 +122,7 @@ fn routing_a_lane_stain_allocates_nothing() {
 
 #[test]
 fn a_pick_and_its_completion_allocate_nothing() {
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .enable_all()
-        .build()
-        .unwrap();
+    let rt = runtime();
     let _guard = rt.enter();
     let balance = balancer(Pick::default());
     let gray = Stain::in_lane(Lane::new("gray").unwrap());

@@ -1,215 +1,22 @@
-//! The subset index: every endpoint sits in a slot, and every subset it belongs to (all,
-//! baseline or its lane, unversioned or each of its versions) lists its *ready* slots and,
-//! among them, those still being probed. A request finds its subset and picks from it in
-//! O(1) of the number of endpoints.
-//!
-//! The background task owns an [`Index`] and changes it; requests read a [`Snapshot`], an
-//! immutable clone published through `arc-swap`. The lists are [`Chunked`], so a change
-//! among 10,000 endpoints copies a few chunks, not the lists.
+//! The background task's side of the index: it changes the lists and publishes copies.
 
-use std::{
-    collections::HashMap,
-    hash::Hash,
-    sync::{
-        Arc,
-        atomic::{AtomicUsize, Ordering::Relaxed},
-    },
-};
+use std::{collections::HashMap, hash::Hash, sync::Arc};
 
 use gray_core::{
-    Labels, Lane, Version,
-    matching::{Availability, Class, Counts, Subset},
+    Lane, Version,
+    matching::{Availability, Class},
 };
 
-use crate::{
-    chunked::Chunked,
-    meter::{Id, Meter},
+use super::{
+    ALL, BASELINE, Entry, FIXED, NONE, Slot, UNVERSIONED,
+    snapshot::{Snapshot, SubsetView},
 };
+use crate::meter::Id;
 
-/// Every endpoint.
-const ALL: u32 = 0;
-/// Endpoints without a lane.
-const BASELINE: u32 = 1;
-/// Endpoints without versions.
-const UNVERSIONED: u32 = 2;
-const FIXED: u32 = 3;
-
-/// Not in a list.
-const NONE: u32 = u32::MAX;
-
-/// Probing endpoints a pick looks at before it picks by load.
-const FRESH_SCAN: usize = 4;
-
-/// One endpoint, shared by every snapshot it is in and by its requests.
-#[derive(Debug)]
-pub(crate) struct Entry<K, S> {
-    pub(crate) key: K,
-    pub(crate) service: S,
-    pub(crate) labels: Labels,
-    pub(crate) meter: Arc<Meter>,
-}
-
-/// A slot of a snapshot.
-#[derive(Debug)]
-pub(crate) struct Slot<K, S> {
-    pub(crate) entry: Arc<Entry<K, S>>,
-    pub(crate) availability: Availability,
-}
-
-impl<K, S> Clone for Slot<K, S> {
-    fn clone(&self) -> Self {
-        Slot {
-            entry: self.entry.clone(),
-            availability: self.availability,
-        }
-    }
-}
-
-/// One subset, as requests see it.
-#[derive(Debug, Clone, Default)]
-struct SubsetView {
-    ready: Chunked<u32>,
-    /// The ready members still being probed.
-    fresh: Chunked<u32>,
-    /// Members not ejected.
-    present: usize,
-    /// Round-robin position, kept across snapshots.
-    cursor: Arc<AtomicUsize>,
-}
-
-/// The (at most two, disjoint) subsets that make up one [`Subset`]: the exact one and, for
-/// [`gray_core::Unlabelled::Wildcard`], the unlabelled one.
-#[derive(Debug, Clone, Copy, Default)]
-pub(crate) struct Parts {
-    exact: Option<u32>,
-    wild: Option<u32>,
-}
-
-impl Parts {
-    fn iter(self) -> impl Iterator<Item = u32> {
-        self.exact.into_iter().chain(self.wild)
-    }
-}
-
-/// What requests read: immutable once published.
-#[derive(Debug)]
-pub(crate) struct Snapshot<K, S> {
-    slots: Chunked<Option<Slot<K, S>>>,
-    subsets: Vec<SubsetView>,
-    lanes: Arc<HashMap<Lane, u32>>,
-    versions: Arc<HashMap<Version, u32>>,
-    wildcard: bool,
-    len: usize,
-}
-
-impl<K, S> Clone for Snapshot<K, S> {
-    fn clone(&self) -> Self {
-        Snapshot {
-            slots: self.slots.clone(),
-            subsets: self.subsets.clone(),
-            lanes: self.lanes.clone(),
-            versions: self.versions.clone(),
-            wildcard: self.wildcard,
-            len: self.len,
-        }
-    }
-}
-
-impl<K, S> Snapshot<K, S> {
-    pub(crate) fn new(wildcard: bool) -> Self {
-        Snapshot {
-            slots: Chunked::default(),
-            subsets: (0..FIXED).map(|_| SubsetView::default()).collect(),
-            lanes: Arc::default(),
-            versions: Arc::default(),
-            wildcard,
-            len: 0,
-        }
-    }
-
-    /// Endpoints known, ejected or not.
-    pub(crate) fn len(&self) -> usize {
-        self.len
-    }
-
-    /// Endpoints ready: neither ejected nor unready.
-    pub(crate) fn ready_len(&self) -> usize {
-        self.subsets[ALL as usize].ready.len()
-    }
-
-    pub(crate) fn slots(&self) -> impl Iterator<Item = &Slot<K, S>> {
-        self.slots.iter().flatten()
-    }
-
-    fn slot(&self, id: u32) -> Option<&Slot<K, S>> {
-        self.slots.get(id as usize)?.as_ref()
-    }
-
-    fn subset(&self, id: u32) -> &SubsetView {
-        &self.subsets[id as usize]
-    }
-
-    /// The subsets that make up `subset`.
-    pub(crate) fn resolve(&self, subset: Subset<'_>) -> Parts {
-        match subset {
-            Subset::All => Parts {
-                exact: Some(ALL),
-                wild: None,
-            },
-            Subset::Baseline => Parts {
-                exact: Some(BASELINE),
-                wild: None,
-            },
-            Subset::Lane(lane) => Parts {
-                exact: self.lanes.get(lane).copied(),
-                wild: self.wildcard.then_some(BASELINE),
-            },
-            Subset::Version(version) => Parts {
-                exact: self.versions.get(version).copied(),
-                wild: self.wildcard.then_some(UNVERSIONED),
-            },
-        }
-    }
-
-    pub(crate) fn counts(&self, parts: Parts) -> Counts {
-        let mut counts = Counts::default();
-        for id in parts.iter() {
-            let s = self.subset(id);
-            counts.present += s.present;
-            counts.ready += s.ready.len();
-        }
-        counts
-    }
-
-    /// The `i`th ready member of `parts`.
-    pub(crate) fn ready_at(&self, parts: Parts, i: usize) -> Option<&Slot<K, S>> {
-        let mut i = i;
-        for id in parts.iter() {
-            let ready = &self.subset(id).ready;
-            if i < ready.len() {
-                return self.slot(*ready.get(i)?);
-            }
-            i -= ready.len();
-        }
-        None
-    }
-
-    /// The next round-robin position of `parts`, below `n` (`n > 0`).
-    pub(crate) fn next_cursor(&self, parts: Parts, n: usize) -> usize {
-        match parts.exact.or(parts.wild) {
-            Some(id) => self.subset(id).cursor.fetch_add(1, Relaxed) % n,
-            None => 0,
-        }
-    }
-
-    /// A ready member of `parts` still being probed whose probe slot this call claimed.
-    pub(crate) fn claim_fresh(&self, parts: Parts) -> Option<&Slot<K, S>> {
-        parts
-            .iter()
-            .flat_map(|id| self.subset(id).fresh.iter())
-            .take(FRESH_SCAN)
-            .filter_map(|&slot| self.slot(slot))
-            .find(|slot| slot.entry.meter.try_probe())
+/// Forgets the subset of `name` (a lane or a version) once it has no member left.
+fn forget<N: Hash + Eq + Clone>(names: &mut Arc<HashMap<N, u32>>, name: &N, members: &[usize]) {
+    if names.get(name).is_some_and(|&id| members[id as usize] == 0) {
+        Arc::make_mut(names).remove(name);
     }
 }
 
@@ -292,7 +99,7 @@ impl<K: Hash + Eq + Clone, S> Index<K, S> {
     }
 
     #[cfg(test)]
-    fn len(&self) -> usize {
+    pub(super) fn len(&self) -> usize {
         self.snapshot.len
     }
 
@@ -433,24 +240,10 @@ impl<K: Hash + Eq + Clone, S> Index<K, S> {
             }
         }
         if let Some(lane) = meta.class.lane() {
-            if self
-                .snapshot
-                .lanes
-                .get(lane)
-                .is_some_and(|&id| self.members[id as usize] == 0)
-            {
-                Arc::make_mut(&mut self.snapshot.lanes).remove(lane);
-            }
+            forget(&mut self.snapshot.lanes, lane, &self.members);
         }
         for version in meta.class.versions() {
-            if self
-                .snapshot
-                .versions
-                .get(version)
-                .is_some_and(|&id| self.members[id as usize] == 0)
-            {
-                Arc::make_mut(&mut self.snapshot.versions).remove(version);
-            }
+            forget(&mut self.snapshot.versions, version, &self.members);
         }
         if let Some(s) = self.snapshot.slots.get_mut(slot as usize) {
             *s = None;
@@ -572,8 +365,14 @@ impl<K: Hash + Eq + Clone, S> Index<K, S> {
         }
     }
 
+    /// Lanes and versions that have a subset.
     #[cfg(test)]
-    pub(crate) fn check(&self) {
+    pub(super) fn named_subsets(&self) -> usize {
+        self.snapshot.lanes.len() + self.snapshot.versions.len()
+    }
+
+    #[cfg(test)]
+    pub(super) fn check(&self) {
         for (sid, view) in self.snapshot.subsets.iter().enumerate() {
             for (list, items) in [(List::Ready, &view.ready), (List::Fresh, &view.fresh)] {
                 for (pos, &slot) in items.iter().enumerate() {
@@ -606,130 +405,5 @@ impl<K: Hash + Eq + Clone, S> Index<K, S> {
                 assert_eq!(view.present, present, "present count of subset {sid}");
             }
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use gray_core::Policy;
-
-    use super::*;
-    use crate::meter::Feedback;
-
-    fn class(pairs: &[(&str, &str)]) -> Class {
-        Policy::new().classify(&Labels::from_iter(pairs.iter().copied()))
-    }
-
-    fn add(index: &mut Index<u32, ()>, key: u32, pairs: &[(&str, &str)]) -> Id {
-        let (tx, _) = tokio::sync::mpsc::unbounded_channel();
-        let feedback = Arc::new(Feedback::new(
-            tx,
-            1.0,
-            0,
-            crate::health::is_connection_error,
-        ));
-        index.insert(key, class(pairs), |id| Entry {
-            key,
-            service: (),
-            labels: Labels::new(),
-            meter: Arc::new(Meter::new(id, feedback)),
-        })
-    }
-
-    #[test]
-    fn lists_follow_state_changes() {
-        let mut index: Index<u32, ()> = Index::new(false);
-        let gray = Lane::new("gray").unwrap();
-        let a = add(&mut index, 1, &[("gray", "true"), ("version", "2")]);
-        let b = add(&mut index, 2, &[("gray", "true")]);
-        let _c = add(&mut index, 3, &[]);
-        index.check();
-        let snap = index.snapshot();
-        let lane = snap.resolve(Subset::Lane(&gray));
-        assert_eq!(
-            snap.counts(lane),
-            Counts {
-                present: 2,
-                ready: 2
-            }
-        );
-        assert!(index.measured(a));
-        index.check();
-        assert!(index.set_state(a, State::Unready));
-        index.check();
-        let snap = index.snapshot();
-        assert_eq!(snap.ready_at(lane, 0).unwrap().entry.key, 2);
-        assert_eq!(
-            snap.counts(lane),
-            Counts {
-                present: 2,
-                ready: 1
-            }
-        );
-        assert!(index.set_state(b, State::Ejected));
-        index.check();
-        let after = index.snapshot();
-        assert_eq!(
-            after.counts(lane),
-            Counts {
-                present: 1,
-                ready: 0
-            }
-        );
-        // The earlier snapshot is untouched.
-        assert_eq!(snap.counts(lane).ready, 1);
-        assert!(index.set_state(b, State::Ready));
-        assert!(!index.set_state(b, State::Ready));
-        index.check();
-        // Replacing a key frees the old generation.
-        let b2 = add(&mut index, 2, &[]);
-        assert_ne!(b2, b);
-        assert!(index.state(b).is_none());
-        index.check();
-        assert!(index.remove(&1));
-        index.check();
-        assert!(index.snapshot.lanes.is_empty() && index.snapshot.versions.is_empty());
-        assert_eq!(index.snapshot().counts(lane), Counts::default());
-        assert_eq!(index.len(), 2);
-        assert!(!index.remove(&1));
-    }
-
-    #[test]
-    fn many_changes_keep_the_lists_consistent() {
-        let mut index: Index<u32, ()> = Index::new(true);
-        let mut rng = gray_core::rand::Rng::seeded(11);
-        let labels: [&[(&str, &str)]; 4] = [
-            &[],
-            &[("gray", "true")],
-            &[("lane", "blue"), ("versions", "1,2")],
-            &[("version", "2")],
-        ];
-        let mut ids = HashMap::new();
-        for _ in 0..2_000 {
-            let key = rng.below(40) as u32;
-            match rng.below(5) {
-                0 | 1 => {
-                    let id = add(&mut index, key, labels[rng.index(4)]);
-                    ids.insert(key, id);
-                }
-                2 => {
-                    index.remove(&key);
-                    ids.remove(&key);
-                }
-                3 => {
-                    if let Some(&id) = ids.get(&key) {
-                        let state = [State::Ready, State::Unready, State::Ejected][rng.index(3)];
-                        index.set_state(id, state);
-                    }
-                }
-                _ => {
-                    if let Some(&id) = ids.get(&key) {
-                        index.measured(id);
-                    }
-                }
-            }
-            index.check();
-        }
-        assert_eq!(index.len(), ids.len());
     }
 }
