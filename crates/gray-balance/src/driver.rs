@@ -136,7 +136,8 @@ where
             timer: None,
         };
         let mut cx = Context::from_waker(Waker::noop());
-        let mut budget = usize::MAX;
+        // Bounded, should the stream never say `Pending`.
+        let mut budget = 1 << 20;
         if driver.poll_discover(&mut cx, &mut budget) {
             driver.publish();
         }

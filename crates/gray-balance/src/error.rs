@@ -17,7 +17,7 @@
 //! let err: tower::BoxError = Box::new(policy.unroutable("stock", &key, &Miss::NoMatch));
 //! let err = err.downcast::<Unroutable>().unwrap();
 //! assert_eq!(err.reason(), &UnroutableReason::NoMatch);
-//! assert_eq!(err.to_string(), "no instance of `stock` fits baseline (policy `seed-000`, fallback `none`)");
+//! assert_eq!(err.to_string(), "no instance of `stock` fits baseline (policy `seed-000`, fallback `baseline`)");
 //! ```
 
 pub use gray_core::matching::{Unroutable, UnroutableReason};

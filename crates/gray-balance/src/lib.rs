@@ -39,7 +39,7 @@
 //!
 //! Clients that send requests themselves (reqwest, which keeps its own connections) use
 //! [`Balance::pick`]: the same decision, and a [`Picked`] endpoint to report the outcome
-//! to. The [`reqwest`](crate::reqwest) module (feature `reqwest`) does this for
+//! to. The `reqwest` module (feature `reqwest`) does this for
 //! `http://<service>/…` URLs.
 //!
 //! # Readiness

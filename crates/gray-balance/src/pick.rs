@@ -118,6 +118,14 @@ impl<K: Send + Sync + 'static, S: Send + Sync + 'static> Choice<'_, '_, K, S> {
 }
 
 impl<K, S> Choice<'_, '_, K, S> {
+    /// How the request was routed.
+    fn record(&self) -> Routed {
+        Routed {
+            subset: self.route.subset.to_owned(),
+            fallback: self.route.fallback,
+        }
+    }
+
     /// The record of how the request was routed, if `record` asks for one.
     pub(crate) fn routed(&self, record: RecordRouted) -> Option<Routed> {
         let wanted = match record {
@@ -125,10 +133,7 @@ impl<K, S> Choice<'_, '_, K, S> {
             RecordRouted::Fallbacks => self.route.fallback,
             RecordRouted::Always => true,
         };
-        wanted.then(|| Routed {
-            subset: self.route.subset.to_owned(),
-            fallback: self.route.fallback,
-        })
+        wanted.then(|| self.record())
     }
 }
 
@@ -272,10 +277,7 @@ impl<K: Send + Sync, S: Send + Sync> Picked<K, S> {
     pub(crate) fn new(choice: &Choice<'_, '_, K, S>) -> Self {
         Picked {
             ticket: Ticket::new(choice.slot.entry.clone(), choice.probe, choice.start),
-            routed: Routed {
-                subset: choice.route.subset.to_owned(),
-                fallback: choice.route.fallback,
-            },
+            routed: choice.record(),
         }
     }
 
