@@ -64,15 +64,18 @@
 //! Peak-EWMA assumes a default round trip (30 ms) for an endpoint it has not measured, so
 //! at low request rates p2c would keep choosing a measured endpoint over a new one. So
 //! every endpoint that joins (or comes back from ejection) is *probing* until it has
-//! completed 3 requests: a pick in its subset first looks at the probing endpoints of
-//! the subset (the first 4 of them) and sends the request to one that has no probe in
-//! flight. While probing, each measured round trip replaces the estimate (the first
-//! request pays for the connection); after, Peak-EWMA applies. So, with requests one at
-//! a time, a new endpoint gets the next request routed to its subset once the endpoints
-//! that joined that subset before it have had their 3 probes: **N = 1** for a single new
-//! endpoint (at most `3 × k + 1` when `k` probing endpoints are ahead of it). Probes take
-//! one request at a time per endpoint, so a slow new endpoint receives at most one
-//! request in flight until it is measured.
+//! completed 3 requests: with [`Pick::PeakEwma`] and [`Pick::PendingRequests`], a pick
+//! first looks at the probing endpoints of its subset (the first 4 of them) and sends the
+//! request to one that has no probe in flight. While probing, each measured round trip
+//! replaces the estimate (the first request pays for the connection); after, Peak-EWMA
+//! applies. So, with requests one at a time, a new endpoint gets the next request routed
+//! to its subset once the endpoints that joined that subset before it have had their 3
+//! probes: **N = 1** for a single new endpoint, at most `3 × k + 1` when `k` probing
+//! endpoints are ahead of it (the background task takes a measured endpoint out of the
+//! probing list between two requests). Probes go one at a time per endpoint, so a slow
+//! new endpoint is not flooded: besides its probe, p2c sees it at the default cost.
+//! [`Pick::RoundRobin`] needs no probe: an endpoint of a subset of `n` gets one of every
+//! `n` requests.
 //!
 //! # Passive health
 //!
