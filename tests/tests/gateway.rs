@@ -334,7 +334,7 @@ async fn shutdown_lets_in_flight_requests_finish() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn requests_waiting_for_a_first_instance_are_all_served_when_it_comes() {
+async fn a_service_without_instances_answers_503_at_once_then_serves_when_one_comes() {
     let dir = TempDir(
         std::env::temp_dir().join(format!("gray-gateway-test-late-{}", std::process::id())),
     );
@@ -349,7 +349,7 @@ async fn requests_waiting_for_a_first_instance_are_all_served_when_it_comes() {
 listen = "127.0.0.1:0"
 trusted_clients = ["127.0.0.1/32"]
 instances = "instances.toml"
-upstream_timeout_ms = 8000
+upstream_timeout_ms = 10000
 
 [services.late]
 fallback = "baseline"
@@ -359,32 +359,53 @@ fallback = "baseline"
     let config = Config::load(&dir.0.join("gateway.toml")).expect("valid config");
     let gateway = Gateway::start(config).await.expect("gateway starts");
     let gw = gateway.addr();
-    // Four requests wait: the service has no instance yet. They give up after 4 s, half
-    // the gateway's timeout: a waiter that is not woken when the instance comes (within a
-    // second) would only be served when its 8 s timer fires.
+    // No instance: every request is answered 503 at once, naming the service, the lane and
+    // the policy. The client gives up after 4 s, so a request that waited for the 10 s
+    // upstream timeout (a 504) would fail here.
+    let c = reqwest::Client::builder()
+        .timeout(Duration::from_secs(4))
+        .build()
+        .expect("client");
     let waiting: Vec<_> = (0..4)
         .map(|i| {
-            let c = reqwest::Client::builder()
-                .timeout(Duration::from_secs(4))
-                .build()
-                .expect("client");
+            let c = c.clone();
             tokio::spawn(async move {
-                text(c.get(format!("http://{gw}/late/{i}")).send().await.unwrap()).await
+                let mut req = c.get(format!("http://{gw}/late/{i}"));
+                if i % 2 == 0 {
+                    req = req.header("x-gray-lane", "gray");
+                }
+                let res = req.send().await.unwrap();
+                let status = res.status().as_u16();
+                (status, res.json::<serde_json::Value>().await.unwrap())
             })
         })
         .collect();
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    for (i, answer) in waiting.into_iter().enumerate() {
+        let (status, body) = answer.await.unwrap();
+        assert_eq!(status, 503, "request {i}: {body}");
+        assert_eq!(body["service"], "late");
+        assert_eq!(body["policy"], "late");
+        if i % 2 == 0 {
+            assert_eq!(body["lane"], "gray");
+        } else {
+            assert!(body["lane"].is_null(), "{body}");
+        }
+    }
+    // The instance comes: requests are served by it.
     std::fs::write(
         dir.0.join("instances.toml"),
         instance("late", "late-1", late.addr(), false),
     )
     .expect("write instances");
-    // All of them, not only the last to poll the balancer, are served by it.
-    for (i, answer) in waiting.into_iter().enumerate() {
-        let (status, body) = answer.await.unwrap();
-        assert_eq!(status, 200, "request {i}: {body}");
-        assert!(body.starts_with(&format!("late-1 /{i} ")), "{body}");
-    }
+    let url = format!("http://{gw}/late/x");
+    assert!(
+        wait_until(async || {
+            let (status, body) = text(c.get(&url).send().await.unwrap()).await;
+            status == 200 && body.starts_with("late-1 /x ")
+        })
+        .await,
+        "served once the instance is registered"
+    );
     gateway.shutdown().await;
 }
 

@@ -1,44 +1,23 @@
 //! Errors of the balancer.
 //!
-//! A request that no instance may serve fails with [`Unroutable`] (from
+//! A request that no instance may serve (none at all, none that fits its stain, or none
+//! ready in a subset whose policy fails fast) fails at once with [`Unroutable`] (from
 //! [`gray_core::matching`]), which names the service, the lane and the policy; a gateway
-//! downcasts the [`tower::BoxError`] to it and answers 503. A failing discovery
-//! stream surfaces as [`Discover`] from `poll_ready`. Endpoint errors pass through as
-//! they are.
+//! downcasts the [`tower::BoxError`] to it and answers 503. Endpoint errors pass through as
+//! they are. A failing discovery stream does not fail requests: the background task logs
+//! it (`tracing`, warn), keeps the endpoints it has and polls the stream again after a
+//! backoff.
 //!
 //! ```
-//! use gray_balance::error::{Discover, Unroutable};
+//! use gray_balance::error::{Unroutable, UnroutableReason};
+//! use gray_core::{Policy, matching::Miss};
 //!
-//! let err: tower::BoxError = Discover::new("registry unreachable".into()).into();
-//! assert!(err.is::<Discover>());
-//! assert_eq!(err.to_string(), "gray balancer discovery failed: registry unreachable");
-//! assert!(!err.is::<Unroutable>());
+//! let policy = Policy::seed_000();
+//! let key = policy.key("stock", None);
+//! let err: tower::BoxError = Box::new(policy.unroutable("stock", &key, &Miss::NoMatch));
+//! let err = err.downcast::<Unroutable>().unwrap();
+//! assert_eq!(err.reason(), &UnroutableReason::NoMatch);
+//! assert_eq!(err.to_string(), "no instance of `stock` fits baseline (policy `seed-000`, fallback `baseline`)");
 //! ```
-
-use std::fmt;
 
 pub use gray_core::matching::{Unroutable, UnroutableReason};
-use tower::BoxError;
-
-/// The balancer's discovery stream failed.
-#[derive(Debug)]
-pub struct Discover(BoxError);
-
-impl Discover {
-    /// Wraps a discovery error.
-    pub fn new(error: BoxError) -> Self {
-        Discover(error)
-    }
-}
-
-impl fmt::Display for Discover {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "gray balancer discovery failed: {}", self.0)
-    }
-}
-
-impl std::error::Error for Discover {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        Some(&*self.0)
-    }
-}

@@ -1,146 +1,132 @@
 //! The balancer's response future.
 //!
-//! It drives the chosen endpoint's future, tracks its load (for p2c) and reports the
-//! outcome to [passive health](crate::health); or it yields the
+//! It holds a clone of the picked endpoint and the request; it waits for the endpoint's
+//! readiness (in the caller's task), calls it, and reports the outcome to the endpoint's
+//! load and [passive health](crate::health). Or it yields the
 //! [`Unroutable`](crate::error::Unroutable) error when no endpoint fits.
 //!
 //! ```
-//! use gray_balance::{Balance, future::ResponseFuture};
+//! use std::{convert::Infallible, future::{Ready, ready}, task::{Context, Poll}};
+//! use gray_balance::future::ResponseFuture;
+//! use tower::{Service, util::ServiceFn};
 //!
 //! fn assert_future<F: std::future::Future>() {}
-//! assert_future::<ResponseFuture<std::future::Ready<Result<u8, std::io::Error>>>>();
+//! type Endpoint = ServiceFn<fn(u8) -> Ready<Result<u8, Infallible>>>;
+//! assert_future::<ResponseFuture<Endpoint, u8>>();
 //! ```
 
 use std::{
+    fmt,
     future::Future,
     pin::Pin,
-    sync::Arc,
     task::{Context, Poll, ready},
 };
 
 use pin_project_lite::pin_project;
-use tower::{
-    BoxError,
-    load::{CompleteOnResponse, completion::TrackCompletionFuture, peak_ewma, pending_requests},
-};
+use tower::BoxError;
+use tower_service::Service;
 
-use crate::health::{Classifier, Health};
+use crate::meter::{Completion, Ticket};
 
 pin_project! {
     /// The response future of [`Balance`](crate::Balance).
     #[must_use = "futures do nothing unless polled"]
-    pub struct ResponseFuture<F> {
+    pub struct ResponseFuture<S, Req>
+    where
+        S: Service<Req>,
+    {
         #[pin]
-        kind: Kind<F>,
-        health: Option<Arc<Health>>,
-        classify: Classifier,
+        state: State<S, Req, S::Future>,
+        ticket: Option<Ticket>,
     }
 }
 
 pin_project! {
-    #[project = KindProj]
-    enum Kind<F> {
-        Ewma { #[pin] fut: TrackCompletionFuture<F, CompleteOnResponse, peak_ewma::Handle> },
-        Pending { #[pin] fut: TrackCompletionFuture<F, CompleteOnResponse, pending_requests::Handle> },
-        Plain { #[pin] fut: F },
+    #[project = StateProj]
+    enum State<S, Req, F> {
+        // Waiting for the endpoint's readiness.
+        Ready { service: S, request: Option<Req> },
+        Called { #[pin] future: F },
         Failed { error: Option<BoxError> },
     }
 }
 
-impl<F> ResponseFuture<F> {
-    pub(crate) fn ewma(
-        fut: TrackCompletionFuture<F, CompleteOnResponse, peak_ewma::Handle>,
-        health: Arc<Health>,
-        classify: Classifier,
-    ) -> Self {
+impl<S: Service<Req>, Req> ResponseFuture<S, Req> {
+    pub(crate) fn new(service: S, request: Req, ticket: Ticket) -> Self {
         ResponseFuture {
-            kind: Kind::Ewma { fut },
-            health: Some(health),
-            classify,
+            state: State::Ready {
+                service,
+                request: Some(request),
+            },
+            ticket: Some(ticket),
         }
     }
 
-    pub(crate) fn pending(
-        fut: TrackCompletionFuture<F, CompleteOnResponse, pending_requests::Handle>,
-        health: Arc<Health>,
-        classify: Classifier,
-    ) -> Self {
+    pub(crate) fn failed(error: BoxError) -> Self {
         ResponseFuture {
-            kind: Kind::Pending { fut },
-            health: Some(health),
-            classify,
-        }
-    }
-
-    pub(crate) fn plain(fut: F, health: Arc<Health>, classify: Classifier) -> Self {
-        ResponseFuture {
-            kind: Kind::Plain { fut },
-            health: Some(health),
-            classify,
-        }
-    }
-
-    pub(crate) fn failed(error: BoxError, classify: Classifier) -> Self {
-        ResponseFuture {
-            kind: Kind::Failed { error: Some(error) },
-            health: None,
-            classify,
+            state: State::Failed { error: Some(error) },
+            ticket: None,
         }
     }
 }
 
-impl<F> std::fmt::Debug for ResponseFuture<F> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let kind = match &self.kind {
-            Kind::Ewma { .. } => "peak-ewma",
-            Kind::Pending { .. } => "pending-requests",
-            Kind::Plain { .. } => "round-robin",
-            Kind::Failed { .. } => "failed",
+impl<S: Service<Req>, Req> fmt::Debug for ResponseFuture<S, Req> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let state = match &self.state {
+            State::Ready { .. } => "waiting for the endpoint's readiness",
+            State::Called { .. } => "called",
+            State::Failed { .. } => "failed",
         };
         f.debug_struct("ResponseFuture")
-            .field("kind", &kind)
+            .field("state", &state)
             .finish()
     }
 }
 
-impl<F, T, E> Future for ResponseFuture<F>
+impl<S, Req> Future for ResponseFuture<S, Req>
 where
-    F: Future<Output = Result<T, E>>,
-    E: Into<BoxError>,
+    S: Service<Req>,
+    S::Error: Into<BoxError>,
 {
-    type Output = Result<T, BoxError>;
+    type Output = Result<S::Response, BoxError>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        let this = self.project();
-        let result = match this.kind.project() {
-            KindProj::Ewma { fut } => ready!(fut.poll(cx)),
-            KindProj::Pending { fut } => ready!(fut.poll(cx)),
-            KindProj::Plain { fut } => ready!(fut.poll(cx)),
-            KindProj::Failed { error } => {
-                return Poll::Ready(Err(error
-                    .take()
-                    .unwrap_or_else(|| "response future polled after completion".into())));
-            }
-        };
-        let health = this.health.take();
-        Poll::Ready(match result {
-            Ok(response) => {
-                if let Some(h) = health {
-                    h.succeeded();
-                }
-                Ok(response)
-            }
-            Err(e) => {
-                let e: BoxError = e.into();
-                if let Some(h) = health {
-                    if (this.classify)(&*e) {
-                        h.connection_failed();
-                    } else {
-                        h.reachable();
+        let mut this = self.project();
+        loop {
+            let future = match this.state.as_mut().project() {
+                StateProj::Ready { service, request } => {
+                    if let Err(e) = ready!(service.poll_ready(cx)) {
+                        if let Some(mut ticket) = this.ticket.take() {
+                            ticket.finish(Completion::Unready);
+                        }
+                        return Poll::Ready(Err(e.into()));
                     }
+                    let Some(request) = request.take() else {
+                        return Poll::Ready(Err("response future polled after completion".into()));
+                    };
+                    service.call(request)
                 }
-                Err(e)
-            }
-        })
+                StateProj::Called { future } => {
+                    let result = ready!(future.poll(cx)).map_err(Into::into);
+                    if let Some(mut ticket) = this.ticket.take() {
+                        let completion = match &result {
+                            Ok(_) => Completion::Success,
+                            Err(e) => Completion::Failed {
+                                connection: (ticket.meter().feedback().classify)(&**e),
+                            },
+                        };
+                        ticket.finish(completion);
+                    }
+                    this.state.set(State::Failed { error: None });
+                    return Poll::Ready(result);
+                }
+                StateProj::Failed { error } => {
+                    return Poll::Ready(Err(error
+                        .take()
+                        .unwrap_or_else(|| "response future polled after completion".into())));
+                }
+            };
+            this.state.set(State::Called { future });
+        }
     }
 }

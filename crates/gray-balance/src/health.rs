@@ -1,16 +1,26 @@
 //! Passive health: endpoints whose calls fail with connection errors are ejected.
 //!
-//! Every response of an endpoint is observed. When [`Ejection::consecutive`] calls in a
-//! row fail with a *connection error*, the endpoint is ejected: it leaves every subset
-//! and counts as absent for the fallback, so a gray request whose only gray instance is
-//! down falls back as if that instance were gone. It comes back after a backoff that
-//! doubles with each ejection in a row ([`Ejection::base`] up to [`Ejection::max`]); one
-//! successful call resets both the error count and the backoff. Any other outcome (a
-//! response, or an error that is not a connection error, such as a timeout of a request
-//! already sent) also resets the error count: the endpoint was reachable.
+//! Every completion of an endpoint is observed, in atomics of its own. When
+//! [`Ejection::consecutive`] requests in a row fail with a *connection error*, the
+//! response future that saw the last one asks the balancer's background task to eject the
+//! endpoint: it leaves every subset and counts as absent for the fallback, so a gray
+//! request whose only gray instance is down falls back as if that instance were gone. It
+//! comes back after [`Ejection::backoff`]'s delay for the number of ejections in a row
+//! (`gray_core::backoff::Backoff`: doubling, with jitter); one successful request resets
+//! both the error count and the streak. Any other outcome (a response, or an error that is
+//! not a connection error, such as a timeout of a request already sent) also resets the
+//! error count: the endpoint was reachable. A readmitted endpoint is probed again like a
+//! new one (see the crate docs, "New endpoints").
 //!
-//! Ejection takes effect the next time the balancer looks at the endpoint (when it is
-//! picked, or polled ready again), so it costs nothing on the request path.
+//! An endpoint whose `poll_ready` fails is *unready*: it leaves the ready lists at once but
+//! still counts as present (the policy's `OnUnready` decides whether its subset then fails
+//! fast or falls back), and it comes back after the same backoff.
+//!
+//! Ejection and readmission are applied by the background task, never on the request path,
+//! so the counts the policy walks stay exact and the request path takes no lock. Until the
+//! task has ejected an endpoint that reached the threshold (microseconds, on a runtime
+//! that is not starved), picks avoid it: p2c takes the other candidate and probes skip it;
+//! only a subset with that one endpoint still sends to it.
 //!
 //! What a connection error is, is decided by a [`Classifier`], a plain function over the
 //! endpoint's error; the default, [`is_connection_error`], walks the error's `source()`
@@ -23,24 +33,24 @@
 //! ```
 //! use std::{io, time::Duration};
 //! use gray_balance::health::{Ejection, is_connection_error};
+//! use gray_core::backoff::Backoff;
 //!
 //! let refused = io::Error::from(io::ErrorKind::ConnectionRefused);
 //! assert!(is_connection_error(&refused));
 //! assert!(!is_connection_error(&io::Error::from(io::ErrorKind::InvalidData)));
 //!
-//! let ejection = Ejection::default();
-//! assert_eq!(ejection.backoff(0), ejection.base);
-//! assert_eq!(ejection.backoff(1), ejection.base * 2);
-//! assert_eq!(ejection.backoff(40), ejection.max);
-//! # let _ = Duration::ZERO;
+//! let ejection = Ejection::new()
+//!     .with_backoff(Backoff::new(Duration::from_secs(1), Duration::from_secs(60)).without_jitter())
+//!     .with_consecutive(3);
+//! assert_eq!(ejection.consecutive(), 3);
+//! assert_eq!(ejection.backoff().delay(1), Duration::from_secs(1));
+//! assert_eq!(ejection.backoff().delay(2), Duration::from_secs(2));
+//! assert_eq!(Ejection::disabled().consecutive(), 0);
 //! ```
 
-use std::{
-    error::Error,
-    io,
-    sync::atomic::{AtomicU32, Ordering},
-    time::Duration,
-};
+use std::{error::Error, io, time::Duration};
+
+use gray_core::backoff::Backoff;
 
 /// Decides whether an endpoint's error is a connection error.
 pub type Classifier = fn(&(dyn Error + 'static)) -> bool;
@@ -72,81 +82,55 @@ pub fn is_connection_error(error: &(dyn Error + 'static)) -> bool {
     false
 }
 
-/// When and for how long endpoints are ejected.
+/// When and for how long endpoints are ejected; see the [module docs](self).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Ejection {
-    /// Connection errors in a row that eject an endpoint; `0` turns ejection off.
-    pub consecutive: u32,
-    /// The first ejection's length.
-    pub base: Duration,
-    /// The longest ejection.
-    pub max: Duration,
+    consecutive: u32,
+    backoff: Backoff,
 }
 
 impl Default for Ejection {
-    /// Five connection errors in a row; one second, doubling up to a minute.
+    /// Five connection errors in a row; one second, doubling up to a minute, with jitter.
     fn default() -> Self {
         Ejection {
             consecutive: 5,
-            base: Duration::from_secs(1),
-            max: Duration::from_secs(60),
+            backoff: Backoff::new(Duration::from_secs(1), Duration::from_secs(60)),
         }
     }
 }
 
 impl Ejection {
+    /// The default: see [`Ejection::default`].
+    pub fn new() -> Self {
+        Self::default()
+    }
+
     /// No ejection at all.
     pub fn disabled() -> Self {
-        Ejection {
-            consecutive: 0,
-            ..Ejection::default()
-        }
+        Ejection::new().with_consecutive(0)
     }
 
-    /// The length of an ejection after `streak` earlier ejections in a row.
-    pub fn backoff(&self, streak: u32) -> Duration {
-        let factor = 1u32.checked_shl(streak.min(31)).unwrap_or(u32::MAX);
-        self.base.saturating_mul(factor).min(self.max)
-    }
-}
-
-/// Shared between the balancer and the response futures of one endpoint.
-#[derive(Debug, Default)]
-pub(crate) struct Health {
-    /// Connection errors in a row.
-    failures: AtomicU32,
-    /// Ejections in a row.
-    streak: AtomicU32,
-}
-
-impl Health {
-    pub(crate) fn succeeded(&self) {
-        if self.failures.load(Ordering::Relaxed) != 0 {
-            self.failures.store(0, Ordering::Relaxed);
-        }
-        if self.streak.load(Ordering::Relaxed) != 0 {
-            self.streak.store(0, Ordering::Relaxed);
-        }
+    /// Connection errors in a row that eject an endpoint; `0` turns ejection off.
+    pub fn with_consecutive(mut self, consecutive: u32) -> Self {
+        self.consecutive = consecutive;
+        self
     }
 
-    pub(crate) fn reachable(&self) {
-        if self.failures.load(Ordering::Relaxed) != 0 {
-            self.failures.store(0, Ordering::Relaxed);
-        }
+    /// How long an endpoint stays out: `backoff.delay(n)` for the `n`th ejection in a row
+    /// (also how long an unready endpoint stays out).
+    pub fn with_backoff(mut self, backoff: Backoff) -> Self {
+        self.backoff = backoff;
+        self
     }
 
-    pub(crate) fn connection_failed(&self) {
-        self.failures.fetch_add(1, Ordering::Relaxed);
+    /// Connection errors in a row that eject an endpoint (`0`: never).
+    pub fn consecutive(&self) -> u32 {
+        self.consecutive
     }
 
-    pub(crate) fn should_eject(&self, ejection: &Ejection) -> bool {
-        ejection.consecutive > 0 && self.failures.load(Ordering::Relaxed) >= ejection.consecutive
-    }
-
-    /// Records an ejection and returns its length.
-    pub(crate) fn eject(&self, ejection: &Ejection) -> Duration {
-        self.failures.store(0, Ordering::Relaxed);
-        let streak = self.streak.fetch_add(1, Ordering::Relaxed);
-        ejection.backoff(streak)
+    /// The backoff of ejections in a row.
+    pub fn backoff(&self) -> Backoff {
+        self.backoff
     }
 }

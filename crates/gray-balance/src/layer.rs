@@ -1,60 +1,61 @@
-use std::{fmt, hash::Hash, marker::PhantomData, sync::Arc};
+//! [`BalanceLayer`]: the balancer's configuration, which builds balancers over discover
+//! streams.
 
-use gray_core::Policy;
-use tower::discover::Discover;
+use std::{fmt, hash::Hash};
+
+use gray_core::{Labelled, Policy};
+use tower::{BoxError, discover::Discover};
 use tower_layer::Layer;
 
 use crate::{
-    Balance, Pick,
-    health::{Classifier, Ejection, is_connection_error},
-    service::RecordRouted,
+    Driver, Pick, RecordRouted,
+    health::{Classifier, Ejection},
+    service::{Balance, Config},
 };
 
 /// Builds a [`Balance`] over a discover stream: `layer.layer(discover)`.
 ///
 /// Holds the target service's name, its [`Policy`], how to [`Pick`] among ready
-/// endpoints, when to [eject](Ejection) endpoints and how to recognise a connection error
-/// ([`Classifier`]).
-pub struct BalanceLayer<Req> {
-    service: Arc<str>,
-    policy: Policy,
-    pick: Pick,
-    ejection: Ejection,
-    classify: Classifier,
-    routed: RecordRouted,
-    _req: PhantomData<fn(Req)>,
+/// endpoints, when to [eject](Ejection) endpoints, how to recognise a connection error
+/// ([`Classifier`]) and which requests record how they were routed ([`RecordRouted`]).
+/// The `with_*` setters may come in any order.
+#[derive(Clone)]
+pub struct BalanceLayer {
+    config: Config,
 }
 
-impl<Req> BalanceLayer<Req> {
+impl fmt::Debug for BalanceLayer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("BalanceLayer")
+            .field("config", &self.config)
+            .finish()
+    }
+}
+
+impl BalanceLayer {
     /// A layer for calls to `service` routed by `policy`, with Peak-EWMA p2c, the
-    /// default [`Ejection`] and [`is_connection_error`].
+    /// default [`Ejection`] and [`is_connection_error`](crate::health::is_connection_error).
     pub fn new(service: impl AsRef<str>, policy: Policy) -> Self {
         BalanceLayer {
-            service: service.as_ref().into(),
-            policy,
-            pick: Pick::default(),
-            ejection: Ejection::default(),
-            classify: is_connection_error,
-            routed: RecordRouted::Never,
-            _req: PhantomData,
+            config: Config::new(service.as_ref(), policy),
         }
     }
 
     /// How to pick among the ready endpoints of a subset.
     pub fn with_pick(mut self, pick: Pick) -> Self {
-        self.pick = pick;
+        self.config.router.pick = pick;
         self
     }
 
     /// When and for how long to eject endpoints.
     pub fn with_ejection(mut self, ejection: Ejection) -> Self {
-        self.ejection = ejection;
+        self.config.ejection = ejection;
         self
     }
 
     /// How to recognise a connection error.
     pub fn with_classifier(mut self, classify: Classifier) -> Self {
-        self.classify = classify;
+        self.config.classify = classify;
         self
     }
 
@@ -64,59 +65,47 @@ impl<Req> BalanceLayer<Req> {
     /// was taken. [`RecordRouted::Never`] by default: a record costs one extensions insert;
     /// [`RecordRouted::Fallbacks`] pays it only for the requests that fell back.
     pub fn with_routed(mut self, record: RecordRouted) -> Self {
-        self.routed = record;
+        self.config.router.record = record;
         self
     }
 
-    /// Builds the balancer over `discover` (the same as [`Layer::layer`]).
-    pub fn build<D>(&self, discover: D) -> Balance<D, Req>
+    /// Builds the balancer over `discover` and spawns its driver on the current tokio
+    /// runtime (the same as [`Layer::layer`]); see [`Balance::new`].
+    ///
+    /// # Panics
+    ///
+    /// Outside a tokio runtime; use [`BalanceLayer::pair`] there.
+    pub fn build<D>(&self, discover: D) -> Balance<D::Key, D::Service>
+    where
+        D: Discover + Send + 'static,
+        D::Key: Hash + Eq + Clone + fmt::Debug + Send + Sync + 'static,
+        D::Service: Labelled + Send + Sync + 'static,
+        D::Error: Into<BoxError>,
+    {
+        Balance::spawn(discover, self.config.clone())
+    }
+
+    /// Builds the balancer over `discover` and returns its driver, for the caller to
+    /// spawn; see [`Balance::pair`].
+    pub fn pair<D>(&self, discover: D) -> (Balance<D::Key, D::Service>, Driver<D>)
     where
         D: Discover,
-        D::Key: Hash + Eq + Clone,
+        D::Key: Hash + Eq + Clone + fmt::Debug,
+        D::Service: Labelled,
+        D::Error: Into<BoxError>,
     {
-        Balance::from_parts(
-            discover,
-            self.service.clone(),
-            self.policy.clone(),
-            self.pick,
-            self.ejection,
-            self.classify,
-            self.routed,
-        )
+        Balance::with_config(discover, self.config.clone())
     }
 }
 
-impl<Req> Clone for BalanceLayer<Req> {
-    fn clone(&self) -> Self {
-        BalanceLayer {
-            service: self.service.clone(),
-            policy: self.policy.clone(),
-            pick: self.pick,
-            ejection: self.ejection,
-            classify: self.classify,
-            routed: self.routed,
-            _req: PhantomData,
-        }
-    }
-}
-
-impl<Req> fmt::Debug for BalanceLayer<Req> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("BalanceLayer")
-            .field("service", &self.service)
-            .field("policy", &self.policy)
-            .field("pick", &self.pick)
-            .field("ejection", &self.ejection)
-            .finish()
-    }
-}
-
-impl<D, Req> Layer<D> for BalanceLayer<Req>
+impl<D> Layer<D> for BalanceLayer
 where
-    D: Discover,
-    D::Key: Hash + Eq + Clone,
+    D: Discover + Send + 'static,
+    D::Key: Hash + Eq + Clone + fmt::Debug + Send + Sync + 'static,
+    D::Service: Labelled + Send + Sync + 'static,
+    D::Error: Into<BoxError>,
 {
-    type Service = Balance<D, Req>;
+    type Service = Balance<D::Key, D::Service>;
 
     fn layer(&self, discover: D) -> Self::Service {
         self.build(discover)

@@ -1,37 +1,81 @@
-//! A per-request, label-aware tower load balancer for gray (canary) releases.
+//! A per-request, label-aware tower load balancer for gray (canary) releases, shared by
+//! any number of concurrent callers.
 //!
 //! tower's `p2c::Balance` picks an endpoint in `poll_ready`, before it has seen the
-//! request, so it cannot route by the request's stain. [`Balance`] decides in `call`:
+//! request, so it cannot route by the request's stain. [`Balance`] decides in `call`, in
+//! the caller's task:
 //!
 //! 1. it reads the request's [`Stain`](gray_core::Stain) from the request extensions
-//!    ([`RequestStain`]), else from the task-local ([`gray_core::task::current`]),
+//!    ([`RequestStain`]), else from the task-local ([`gray_core::task::current`]: this
+//!    works because the pick runs in the caller's task, not in a `Buffer`'s worker),
 //!    else it uses the policy's own lane (seed 000: a request made by the instance itself);
 //! 2. it walks the [`Policy`](gray_core::Policy)'s chain of subsets (the pinned version,
 //!    the lane, baseline, all, as the fallback allows; see [`gray_core::matching`]) over
-//!    an index of *ready* endpoints per subset, kept up to date on every discovery
-//!    `Change` and readiness change: finding the subset and picking from it costs the
-//!    same for 10 or 10,000 endpoints, and allocates nothing;
-//! 3. it picks among the ready endpoints of that subset by power of two choices over
-//!    tower's [`Load`](tower::load::Load) (Peak-EWMA by default), or round-robin
-//!    ([`Pick`]);
-//! 4. when nothing fits, the response future fails with
-//!    [`Unroutable`](error::Unroutable), naming the service, the lane and the policy.
+//!    an index of ready endpoints per subset: finding the subset and picking from it costs
+//!    the same for 10 or 10,000 endpoints, takes no lock and allocates nothing;
+//! 3. it picks among the ready endpoints of that subset: a new endpoint's probe first
+//!    (below), else by power of two choices over a Peak-EWMA cost, or the requests in
+//!    flight, or round-robin ([`Pick`]);
+//! 4. it returns a future that waits for a clone of that endpoint to be ready, calls it
+//!    and reports the outcome (round-trip time, connection errors) to the endpoint's
+//!    atomics;
+//! 5. when nothing fits, including when the service has no instance at all, the future
+//!    fails at once with [`Unroutable`](error::Unroutable), naming the service, the lane
+//!    and the policy.
+//!
+//! # One balancer, many callers
+//!
+//! A [`Balance`] is a handle: clone it into every task, connection or client that calls
+//! the service; no `Buffer` and no mutex. A background task, the [`Driver`], owns the
+//! index: it applies every discovery `Change` as it arrives, whether or not requests flow,
+//! and ejections, readmissions and the end of probing, and publishes an immutable
+//! snapshot of the index through `arc-swap` after each batch. A request loads the
+//! snapshot (no lock, no reference count), walks and picks over it, and updates a few
+//! atomics. [`BalanceLayer::build`] (and [`Layer::layer`](tower_layer::Layer::layer))
+//! spawn the driver on the current tokio runtime; [`BalanceLayer::pair`] returns it for
+//! you to spawn. It ends when the last handle is dropped. The changes the stream has ready
+//! when the balancer is built (a static list, a file already read) are applied before the
+//! constructor returns.
+//!
+//! Clients that send requests themselves (reqwest, which keeps its own connections) use
+//! [`Balance::pick`]: the same decision, and a [`Picked`] endpoint to report the outcome
+//! to. The `reqwest` module (feature `reqwest`) does this for
+//! `http://<service>/…` URLs.
 //!
 //! # Readiness
 //!
-//! `poll_ready` drives the discovery stream and polls every endpoint that is not known to
-//! be ready; it is ready when at least one endpoint is ready, and pending otherwise
-//! (woken by discovery, by an endpoint, or by the end of an ejection). `call` only ever
-//! calls an endpoint that was polled ready and not called since; the endpoint is polled
-//! again by the next `poll_ready`.
+//! [`Balance`]'s `poll_ready` is always ready: it cannot reserve an endpoint before it
+//! knows the request's stain. The picked endpoint's own `poll_ready` is awaited in the
+//! response future, in the caller's task, on the clone that serves the request; the
+//! request counts as in flight for that endpoint from the pick on, so concurrent picks
+//! spread.
 //!
-//! Because readiness is reserved before the request is seen, the *matched* subset may
-//! have endpoints none of which is ready while others are. Then, with
-//! [`OnUnready::Fail`](gray_core::matching::OnUnready::Fail) (the default), the request
-//! fails at once with `Unroutable` (reason `Unready`), so a retry layer or the client
-//! can try again; with [`OnUnready::Fallback`](gray_core::matching::OnUnready::Fallback)
-//! the subset counts as absent and the policy's fallback goes on. The balancer never
-//! waits for one subset inside `call`.
+//! An endpoint is *unready* when its `poll_ready` failed: the request fails with that
+//! error, and the endpoint leaves the ready lists at once, still counted as present, until
+//! the ejection backoff brings it back. The policy's
+//! [`OnUnready`](gray_core::matching::OnUnready) says what a subset whose present
+//! endpoints are all unready means: fail fast (`Fail`, the default: `Unroutable` with
+//! reason `Unready`) or fall back as if it were empty (`Fallback`). Ejected endpoints
+//! count as absent, so a subset whose endpoints are all ejected falls back whatever
+//! `OnUnready` says.
+//!
+//! # New endpoints
+//!
+//! Peak-EWMA assumes a default round trip (30 ms) for an endpoint it has not measured, so
+//! at low request rates p2c would keep choosing a measured endpoint over a new one. So
+//! every endpoint that joins (or comes back from ejection) is *probing* until it has
+//! completed 3 requests: with [`Pick::PeakEwma`] and [`Pick::PendingRequests`], a pick
+//! first looks at the probing endpoints of its subset (the first 4 of them) and sends the
+//! request to one that has no probe in flight. While probing, each measured round trip
+//! replaces the estimate (the first request pays for the connection); after, Peak-EWMA
+//! applies. So, with requests one at a time, a new endpoint gets the next request routed
+//! to its subset once the endpoints that joined that subset before it have had their 3
+//! probes: **N = 1** for a single new endpoint, at most `3 × k + 1` when `k` probing
+//! endpoints are ahead of it (the background task takes a measured endpoint out of the
+//! probing list between two requests). Probes go one at a time per endpoint, so a slow
+//! new endpoint is not flooded: besides its probe, p2c sees it at the default cost.
+//! [`Pick::RoundRobin`] needs no probe: an endpoint of a subset of `n` gets one of every
+//! `n` requests.
 //!
 //! # Passive health
 //!
@@ -41,30 +85,32 @@
 //! # Explanation
 //!
 //! Every decision emits a `tracing` event at debug level, target `gray::balance`, with
-//! the lane, the pin, the subset, its size, whether a fallback was taken and the
-//! endpoint chosen. [`Balance::explain`] (over the live endpoints) and
-//! [`Policy::decide`](gray_core::Policy::decide) (over any instance list) return the same
-//! decision as a value.
+//! the lane, the pin, the subset, its size, whether a fallback was taken, whether the
+//! request is a probe and the endpoint chosen. [`Balance::explain`] (over the live
+//! endpoints) and [`Policy::decide`](gray_core::Policy::decide) (over any instance list)
+//! return the same decision as a value.
 //!
 //! # Features
 //!
 //! | feature | default | what it adds |
 //! |---|---|---|
 //! | `hyper-util` | no | [`health::is_connection_error`] also recognises hyper-util client errors that `is_connect()` |
+//! | `reqwest` | no | `reqwest::RouteMiddleware`: `http://<service>/…` with reqwest goes to an instance picked by the stain |
 //!
-//! A tokio runtime with the time driver is needed once an endpoint is ejected (the end
-//! of an ejection is a timer).
+//! A tokio runtime with the time driver is needed (the driver's timers).
 //!
 //! # Example
 //!
 //! ```
-//! use std::{convert::Infallible, future::{Ready, ready}, task::{Context, Poll}};
-//! use gray_balance::BalanceLayer;
-//! use gray_core::{Stain, Labelled, Labels, Lane, Policy};
-//! use tower::{Layer, Service, ServiceExt, discover::Change};
+//! use std::{convert::Infallible, future::{Ready, ready}, sync::Arc, task::{Context, Poll}};
+//! use gray_balance::{BalanceLayer, error::Unroutable};
+//! use gray_core::{Labelled, Labels, Lane, Policy, Stain};
+//! use tower::{Service, ServiceExt, discover::Change};
 //!
-//! /// An endpoint that answers with its own name.
-//! struct Endpoint(&'static str, Labels);
+//! /// An endpoint that answers with its own name. Each request calls a clone: keep
+//! /// clones cheap.
+//! #[derive(Clone)]
+//! struct Endpoint(&'static str, Arc<Labels>);
 //!
 //! impl Labelled for Endpoint {
 //!     fn labels(&self) -> &Labels { &self.1 }
@@ -82,35 +128,66 @@
 //!
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() -> Result<(), tower::BoxError> {
+//! let gray = Labels::from_iter([("gray", "true")]);
 //! let endpoints = futures_util::stream::iter([
-//!     Ok::<_, Infallible>(Change::Insert(1, Endpoint("base-1", Labels::new()))),
-//!     Ok(Change::Insert(2, Endpoint("gray-1", Labels::from_iter([("gray", "true")])))),
+//!     Ok::<_, Infallible>(Change::Insert(1, Endpoint("base-1", Arc::new(Labels::new())))),
+//!     Ok(Change::Insert(2, Endpoint("gray-1", Arc::new(gray)))),
 //! ]);
-//! let mut balance = BalanceLayer::new("svc-b", Policy::seed_000()).layer(endpoints);
+//! let balance = BalanceLayer::new("svc-b", Policy::seed_000()).build(endpoints);
 //!
-//! let mut request = http::Request::new(());
-//! request.extensions_mut().insert(Stain::in_lane(Lane::new("gray")?));
-//! assert_eq!(balance.ready().await?.call(request).await?, "gray-1");
+//! // Eight concurrent callers share one balancer: each holds a clone of the handle.
+//! let callers: Vec<_> = (0..8)
+//!     .map(|i| {
+//!         let balance = balance.clone();
+//!         tokio::spawn(async move {
+//!             let mut request = http::Request::new(());
+//!             if i % 2 == 0 {
+//!                 request.extensions_mut().insert(Stain::in_lane(Lane::new("gray")?));
+//!             }
+//!             balance.oneshot(request).await
+//!         })
+//!     })
+//!     .collect();
+//! for (i, caller) in callers.into_iter().enumerate() {
+//!     let served = caller.await??;
+//!     assert_eq!(served, if i % 2 == 0 { "gray-1" } else { "base-1" });
+//! }
 //!
-//! let request = http::Request::new(()); // no context, no own lane: baseline
-//! assert_eq!(balance.ready().await?.call(request).await?, "base-1");
+//! // No extension: the caller's task-local stain routes the request.
+//! let gray = Stain::in_lane(Lane::new("gray")?);
+//! let served = gray_core::task::scope(gray, balance.clone().oneshot(http::Request::new(()))).await?;
+//! assert_eq!(served, "gray-1");
+//!
+//! // A service without instances fails at once.
+//! let none = futures_util::stream::empty::<Result<Change<u32, Endpoint>, Infallible>>();
+//! let empty = BalanceLayer::new("svc-c", Policy::seed_000()).build(none);
+//! let err = empty.oneshot(http::Request::new(())).await.unwrap_err();
+//! assert_eq!(err.downcast_ref::<Unroutable>().unwrap().service(), "svc-c");
 //! # Ok(())
 //! # }
 //! ```
 
 #![forbid(unsafe_code)]
 
+mod chunked;
+mod driver;
 mod index;
 mod layer;
+mod meter;
+mod pick;
 mod service;
 
 pub mod error;
 pub mod future;
 pub mod health;
+#[cfg(feature = "reqwest")]
+pub mod reqwest;
 
 pub use self::{
+    driver::Driver,
     layer::BalanceLayer,
-    service::{Balance, Pick, RecordRouted, RequestStain, Routed},
+    pick::{Pick, Picked, RecordRouted, Routed},
+    service::{Balance, RequestStain},
 };
 
 #[cfg(test)]

@@ -1,19 +1,22 @@
 //! Heap allocations on the balancer's request path, counted by a global allocator.
 //!
 //! Once warm, routing a request stained with a lane (read from the extensions, looked up
-//! in the subset index, picked by p2c over Peak-EWMA, called, completed) allocates
-//! nothing; neither does an unstained request. Requests are built before counting
-//! (`http::Extensions` boxes its map), and everything runs on the test's own thread
-//! (the allocator counts per thread), polled by hand with a no-op waker.
+//! in the published subset index, picked by p2c over Peak-EWMA, the endpoint cloned,
+//! polled ready, called, completed and its load recorded) allocates nothing; neither does
+//! an unstained request, nor a `pick` and its completion. Requests are built before
+//! counting (`http::Extensions` boxes its map). The balancer's driver runs on a runtime
+//! worker; the requests are polled by hand on the test's own thread (the allocator counts
+//! per thread).
 
 use std::{
     convert::Infallible,
     future::{Future, Ready, ready},
     pin::pin,
+    sync::Arc,
     task::{Context, Poll, Waker},
 };
 
-use gray_balance::{BalanceLayer, Pick};
+use gray_balance::{Balance, BalanceLayer, Pick};
 use gray_core::{Labelled, Labels, Lane, Policy, Stain};
 use gray_test_support::alloc::Counting;
 use tower::{Service, discover::Change};
@@ -25,7 +28,9 @@ fn allocations_in(f: impl FnOnce()) -> usize {
     gray_test_support::alloc::allocations_in(f).1
 }
 
-struct Endpoint(usize, Labels);
+/// An endpoint whose clone is a reference count increment.
+#[derive(Clone)]
+struct Endpoint(usize, Arc<Labels>);
 
 impl Labelled for Endpoint {
     fn labels(&self) -> &Labels {
@@ -47,20 +52,35 @@ impl Service<http::Request<()>> for Endpoint {
     }
 }
 
+fn balancer(pick: Pick) -> Balance<usize, Endpoint> {
+    let endpoints = futures_util::stream::iter((0..64).map(|i| {
+        let labels = if i % 4 == 0 {
+            Labels::from_iter([("gray", "true")])
+        } else {
+            Labels::new()
+        };
+        Ok::<_, Infallible>(Change::Insert(i, Endpoint(i, Arc::new(labels))))
+    }));
+    BalanceLayer::new("svc-b", Policy::seed_000())
+        .with_pick(pick)
+        .build(endpoints)
+}
+
+/// A runtime whose one worker runs the balancers' drivers.
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
 #[test]
 fn routing_a_lane_stain_allocates_nothing() {
+    let rt = runtime();
+    let _guard = rt.enter();
     for pick in [Pick::default(), Pick::PendingRequests, Pick::RoundRobin] {
-        let endpoints = futures_util::stream::iter((0..64).map(|i| {
-            let labels = if i % 4 == 0 {
-                Labels::from_iter([("gray", "true")])
-            } else {
-                Labels::new()
-            };
-            Ok::<_, Infallible>(Change::Insert(i, Endpoint(i, labels)))
-        }));
-        let mut balance = BalanceLayer::new("svc-b", Policy::seed_000())
-            .with_pick(pick)
-            .build(endpoints);
+        let mut balance = balancer(pick);
         let gray = Stain::in_lane(Lane::new("gray").unwrap());
         let requests: Vec<http::Request<()>> = (0..2_000)
             .map(|i| {
@@ -81,7 +101,7 @@ fn routing_a_lane_stain_allocates_nothing() {
             }
         };
         let mut requests = requests.into_iter();
-        // Warm up: the index's lists reach their working capacity.
+        // Warm up: every endpoint completes its probes, thread-locals are set up.
         for req in requests.by_ref().take(500) {
             route(req);
         }
@@ -98,4 +118,23 @@ fn routing_a_lane_stain_allocates_nothing() {
         assert_eq!(gray_hits, 750);
         assert_eq!(n, 0, "{pick:?}: {n} allocations for 1,500 requests");
     }
+}
+
+#[test]
+fn a_pick_and_its_completion_allocate_nothing() {
+    let rt = runtime();
+    let _guard = rt.enter();
+    let balance = balancer(Pick::default());
+    let gray = Stain::in_lane(Lane::new("gray").unwrap());
+    let mut once = |i: usize| {
+        let stain = (i % 2 == 0).then_some(&gray);
+        let picked = balance.pick(stain).unwrap();
+        assert_eq!(picked.endpoint().0 % 4 == 0, i % 2 == 0);
+        picked.succeeded();
+    };
+    for i in 0..500 {
+        once(i);
+    }
+    let n = allocations_in(|| (0..1_000).for_each(&mut once));
+    assert_eq!(n, 0, "{n} allocations for 1,000 picks");
 }

@@ -4,8 +4,8 @@
 use std::{convert::Infallible, net::SocketAddr, time::Duration};
 
 use bytes::Bytes;
-use gray_balance::{BalanceLayer, Pick, error::Unroutable, health::Ejection};
-use gray_core::{Labels, Lane, Policy, Stain};
+use gray_balance::{BalanceLayer, error::Unroutable, health::Ejection};
+use gray_core::{Labels, Lane, Policy, Stain, backoff::Backoff};
 use gray_discovery::{Instance, StaticDiscover, http::HttpEndpoints};
 use http_body_util::{BodyExt, Full};
 use hyper_util::rt::TokioIo;
@@ -85,17 +85,12 @@ async fn routes_real_http_by_lane_and_ejects_a_dead_gray_instance() {
         instance("gray-dead", dead, &[("gray", "TRUE")]),
     ]);
     let endpoints = HttpEndpoints::<_, Full<Bytes>>::new().discover(instances);
-    let ejection = Ejection {
-        consecutive: 2,
-        base: Duration::from_secs(60),
-        max: Duration::from_secs(60),
-    };
-    // Round-robin, so that sequential requests spread deterministically: with Peak-EWMA,
-    // p2c keeps choosing the one measured endpoint over an unmeasured one (whose cost is
-    // the 30 ms default RTT) when requests never overlap.
+    let backoff = Backoff::new(Duration::from_secs(60), Duration::from_secs(60));
+    let ejection = Ejection::new().with_consecutive(2).with_backoff(backoff);
+    // Peak-EWMA (the default): sequential requests reach every instance, because each new
+    // one is probed before p2c compares costs.
     let mut balance = BalanceLayer::new("svc-b", Policy::seed_000())
         .with_ejection(ejection)
-        .with_pick(Pick::RoundRobin)
         .layer(endpoints);
     let gray = Stain::in_lane(Lane::new("gray").unwrap());
 
@@ -122,16 +117,21 @@ async fn routes_real_http_by_lane_and_ejects_a_dead_gray_instance() {
         }
     }
     assert_eq!(errors, 2, "the dead instance was picked and failed twice");
+    // The background task ejects it.
+    for _ in 0..200 {
+        if balance.ready_len() == 3 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(balance.ready_len(), 3);
     for _ in 0..20 {
         assert_eq!(
             send(&mut balance, Some(gray.clone())).await.unwrap(),
             "gray-1"
         );
     }
-    // Explanations report the endpoints as of the last poll_ready.
-    ServiceExt::<http::Request<Full<Bytes>>>::ready(&mut balance)
-        .await
-        .unwrap();
+    // Explanations show it ejected.
     let decision = balance.explain(Some(&gray));
     let dead_step = decision.steps.first().unwrap();
     assert_eq!(

@@ -1,16 +1,21 @@
-//! Properties over random instance sets, labels, readiness, policies and contexts.
+//! Properties over random instance sets, labels, ejections, policies and stains: the
+//! balancer agrees with `Policy::decide` over the same instances, and honours lanes, pins
+//! and the baseline rule.
 
 use std::{
-    collections::HashMap,
-    convert::Infallible,
+    collections::{HashMap, HashSet},
     future::{Future, Ready, ready},
+    io,
     pin::pin,
+    sync::Arc,
     task::{Context, Poll, Waker},
+    time::Duration,
 };
 
-use gray_balance::{Balance, BalanceLayer, Pick, error::Unroutable};
+use gray_balance::{Balance, BalanceLayer, Driver, Pick, error::Unroutable, health::Ejection};
 use gray_core::{
     Labelled, Labels, Lane, Pins, Policy, Stain, Version,
+    backoff::Backoff,
     matching::{Availability, Candidate, Decision, Fallback, OnUnready, Unlabelled},
 };
 use proptest::prelude::*;
@@ -18,12 +23,12 @@ use tower::{Service, discover::Change};
 
 type Req = http::Request<()>;
 
-/// An endpoint that answers with its own id; ready or never ready.
+/// An endpoint that answers with its own id, or, when broken, refuses the connection.
 #[derive(Debug, Clone)]
 struct Inst {
     id: usize,
-    labels: Labels,
-    ready: bool,
+    labels: Arc<Labels>,
+    broken: bool,
 }
 
 impl Labelled for Inst {
@@ -34,19 +39,22 @@ impl Labelled for Inst {
 
 impl Service<Req> for Inst {
     type Response = usize;
-    type Error = Infallible;
-    type Future = Ready<Result<usize, Infallible>>;
+    type Error = io::Error;
+    type Future = Ready<Result<usize, io::Error>>;
 
-    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
-        if self.ready {
-            Poll::Ready(Ok(()))
-        } else {
-            Poll::Pending
-        }
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), io::Error>> {
+        Poll::Ready(Ok(()))
     }
 
     fn call(&mut self, _: Req) -> Self::Future {
-        ready(Ok(self.id))
+        ready(if self.broken {
+            Err(io::Error::new(
+                io::ErrorKind::ConnectionRefused,
+                self.id.to_string(),
+            ))
+        } else {
+            Ok(self.id)
+        })
     }
 }
 
@@ -54,8 +62,8 @@ const LANES: [&str; 2] = ["gray", "blue"];
 const VERSIONS: [&str; 3] = ["1", "2", "3"];
 
 fn inst() -> impl Strategy<Value = (u8, u8, bool)> {
-    // lane: 0 none, 1 gray (flag), 2 blue (lane label); versions: a bit set; readiness.
-    (0u8..3, 0u8..8, prop::bool::weighted(0.7))
+    // lane: 0 none, 1 gray (flag), 2 blue (lane label); versions: a bit set; broken.
+    (0u8..3, 0u8..8, prop::bool::weighted(0.25))
 }
 
 fn labels(lane: u8, versions: u8) -> Labels {
@@ -118,47 +126,60 @@ fn build_context(spec: (Option<usize>, Option<usize>)) -> Stain {
     ctx
 }
 
-fn discover(
-    insts: Vec<Inst>,
-) -> impl futures_util::Stream<Item = Result<Change<usize, Inst>, Infallible>> + Unpin {
-    futures_util::stream::iter(insts.into_iter().map(|i| Ok(Change::Insert(i.id, i))))
-}
+type Stream =
+    futures_util::stream::Iter<std::vec::IntoIter<Result<Change<usize, Inst>, io::Error>>>;
 
-type Bal = Balance<
-    Box<dyn futures_util::Stream<Item = Result<Change<usize, Inst>, Infallible>> + Unpin>,
-    Req,
->;
+type Bal = Balance<usize, Inst>;
 
-fn balancer(policy: Policy, pick: Pick, insts: Vec<Inst>) -> Bal {
-    let stream: Box<dyn futures_util::Stream<Item = _> + Unpin> = Box::new(discover(insts));
+/// A balancer whose driver the test polls by hand, so that every ejection is applied
+/// before the next request. One connection error ejects, for longer than a test runs.
+fn balancer(policy: Policy, pick: Pick, insts: Vec<Inst>) -> (Bal, Driver<Stream>) {
+    let changes: Vec<_> = insts
+        .into_iter()
+        .map(|i| Ok(Change::Insert(i.id, i)))
+        .collect();
+    let backoff = Backoff::new(Duration::from_secs(3600), Duration::from_secs(3600));
     BalanceLayer::new("svc-b", policy)
         .with_pick(pick)
-        .build(stream)
+        .with_ejection(Ejection::new().with_consecutive(1).with_backoff(backoff))
+        .pair(futures_util::stream::iter(changes))
 }
 
-type Outcome = Result<usize, Unroutable>;
+/// How a request ended.
+#[derive(Debug, Clone, PartialEq)]
+enum Outcome {
+    Served(usize),
+    /// A broken instance was picked (and is ejected now).
+    Refused(usize),
+    Unroutable(Unroutable),
+}
 
-/// poll_ready, explain, then call, synchronously (every endpoint answers at once).
-fn route(bal: &mut Bal, ctx: Option<&Stain>) -> Option<(Outcome, Decision<usize>)> {
+/// Lets the driver apply what is pending, explains, then routes one request, all
+/// synchronously (every endpoint answers at once).
+fn route(
+    bal: &mut Bal,
+    driver: &mut Driver<Stream>,
+    ctx: Option<&Stain>,
+) -> (Outcome, Decision<usize>) {
     let mut cx = Context::from_waker(Waker::noop());
-    if bal.poll_ready(&mut cx).is_pending() {
-        return None;
-    }
+    assert!(pin!(&mut *driver).poll(&mut cx).is_pending());
     let explained = bal.explain(ctx);
     let mut req = http::Request::new(());
     if let Some(ctx) = ctx {
         req.extensions_mut().insert(ctx.clone());
     }
+    assert!(bal.poll_ready(&mut cx).is_ready());
     let fut = pin!(bal.call(req));
     let outcome = match fut.poll(&mut cx) {
-        Poll::Ready(Ok(id)) => Ok(id),
+        Poll::Ready(Ok(id)) => Outcome::Served(id),
         Poll::Ready(Err(e)) => match e.downcast::<Unroutable>() {
-            Ok(e) => Err(*e),
-            Err(e) => panic!("unexpected error {e}"),
+            Ok(e) => Outcome::Unroutable(*e),
+            Err(e) => Outcome::Refused(e.to_string().parse().expect("an instance id")),
         },
-        Poll::Pending => panic!("ready endpoints answer at once"),
+        Poll::Pending => panic!("endpoints answer at once"),
     };
-    Some((outcome, explained))
+    assert!(pin!(&mut *driver).poll(&mut cx).is_pending());
+    (outcome, explained)
 }
 
 proptest! {
@@ -169,21 +190,21 @@ proptest! {
         specs in prop::collection::vec(inst(), 1..12),
         policy in policy(),
         ctx in context(),
-        requests in 1usize..4,
+        requests in 1usize..6,
     ) {
         let insts: Vec<Inst> = specs
             .iter()
             .enumerate()
-            .map(|(id, &(lane, versions, ready))| Inst { id, labels: labels(lane, versions), ready })
+            .map(|(id, &(lane, versions, broken))| Inst { id, labels: Arc::new(labels(lane, versions)), broken })
             .collect();
         let ctx = ctx.map(build_context);
         let wildcard = policy.unlabelled() == Unlabelled::Wildcard;
-        let mut bal = balancer(policy.clone(), Pick::PendingRequests, insts.clone());
+        let rt = tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap();
+        let _guard = rt.enter();
+        let (mut bal, mut driver) = balancer(policy.clone(), Pick::PendingRequests, insts.clone());
+        let mut ejected = HashSet::new();
         for _ in 0..requests {
-            let Some((outcome, explained)) = route(&mut bal, ctx.as_ref()) else {
-                prop_assert!(insts.iter().all(|i| !i.ready), "pending although one is ready");
-                break;
-            };
+            let (outcome, explained) = route(&mut bal, &mut driver, ctx.as_ref());
             // The balancer agrees with the pure decision over the same instances.
             let decision = policy.decide(
                 "svc-b",
@@ -191,12 +212,19 @@ proptest! {
                 insts.iter().map(|i| Candidate::new(
                     i.id,
                     &i.labels,
-                    if i.ready { Availability::Ready } else { Availability::Unready },
+                    if ejected.contains(&i.id) { Availability::Ejected } else { Availability::Ready },
                 )),
             );
             match (&outcome, decision.candidates()) {
-                (Ok(id), Some(cands)) => prop_assert!(cands.contains(id), "{id} not in {cands:?}"),
-                (Err(e), None) => prop_assert_eq!(Some(e), decision.error()),
+                (Outcome::Served(id), Some(cands)) => {
+                    prop_assert!(cands.contains(id), "{id} not in {cands:?}");
+                    prop_assert!(!insts[*id].broken);
+                }
+                (Outcome::Refused(id), Some(cands)) => {
+                    prop_assert!(cands.contains(id), "{id} not in {cands:?}");
+                    prop_assert!(insts[*id].broken);
+                }
+                (Outcome::Unroutable(e), None) => prop_assert_eq!(Some(e), decision.error()),
                 (o, c) => prop_assert!(false, "balancer {o:?} vs decision {c:?}"),
             }
             // The balancer's own explanation, taken just before the call, too.
@@ -205,29 +233,36 @@ proptest! {
             let lane = ctx.as_ref().and_then(|c| c.lane()).map(|l| l.as_str());
             let pin = ctx.as_ref().and_then(|c| c.version_for("svc-b")).map(|v| v.as_str());
             let class = |id: usize| policy.classify(&insts[id].labels);
-            let ready = |f: &dyn Fn(usize) -> bool| insts.iter().any(|i| i.ready && f(i.id));
+            let present = |f: &dyn Fn(usize) -> bool| insts.iter().any(|i| !ejected.contains(&i.id) && f(i.id));
+            let picked = match outcome {
+                Outcome::Served(id) | Outcome::Refused(id) => Some(id),
+                Outcome::Unroutable(_) => None,
+            };
 
             // A baseline request never reaches a gray instance under `none` and `baseline`.
             if ctx.is_some() && lane.is_none() && pin.is_none() && policy.fallback() != Fallback::Any {
-                if let Ok(id) = outcome {
+                if let Some(id) = picked {
                     prop_assert!(class(id).lane().is_none(), "baseline reached gray {id}");
                 }
             }
-            // A lane request reaches its lane whenever a ready instance of it exists.
+            // A lane request reaches its lane whenever an instance of it is present.
             if let (Some(l), None) = (lane, pin) {
                 let in_lane = |id: usize| class(id).lane().is_some_and(|x| x == l);
-                if ready(&in_lane) {
-                    let id = outcome.clone().unwrap();
+                if present(&in_lane) {
+                    let id = picked.unwrap();
                     prop_assert!(in_lane(id) || (wildcard && class(id).lane().is_none()));
                 }
             }
-            // A pinned version is honoured whenever a ready instance serves it.
+            // A pinned version is honoured whenever an instance serving it is present.
             if let Some(v) = pin {
                 let serves = |id: usize| class(id).versions().iter().any(|x| x == v);
-                if ready(&serves) {
-                    let id = outcome.clone().unwrap();
+                if present(&serves) {
+                    let id = picked.unwrap();
                     prop_assert!(serves(id) || (wildcard && class(id).versions().is_empty()));
                 }
+            }
+            if let Outcome::Refused(id) = outcome {
+                ejected.insert(id);
             }
         }
     }
@@ -241,15 +276,19 @@ proptest! {
         let mut insts = Vec::new();
         for id in 0..gray + base {
             let lane = if id < gray { 1 } else { 0 };
-            insts.push(Inst { id, labels: labels(lane, 0), ready: true });
+            insts.push(Inst { id, labels: Arc::new(labels(lane, 0)), broken: false });
         }
         let pick = if round_robin { Pick::RoundRobin } else { Pick::PendingRequests };
-        let mut bal = balancer(Policy::seed_000(), pick, insts);
+        let rt = tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap();
+        let _guard = rt.enter();
+        let (mut bal, mut driver) = balancer(Policy::seed_000(), pick, insts);
         let ctx = Stain::in_lane(Lane::new("gray").unwrap());
         let per = 300;
         let mut counts: HashMap<usize, usize> = HashMap::new();
         for _ in 0..gray * per {
-            let id = route(&mut bal, Some(&ctx)).unwrap().0.unwrap();
+            let Outcome::Served(id) = route(&mut bal, &mut driver, Some(&ctx)).0 else {
+                panic!("a ready gray instance exists");
+            };
             *counts.entry(id).or_default() += 1;
         }
         prop_assert_eq!(counts.len(), gray, "every gray instance, and only those");

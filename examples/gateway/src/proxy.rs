@@ -20,7 +20,7 @@ use gray_tower::edge::{PathRejected, client_ip, hop};
 
 use crate::{
     metrics::Metrics,
-    upstream::{BalancerCall, NotReady, Upstream},
+    upstream::{BalancerCall, Upstream},
 };
 
 /// The body of every gateway response: streamed from the upstream, or made here.
@@ -33,7 +33,7 @@ pub struct Routes {
     /// hashing of a name that comes from the request path).
     pub services: BTreeMap<Box<str>, Upstream>,
     /// The time allowed until an upstream's response headers (the endpoints enforce it;
-    /// here it bounds the wait for a ready instance).
+    /// here it is reported in the 504's body).
     pub timeout: Duration,
     /// The counters.
     pub metrics: Arc<Metrics>,
@@ -65,14 +65,12 @@ impl Proxy {
     }
 }
 
-/// Whether `error` (or one of its sources) is a timeout: the endpoint's response timeout,
-/// or no instance ready in time.
+/// Whether `error` (or one of its sources) is the endpoint's response timeout.
 fn is_timeout(error: &(dyn std::error::Error + 'static)) -> bool {
     let mut cause = Some(error);
     while let Some(e) = cause {
         if e.downcast_ref::<RequestError>()
             .is_some_and(RequestError::is_timeout)
-            || e.is::<NotReady>()
         {
             return true;
         }
@@ -166,11 +164,11 @@ impl Service<Request<Incoming>> for Proxy {
             .extensions()
             .get::<Stain>()
             .and_then(|c| c.lane().cloned());
-        // The endpoint's response timeout bounds the wait for the response head; `send`
-        // bounds the wait for an instance to become ready.
+        // The endpoint's response timeout bounds the wait for the response head. A service
+        // with no instance that fits fails at once (503).
         ProxyFuture {
             state: State::Upstream {
-                call: upstream.balancer.send(req, routes.timeout),
+                call: upstream.balancer.clone().call(req),
                 routes: self.routes.clone(),
                 service: upstream.name.clone(),
                 lane,

@@ -20,12 +20,12 @@ use example_gateway::{Gateway, config::Config};
 use gray_balance::BalanceLayer;
 use gray_core::{Policy, rules::sticky_bucket};
 use gray_discovery::{Registry, http::HttpEndpoints, source::file::FileSource};
-use gray_tower::{CaptureStainLayer, ExtractStainLayer, PropagateStainLayer};
+use gray_tower::{ExtractStainLayer, PropagateStainLayer};
 use http::Request;
 use http_body_util::{BodyExt, Empty};
 use serde::{Deserialize, Serialize};
 use tokio::net::TcpListener;
-use tower::{ServiceBuilder, ServiceExt, buffer::Buffer};
+use tower::{ServiceBuilder, ServiceExt};
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
@@ -176,13 +176,12 @@ async fn run(dir: &Path, serve_forever: bool) -> Result<(), BoxError> {
             .service("b")?
             .endpoints(HttpEndpoints::<_, Empty<Bytes>>::new());
         let policy = Policy::new().with_fallback(gray_core::Fallback::Baseline);
+        // One balancer for every request the instance makes: it picks in the handler's
+        // task, where it reads the handler's stain (the task-local).
         let balance = BalanceLayer::new("b", policy).build(endpoints);
-        // The balancer runs in the buffer's worker task: the capture layer hands it the
-        // handler's context through the request extensions.
         let client = ServiceBuilder::new()
-            .layer(CaptureStainLayer::new())
             .layer(PropagateStainLayer::new())
-            .service(Buffer::new(balance, 256));
+            .service(balance);
         let state = AState {
             id,
             b: BClient::new(client),
