@@ -6,7 +6,7 @@
 //! holds what every other gray crate shares and nothing that needs a runtime:
 //!
 //! - [`name`]: [`Lane`] and [`Version`] names, interned by [`Names`];
-//! - [`context`]: the [`Stain`] and its [`Pins`];
+//! - [`stain`]: the [`Stain`], its [`Pins`] and its [`InheritedBaggage`];
 //! - [`labels`]: the [`Labels`] a registry reports for an instance;
 //! - [`codec`]: how a context is read from and written to headers ([`Carriers`]): a plain
 //!   header, seed 002's JSON route header, or a member of the W3C `baggage` header;
@@ -48,7 +48,7 @@ pub mod stain;
 #[cfg(feature = "task")]
 pub mod task;
 
-pub use codec::{Carrier, Carriers};
+pub use codec::{Carrier, Carriers, InheritedBaggage};
 pub use stain::{Pins, Stain};
 
 /// The former name of [`Stain`].

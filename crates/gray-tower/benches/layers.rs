@@ -93,8 +93,10 @@ fn layers(c: &mut Criterion) {
     let carriers = Carriers::default()
         .with_names(Names::new().with_lanes([Lane::new("gray").expect("valid lane")]));
 
-    let extract = ExtractStainLayer::with_carriers(carriers.clone());
-    let client = PropagateStainLayer::with_carriers(carriers).layer(upstream());
+    let extract = ExtractStainLayer::new().with_carriers(carriers.clone());
+    let client = PropagateStainLayer::new()
+        .with_carriers(carriers)
+        .layer(upstream());
 
     let bare = app(upstream());
     let layered = extract.layer(app(client.clone()));

@@ -161,12 +161,12 @@ fn full_path(stained: bool) -> (Option<HeaderValue>, usize) {
     let carriers = carriers(&gray);
 
     // The outbound client: a stand-in answering with the lane header it was sent.
-    let client = PropagateStainLayer::with_carriers(carriers.clone()).layer(service_fn(
-        |req: Request<()>| {
+    let client = PropagateStainLayer::new()
+        .with_carriers(carriers.clone())
+        .layer(service_fn(|req: Request<()>| {
             let sent = req.headers().get("x-gray-lane").cloned();
             std::future::ready(Ok::<_, Infallible>(Response::new(sent)))
-        },
-    ));
+        }));
     // The handler sends the inbound request on, after dropping its stain (headers and
     // extensions) by hand: what reaches the client comes from the task-local context.
     let handler = service_fn(move |mut req: Request<()>| {
@@ -178,7 +178,9 @@ fn full_path(stained: bool) -> (Option<HeaderValue>, usize) {
             client.ready().await?.call(req).await
         }
     });
-    let mut server = ExtractStainLayer::with_carriers(carriers).layer(handler);
+    let mut server = ExtractStainLayer::new()
+        .with_carriers(carriers)
+        .layer(handler);
 
     // Requests are built outside the measured window: they are the caller's cost.
     let mut requests: Vec<Request<()>> = (0..9)
