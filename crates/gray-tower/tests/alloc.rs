@@ -7,6 +7,12 @@
 //! boxes its map and each value; it is measured on its own and the full path must cost
 //! exactly that much, no more.
 //!
+//! With the `baggage` carrier on (`Carriers::with_baggage`), a lane stain on a request
+//! without `baggage` costs nothing either: nothing is inherited, and the outbound
+//! `gray.lane=<lane>` member is encoded once per lane. A request that does carry other
+//! members pays for keeping them (one copy into the stain, one merged outbound value);
+//! that is measured too, against a fixed bound.
+//!
 //! The allocator counts per thread, so the test harness's other threads do not disturb a
 //! measurement; every measured closure runs on the test's own thread (the futures are
 //! polled by hand with a no-op waker, no runtime involved).
@@ -43,6 +49,11 @@ fn gray() -> Lane {
 /// The default carriers (`x-gray-lane`, `x-gray-info`), with `gray` interned.
 fn carriers(gray: &Lane) -> Carriers {
     Carriers::default().with_names(Names::new().with_lanes([gray.clone()]))
+}
+
+/// The default carriers and the `baggage` member `gray.lane`, with `gray` interned.
+fn baggage_carriers(gray: &Lane) -> Carriers {
+    carriers(gray).with_baggage()
 }
 
 fn inbound_headers() -> HeaderMap {
@@ -221,5 +232,113 @@ fn the_full_service_path_allocates_only_the_extensions_entry() {
     assert_eq!(
         unstained, insert,
         "an unstained request allocated {unstained} times; the extensions insert alone {insert}"
+    );
+}
+
+#[test]
+fn the_baggage_carrier_costs_nothing_for_a_request_without_baggage() {
+    let gray = gray();
+    let carriers = baggage_carriers(&gray);
+
+    // Stained by `x-gray-lane` or by the `gray.lane` member alone: nothing to inherit.
+    let mut by_member = HeaderMap::with_capacity(8);
+    by_member.insert("baggage", HeaderValue::from_static("gray.lane=gray"));
+    for inbound in [inbound_headers(), by_member] {
+        let (ctx, n) = measure(|| carriers.extract_or(&inbound, &Stain::baseline()));
+        assert_eq!(ctx.lane(), Some(&gray));
+        assert_eq!(ctx.baggage(), None);
+        assert_eq!(n, 0, "extract with the baggage carrier allocated {n} times");
+    }
+
+    // Writing states the lane on all three carriers, `baggage` from its encoded member.
+    let ctx = Stain::in_lane(gray.clone());
+    let mut outbound = HeaderMap::with_capacity(8);
+    outbound.insert("accept", HeaderValue::from_static("*/*"));
+    let ((), n) = measure(|| {
+        outbound.remove("baggage");
+        carriers.inject(&ctx, &mut outbound);
+    });
+    assert_eq!(outbound["x-gray-lane"], "gray");
+    assert_eq!(outbound["baggage"], "gray.lane=gray");
+    assert_eq!(n, 0, "inject with the baggage carrier allocated {n} times");
+
+    // A baseline stain on a request without baggage writes nothing and allocates nothing.
+    let mut outbound = HeaderMap::with_capacity(8);
+    let ((), n) = measure(|| carriers.inject(&Stain::baseline(), &mut outbound));
+    assert!(outbound.is_empty());
+    assert_eq!(n, 0, "inject of a baseline stain allocated {n} times");
+}
+
+#[test]
+fn ten_inherited_members_cost_a_bounded_number_of_allocations() {
+    let gray = gray();
+    let carriers = baggage_carriers(&gray);
+    let members: Vec<String> = (0..10).map(|i| format!("member{i}=value{i};p")).collect();
+    let mut inbound = inbound_headers();
+    inbound.insert(
+        "baggage",
+        HeaderValue::from_str(&members.join(",")).expect("valid header value"),
+    );
+
+    // Keeping them: the list under construction, and the shared copy in the stain.
+    let (ctx, n) = measure(|| carriers.extract_or(&inbound, &Stain::baseline()));
+    assert_eq!(ctx.baggage().map(|b| b.len()), Some(10));
+    println!("extract of 10 inherited members: {n} allocations");
+    assert!(n <= 2, "extract of 10 members allocated {n} times");
+
+    // Writing them back: the merged value, built at its exact size.
+    let mut outbound = HeaderMap::with_capacity(8);
+    let ((), n) = measure(|| {
+        outbound.remove("baggage");
+        carriers.inject(&ctx, &mut outbound);
+    });
+    assert_eq!(
+        outbound["baggage"].to_str().ok(),
+        Some(format!("{},gray.lane=gray", members.join(",")).as_str())
+    );
+    println!("inject of 10 inherited members: {n} allocations");
+    assert!(n <= 1, "inject of 10 members allocated {n} times");
+}
+
+/// As [`full_path`], with the `baggage` carrier on both layers and no `baggage` header.
+#[test]
+fn the_full_service_path_with_the_baggage_carrier_allocates_only_the_extensions_entry() {
+    let gray = gray();
+    let carriers = baggage_carriers(&gray);
+    let insert = extensions_insert_cost(&Stain::in_lane(gray.clone()), false);
+    let client = PropagateStainLayer::new()
+        .with_carriers(carriers.clone())
+        .layer(service_fn(|req: Request<()>| {
+            let sent = req.headers().get("baggage").cloned();
+            std::future::ready(Ok::<_, Infallible>(Response::new(sent)))
+        }));
+    let handler = service_fn(move |mut req: Request<()>| {
+        let mut client = client.clone();
+        req.extensions_mut().remove::<Stain>();
+        req.headers_mut().remove("x-gray-lane");
+        async move { client.ready().await?.call(req).await }
+    });
+    let mut server = ExtractStainLayer::new()
+        .with_carriers(carriers)
+        .layer(handler);
+    let mut requests: Vec<Request<()>> = (0..9)
+        .map(|_| {
+            let mut req = Request::new(());
+            *req.headers_mut() = inbound_headers();
+            req
+        })
+        .collect();
+    let (res, n) = measure(|| {
+        let req = requests.pop().expect("a request per run");
+        poll_once(async {
+            let res = server.ready().await?.call(req).await;
+            res.map(Response::into_body)
+        })
+    });
+    let sent = res.expect("answered");
+    assert_eq!(sent.expect("a baggage header"), "gray.lane=gray");
+    assert_eq!(
+        n, insert,
+        "allocated {n} times; the extensions insert alone {insert}"
     );
 }

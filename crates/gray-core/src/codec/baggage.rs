@@ -118,7 +118,7 @@ impl InheritedBaggage {
     /// Parses a W3C baggage list (`k=v;prop,k2=v2`): malformed members are dropped (with a
     /// debug event), well-formed ones kept byte for byte. `None` when no member is left.
     pub fn parse(list: &str) -> Option<Self> {
-        let mut out = Vec::new();
+        let mut out = Vec::with_capacity(list.len());
         for raw in list.as_bytes().split(|&b| b == b',') {
             match parse_member(raw) {
                 Some(member) => {
@@ -322,6 +322,8 @@ struct Builder {
     /// Bytes kept free for the stain's own member (`,key=lane`).
     reserved: usize,
     dropped: usize,
+    /// The capacity to allocate at the first member (one allocation, none without members).
+    hint: usize,
 }
 
 impl Builder {
@@ -334,6 +336,9 @@ impl Builder {
         {
             self.dropped += 1;
             return;
+        }
+        if self.out.capacity() == 0 {
+            self.out.reserve(self.hint.max(text.len()));
         }
         if sep == 1 {
             self.out.push(b',');
@@ -416,6 +421,7 @@ impl BaggageMember {
             max_bytes: self.max_bytes,
             reserved: 0,
             dropped: 0,
+            hint: total.min(self.max_bytes),
         };
         for raw in raw_members(headers) {
             let Some(member) = parse_member(raw) else {
@@ -544,16 +550,19 @@ impl BaggageMember {
             Own::Remove | Own::Keep => None,
         };
         let reserved = lane.map_or(0, |l| 1 + self.key.len() + 1 + l.as_str().len());
-        let inherited_len = inherited.map_or(0, |b| b.as_str().len() + 1);
+        // Exact when the request has no `baggage` yet: `Bytes` then takes the buffer as
+        // it is, without another allocation.
+        let outbound_len = total_len(headers);
+        let inherited_len =
+            inherited.map_or(0, |b| b.as_str().len() + usize::from(outbound_len > 0));
         let mut built = Builder {
-            out: Vec::with_capacity(
-                (total_len(headers) + inherited_len + reserved).min(self.max_bytes),
-            ),
+            out: Vec::with_capacity((outbound_len + inherited_len + reserved).min(self.max_bytes)),
             kept: 0,
             max_members: self.max_members - usize::from(lane.is_some()),
             max_bytes: self.max_bytes,
             reserved,
             dropped: 0,
+            hint: 0,
         };
         {
             // The outbound request's own keys, which win over inherited members.
