@@ -30,6 +30,9 @@ use gray_tower::{ExtractStainLayer, reqwest::PropagateMiddleware};
 use reqwest_middleware::ClientWithMiddleware;
 use tower::ServiceExt;
 
+/// Request headers, as (name, value) pairs.
+type Headers<'a> = &'a [(&'a str, &'a str)];
+
 #[derive(Clone)]
 struct AState {
     middle: String,
@@ -235,7 +238,7 @@ async fn stale_duplicated_malformed_and_conflicting_stains_never_misroute() {
     const ROUNDS: usize = 25;
     let chain = Arc::new(Chain::start().await);
     // (case, what the client sends, A's decision)
-    let cases: [(&str, &[(&str, &str)], &str); 6] = [
+    let cases: [(&str, Headers<'_>, &str); 6] = [
         (
             "duplicated member",
             &[

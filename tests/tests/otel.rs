@@ -37,6 +37,9 @@ use tower::ServiceExt;
 use tracing::Instrument;
 use tracing_opentelemetry::OpenTelemetrySpanExt;
 
+/// Request headers, as (name, value) pairs.
+type Headers<'a> = &'a [(&'a str, &'a str)];
+
 /// Reads an `http::HeaderMap` for OpenTelemetry's propagators.
 struct HeaderExtractor<'a>(&'a HeaderMap);
 
@@ -227,37 +230,39 @@ async fn behind_extract_stain_the_lane_is_in_the_otel_baggage() {
         Lines::parse(&res.text().await.expect("a body"))
     };
 
-    // Stained by `x-gray-lane` only: the lane is added to the inbound members.
-    let seen = view(
-        client
-            .get(server.url("/"))
-            .header("x-gray-lane", "Gray")
-            .header("baggage", "userId=42"),
-    )
-    .await;
-    assert_eq!(seen.get("otel_lane"), "gray");
-    assert_eq!(seen.get("injected"), "gray.lane=gray,userId=42");
-
-    // A conflicting member: gray's decision (x-gray-lane first) is what OpenTelemetry sees.
-    let seen = view(
-        client
-            .get(server.url("/"))
-            .header("x-gray-lane", "gray")
-            .header("baggage", "userId=42,gray.lane=blue"),
-    )
-    .await;
-    assert_eq!(seen.get("otel_lane"), "gray");
-    assert_eq!(seen.get("injected"), "gray.lane=gray,userId=42");
-
-    // A duplicated member is no stain for gray: baseline, and the stale member is removed.
-    let seen = view(
-        client
-            .get(server.url("/"))
-            .header("baggage", "userId=42,gray.lane=gray,gray.lane=gray"),
-    )
-    .await;
-    assert_eq!(seen.get("otel_lane"), "");
-    assert_eq!(seen.get("injected"), "userId=42");
+    // (what the client sends, the lane OpenTelemetry sees, what its propagator injects)
+    let cases: [(Headers<'_>, &str, &str); 3] = [
+        // Stained by `x-gray-lane` only: the lane joins the inbound members.
+        (
+            &[("x-gray-lane", "Gray"), ("baggage", "userId=42")],
+            "gray",
+            "gray.lane=gray,userId=42",
+        ),
+        // A conflicting member: gray's decision (x-gray-lane first) is what it sees.
+        (
+            &[
+                ("x-gray-lane", "gray"),
+                ("baggage", "userId=42,gray.lane=blue"),
+            ],
+            "gray",
+            "gray.lane=gray,userId=42",
+        ),
+        // A duplicated member is no stain: baseline, and the stale member is removed.
+        (
+            &[("baggage", "userId=42,gray.lane=gray,gray.lane=gray")],
+            "",
+            "userId=42",
+        ),
+    ];
+    for (headers, lane, injected) in cases {
+        let mut req = client.get(server.url("/"));
+        for (name, value) in headers {
+            req = req.header(*name, *value);
+        }
+        let seen = view(req).await;
+        assert_eq!(seen.get("otel_lane"), lane, "{headers:?}");
+        assert_eq!(seen.get("injected"), injected, "{headers:?}");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -164,26 +164,28 @@ fn the_extensions_insert_costs_three_allocations_or_one() {
     assert_eq!(extensions_insert_cost(&Stain::baseline(), false), 3);
 }
 
-/// Sends a request (stained `x-gray-lane: gray` or not) through `ExtractStain`, a
-/// handler, `PropagateStain` and a client stand-in, polled by hand. Returns the lane
-/// header the client was sent and the allocations of one run after warm-up.
-fn full_path(stained: bool) -> (Option<HeaderValue>, usize) {
-    let gray = gray();
-    let carriers = carriers(&gray);
-
-    // The outbound client: a stand-in answering with the lane header it was sent.
+/// Sends a request with `inbound` headers through `ExtractStain`, a handler,
+/// `PropagateStain` (both with `carriers`) and a client stand-in, polled by hand. Returns
+/// the `sent` header the client got and the allocations of one run after warm-up.
+fn full_path(
+    carriers: Carriers,
+    inbound: fn() -> HeaderMap,
+    sent: &'static str,
+) -> (Option<HeaderValue>, usize) {
+    // The outbound client: a stand-in answering with the `sent` header it was sent.
     let client = PropagateStainLayer::new()
         .with_carriers(carriers.clone())
-        .layer(service_fn(|req: Request<()>| {
-            let sent = req.headers().get("x-gray-lane").cloned();
+        .layer(service_fn(move |req: Request<()>| {
+            let sent = req.headers().get(sent).cloned();
             std::future::ready(Ok::<_, Infallible>(Response::new(sent)))
         }));
     // The handler sends the inbound request on, after dropping its stain (headers and
-    // extensions) by hand: what reaches the client comes from the task-local context.
+    // extensions) by hand: what reaches the client comes from the task-local stain.
     let handler = service_fn(move |mut req: Request<()>| {
         let mut client = client.clone();
         let from_extensions = req.extensions_mut().remove::<Stain>();
         req.headers_mut().remove("x-gray-lane");
+        req.headers_mut().remove("baggage");
         async move {
             assert_eq!(from_extensions, task::current());
             client.ready().await?.call(req).await
@@ -197,11 +199,7 @@ fn full_path(stained: bool) -> (Option<HeaderValue>, usize) {
     let mut requests: Vec<Request<()>> = (0..9)
         .map(|_| {
             let mut req = Request::new(());
-            *req.headers_mut() = if stained {
-                inbound_headers()
-            } else {
-                HeaderMap::with_capacity(8)
-            };
+            *req.headers_mut() = inbound();
             req
         })
         .collect();
@@ -215,11 +213,16 @@ fn full_path(stained: bool) -> (Option<HeaderValue>, usize) {
     (res.expect("answered"), n)
 }
 
+fn no_headers() -> HeaderMap {
+    HeaderMap::with_capacity(8)
+}
+
 #[test]
 fn the_full_service_path_allocates_only_the_extensions_entry() {
     let insert = extensions_insert_cost(&Stain::in_lane(gray()), false);
 
-    let (sent, stained) = full_path(true);
+    let gray = gray();
+    let (sent, stained) = full_path(carriers(&gray), inbound_headers, "x-gray-lane");
     assert_eq!(sent.expect("a lane header"), "gray");
     assert_eq!(
         stained, insert,
@@ -227,7 +230,7 @@ fn the_full_service_path_allocates_only_the_extensions_entry() {
     );
 
     // An unstained request pays the same: the layer stores the baseline context too.
-    let (sent, unstained) = full_path(false);
+    let (sent, unstained) = full_path(carriers(&gray), no_headers, "x-gray-lane");
     assert_eq!(sent, None);
     assert_eq!(
         unstained, insert,
@@ -300,42 +303,13 @@ fn ten_inherited_members_cost_a_bounded_number_of_allocations() {
     assert!(n <= 1, "inject of 10 members allocated {n} times");
 }
 
-/// As [`full_path`], with the `baggage` carrier on both layers and no `baggage` header.
 #[test]
 fn the_full_service_path_with_the_baggage_carrier_allocates_only_the_extensions_entry() {
+    // The `baggage` carrier on both layers, a request stained by `x-gray-lane` without
+    // `baggage`: the outbound `baggage` is the encoded `gray.lane=gray`.
     let gray = gray();
-    let carriers = baggage_carriers(&gray);
     let insert = extensions_insert_cost(&Stain::in_lane(gray.clone()), false);
-    let client = PropagateStainLayer::new()
-        .with_carriers(carriers.clone())
-        .layer(service_fn(|req: Request<()>| {
-            let sent = req.headers().get("baggage").cloned();
-            std::future::ready(Ok::<_, Infallible>(Response::new(sent)))
-        }));
-    let handler = service_fn(move |mut req: Request<()>| {
-        let mut client = client.clone();
-        req.extensions_mut().remove::<Stain>();
-        req.headers_mut().remove("x-gray-lane");
-        async move { client.ready().await?.call(req).await }
-    });
-    let mut server = ExtractStainLayer::new()
-        .with_carriers(carriers)
-        .layer(handler);
-    let mut requests: Vec<Request<()>> = (0..9)
-        .map(|_| {
-            let mut req = Request::new(());
-            *req.headers_mut() = inbound_headers();
-            req
-        })
-        .collect();
-    let (res, n) = measure(|| {
-        let req = requests.pop().expect("a request per run");
-        poll_once(async {
-            let res = server.ready().await?.call(req).await;
-            res.map(Response::into_body)
-        })
-    });
-    let sent = res.expect("answered");
+    let (sent, n) = full_path(baggage_carriers(&gray), inbound_headers, "baggage");
     assert_eq!(sent.expect("a baggage header"), "gray.lane=gray");
     assert_eq!(
         n, insert,
