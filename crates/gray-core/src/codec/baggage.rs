@@ -4,7 +4,7 @@ use arc_swap::ArcSwap;
 use bytes::Bytes;
 use http::{HeaderMap, HeaderName, HeaderValue};
 
-use super::{Decoded, Reason, Rejection};
+use super::{Decoded, Reason, Rejection, StainKeys};
 use crate::{
     name::{Lane, MAX_NAME_LEN, Names},
     stain::Stain,
@@ -183,30 +183,68 @@ impl fmt::Debug for InheritedBaggage {
     }
 }
 
+/// What a byte may be in a `baggage` member, one table lookup per byte.
+const TOKEN: u8 = 1;
+const VALUE: u8 = 2;
+const PROPERTY: u8 = 4;
+const OWS: u8 = 8;
+static CLASS: [u8; 256] = {
+    let mut class = [0u8; 256];
+    let mut b = 0;
+    while b < 256 {
+        let byte = b as u8;
+        // tchar (RFC 9110): the key of a member.
+        if byte.is_ascii_alphanumeric()
+            || matches!(
+                byte,
+                b'!' | b'#'
+                    | b'$'
+                    | b'%'
+                    | b'&'
+                    | b'\''
+                    | b'*'
+                    | b'+'
+                    | b'-'
+                    | b'.'
+                    | b'^'
+                    | b'_'
+                    | b'`'
+                    | b'|'
+                    | b'~'
+            )
+        {
+            class[b] |= TOKEN;
+        }
+        // baggage-octet: %x21 / %x23-2B / %x2D-3A / %x3C-5B / %x5D-7E
+        if matches!(byte, 0x21 | 0x23..=0x2B | 0x2D..=0x3A | 0x3C..=0x5B | 0x5D..=0x7E) {
+            class[b] |= VALUE | PROPERTY;
+        }
+        if matches!(byte, b' ' | b'\t') {
+            class[b] |= OWS | PROPERTY;
+        }
+        if byte == b';' {
+            class[b] |= PROPERTY;
+        }
+        b += 1;
+    }
+    class
+};
+
 fn is_token_byte(b: u8) -> bool {
-    b.is_ascii_alphanumeric()
-        || matches!(
-            b,
-            b'!' | b'#'
-                | b'$'
-                | b'%'
-                | b'&'
-                | b'\''
-                | b'*'
-                | b'+'
-                | b'-'
-                | b'.'
-                | b'^'
-                | b'_'
-                | b'`'
-                | b'|'
-                | b'~'
-        )
+    CLASS[usize::from(b)] & TOKEN != 0
 }
 
 fn is_value_byte(b: u8) -> bool {
-    // baggage-octet: %x21 / %x23-2B / %x2D-3A / %x3C-5B / %x5D-7E
-    matches!(b, 0x21 | 0x23..=0x2B | 0x2D..=0x3A | 0x3C..=0x5B | 0x5D..=0x7E)
+    CLASS[usize::from(b)] & VALUE != 0
+}
+
+/// What the properties after a value may hold: value bytes, `;` and whitespace.
+fn is_property_byte(b: u8) -> bool {
+    CLASS[usize::from(b)] & PROPERTY != 0
+}
+
+fn is_ows(b: u8) -> bool {
+    CLASS[usize::from(b)] & OWS != 0
 }
 
 fn trim_ows(s: &[u8]) -> &[u8] {
@@ -230,40 +268,149 @@ struct Member<'a> {
 
 fn parse_member(raw: &[u8]) -> Option<Member<'_>> {
     let text = trim_ows(raw);
-    let kv_end = text.iter().position(|&b| b == b';').unwrap_or(text.len());
-    let kv = &text[..kv_end];
-    let eq = kv.iter().position(|&b| b == b'=')?;
-    let key = trim_ows(&kv[..eq]);
-    let value = trim_ows(&kv[eq + 1..]);
-    if key.is_empty() || !key.iter().copied().all(is_token_byte) {
+    let n = text.len();
+    // One pass: the key, optional whitespace, `=`, optional whitespace, the value, optional
+    // whitespace, then properties (`;`-separated, each a token or `token=value`), none of
+    // which may hold a byte that cannot be propagated as it is.
+    let mut i = 0;
+    while i < n && is_token_byte(text[i]) {
+        i += 1;
+    }
+    let key_end = i;
+    while i < n && is_ows(text[i]) {
+        i += 1;
+    }
+    if key_end == 0 || i == n || text[i] != b'=' {
         return None;
     }
-    if !value.iter().copied().all(is_value_byte) {
+    i += 1;
+    while i < n && is_ows(text[i]) {
+        i += 1;
+    }
+    let value_start = i;
+    while i < n && is_value_byte(text[i]) {
+        i += 1;
+    }
+    let value_end = i;
+    while i < n && is_ows(text[i]) {
+        i += 1;
+    }
+    if i < n && text[i] != b';' {
         return None;
     }
-    // Properties: `;`-separated, each a token or `token=value`; none may hold a byte that
-    // cannot be propagated as it is.
-    if !text[kv_end..]
-        .iter()
-        .all(|&b| is_value_byte(b) || matches!(b, b';' | b' ' | b'\t'))
-    {
+    if !text[i..].iter().all(|&b| is_property_byte(b)) {
         return None;
     }
-    Some(Member { text, key, value })
+    Some(Member {
+        text,
+        key: &text[..key_end],
+        value: &text[value_start..value_end],
+    })
 }
 
-/// The non-empty raw members of every `baggage` line, in order.
-fn raw_members(headers: &HeaderMap) -> impl Iterator<Item = &[u8]> {
+/// The key of a member already known to be well-formed (an inherited one).
+fn key_of(text: &[u8]) -> &[u8] {
+    let eq = text.iter().position(|&b| b == b'=').unwrap_or(text.len());
+    trim_ows(&text[..eq])
+}
+
+/// The members of one `baggage` line, in one pass: `Ok` for a well-formed member, `Err`
+/// with its trimmed text for a malformed one; empty members are skipped. The same as
+/// splitting at `,` and [`parse_member`] on each piece, without a second walk.
+struct Scan<'a> {
+    line: &'a [u8],
+    pos: usize,
+}
+
+impl<'a> Scan<'a> {
+    fn new(line: &'a [u8]) -> Self {
+        Scan { line, pos: 0 }
+    }
+
+    /// Skips to the next `,` after a malformed member that starts at `start`.
+    fn malformed(&mut self, start: usize, from: usize) -> Result<Member<'a>, &'a [u8]> {
+        let line = self.line;
+        let end = line[from..]
+            .iter()
+            .position(|&b| b == b',')
+            .map_or(line.len(), |i| from + i);
+        self.pos = end + 1;
+        Err(trim_ows(&line[start..end]))
+    }
+}
+
+impl<'a> Iterator for Scan<'a> {
+    type Item = Result<Member<'a>, &'a [u8]>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        let line = self.line;
+        let n = line.len();
+        loop {
+            let mut i = self.pos;
+            while i < n && is_ows(line[i]) {
+                i += 1;
+            }
+            if i >= n {
+                self.pos = n;
+                return None;
+            }
+            if line[i] == b',' {
+                self.pos = i + 1;
+                continue;
+            }
+            let start = i;
+            while i < n && is_token_byte(line[i]) {
+                i += 1;
+            }
+            let key_end = i;
+            while i < n && is_ows(line[i]) {
+                i += 1;
+            }
+            if key_end == start || i == n || line[i] != b'=' {
+                return Some(self.malformed(start, i));
+            }
+            i += 1;
+            while i < n && is_ows(line[i]) {
+                i += 1;
+            }
+            let value_start = i;
+            while i < n && is_value_byte(line[i]) {
+                i += 1;
+            }
+            let value_end = i;
+            while i < n && is_ows(line[i]) {
+                i += 1;
+            }
+            if i < n && !matches!(line[i], b';' | b',') {
+                return Some(self.malformed(start, i));
+            }
+            while i < n && line[i] != b',' {
+                if !is_property_byte(line[i]) {
+                    return Some(self.malformed(start, i));
+                }
+                i += 1;
+            }
+            self.pos = i + 1;
+            return Some(Ok(Member {
+                text: trim_ows(&line[start..i]),
+                key: &line[start..key_end],
+                value: &line[value_start..value_end],
+            }));
+        }
+    }
+}
+
+/// The members of every `baggage` line, in order (malformed ones as `Err`).
+fn scan_all(headers: &HeaderMap) -> impl Iterator<Item = Result<Member<'_>, &[u8]>> {
     headers
         .get_all(&BAGGAGE)
         .iter()
-        .flat_map(|v| v.as_bytes().split(|&b| b == b','))
-        .filter(|raw| !trim_ows(raw).is_empty())
+        .flat_map(|v| Scan::new(v.as_bytes()))
 }
 
-/// Iterates the members of every `baggage` line (malformed ones as `None`).
-fn members(headers: &HeaderMap) -> impl Iterator<Item = Option<Member<'_>>> {
-    raw_members(headers).map(parse_member)
+/// The well-formed members of every `baggage` line, in order.
+fn members(headers: &HeaderMap) -> impl Iterator<Item = Member<'_>> {
+    scan_all(headers).filter_map(Result::ok)
 }
 
 fn total_len(headers: &HeaderMap) -> usize {
@@ -400,12 +547,12 @@ impl BaggageMember {
     }
 
     /// Decodes the stain's member and, with `inherit`, collects every other well-formed
-    /// member whose key `is_stain_key` does not claim.
+    /// member whose key is not one of `stain_keys`.
     pub(super) fn read(
         &self,
         headers: &HeaderMap,
         names: &Names,
-        is_stain_key: &dyn Fn(&[u8]) -> bool,
+        stain_keys: &StainKeys<'_>,
         inherit: bool,
     ) -> (Result<Option<Decoded>, Rejection>, Option<InheritedBaggage>) {
         let total = total_len(headers);
@@ -423,17 +570,20 @@ impl BaggageMember {
             dropped: 0,
             hint: total.min(self.max_bytes),
         };
-        for raw in raw_members(headers) {
-            let Some(member) = parse_member(raw) else {
-                if inherit {
-                    malformed(raw);
+        for member in scan_all(headers) {
+            let member = match member {
+                Ok(member) => member,
+                Err(raw) => {
+                    if inherit {
+                        malformed(raw);
+                    }
+                    continue;
                 }
-                continue;
             };
             if self.is_key(member.key) {
                 duplicated |= found.is_some();
                 found = Some(member.value);
-            } else if inherit && !is_stain_key(member.key) {
+            } else if inherit && !stain_keys.contains(member.key) {
                 others.push(member.text);
             }
         }
@@ -473,28 +623,23 @@ impl BaggageMember {
         headers: &HeaderMap,
         names: &Names,
     ) -> Result<Option<Decoded>, Rejection> {
-        self.read(headers, names, &|_| false, false).0
+        self.read(headers, names, &StainKeys::none(), false).0
     }
 
     pub(super) fn is_present(&self, headers: &HeaderMap) -> bool {
-        members(headers).flatten().any(|m| self.is_key(m.key))
+        members(headers).any(|m| self.is_key(m.key))
     }
 
     pub(super) fn remove(&self, headers: &mut HeaderMap) {
-        self.rewrite(Own::Remove, None, &|_| false, headers);
+        self.rewrite(Own::Remove, None, &StainKeys::none(), headers);
     }
 
-    pub(super) fn encode(
-        &self,
-        ctx: &Stain,
-        is_stain_key: &dyn Fn(&[u8]) -> bool,
-        headers: &mut HeaderMap,
-    ) {
+    pub(super) fn encode(&self, ctx: &Stain, stain_keys: &StainKeys<'_>, headers: &mut HeaderMap) {
         let own = match ctx.lane() {
             Some(lane) => Own::Write(lane),
             None => Own::Remove,
         };
-        self.rewrite(own, ctx.baggage(), is_stain_key, headers);
+        self.rewrite(own, ctx.baggage(), stain_keys, headers);
     }
 
     /// `key=lane`, encoded once per lane (under a cap), so that cloning it is all a lane
@@ -522,16 +667,66 @@ impl BaggageMember {
         Some(value)
     }
 
+    /// The common case of an outbound request without `baggage`, whose inherited members
+    /// fit the caps and name no stain key: the inherited list as it is, then ours. `false`
+    /// when the general rewrite is needed.
+    fn write_inherited(
+        &self,
+        own: Own<'_>,
+        inherited: &InheritedBaggage,
+        stain_keys: &StainKeys<'_>,
+        headers: &mut HeaderMap,
+    ) -> bool {
+        let list = inherited.as_str();
+        let lane = match own {
+            Own::Write(lane) => Some(lane),
+            Own::Remove | Own::Keep => None,
+        };
+        let ours = lane.map_or(0, |l| 1 + self.key.len() + 1 + l.as_str().len());
+        let members = list.bytes().filter(|&b| b == b',').count() + 1;
+        // A list kept by `read` holds no stain key; one built otherwise might. Only when a
+        // key occurs in the text at all are the members' keys looked at.
+        let may_hold_stain_key = stain_keys.occur_in(list)
+            && inherited
+                .iter()
+                .any(|text| stain_keys.contains(key_of(text.as_bytes())));
+        if headers.contains_key(&BAGGAGE)
+            || members + usize::from(lane.is_some()) > self.max_members
+            || list.len() + ours > self.max_bytes
+            || may_hold_stain_key
+        {
+            return false;
+        }
+        let mut out = Vec::with_capacity(list.len() + ours);
+        out.extend_from_slice(list.as_bytes());
+        if let Some(lane) = lane {
+            out.push(b',');
+            out.extend_from_slice(self.key.as_bytes());
+            out.push(b'=');
+            out.extend_from_slice(lane.as_str().as_bytes());
+        }
+        if let Ok(value) = HeaderValue::from_maybe_shared(Bytes::from(out)) {
+            headers.insert(&BAGGAGE, value);
+        }
+        true
+    }
+
     /// Re-emits the outbound request's well-formed members (ours per `own`), then the
     /// inherited members whose keys it does not have, then ours, within the caps.
     pub(super) fn rewrite(
         &self,
         own: Own<'_>,
         inherited: Option<&InheritedBaggage>,
-        is_stain_key: &dyn Fn(&[u8]) -> bool,
+        stain_keys: &StainKeys<'_>,
         headers: &mut HeaderMap,
     ) {
-        if inherited.is_none() {
+        if let Some(inherited) = inherited {
+            if !headers.contains_key(&BAGGAGE)
+                && self.write_inherited(own, inherited, stain_keys, headers)
+            {
+                return;
+            }
+        } else {
             match own {
                 Own::Keep => return,
                 // Nothing to remove: the request stays as it is, malformed members included.
@@ -567,10 +762,13 @@ impl BaggageMember {
         {
             // The outbound request's own keys, which win over inherited members.
             let mut outbound_keys: Vec<&[u8]> = Vec::new();
-            for raw in raw_members(headers) {
-                let Some(member) = parse_member(raw) else {
-                    malformed(raw);
-                    continue;
+            for member in scan_all(headers) {
+                let member = match member {
+                    Ok(member) => member,
+                    Err(raw) => {
+                        malformed(raw);
+                        continue;
+                    }
                 };
                 if self.is_key(member.key) && !matches!(own, Own::Keep) {
                     continue;
@@ -580,17 +778,14 @@ impl BaggageMember {
                 }
                 built.push(member.text);
             }
+            // Inherited members were validated when they were kept: only their keys matter.
             for text in inherited.into_iter().flat_map(InheritedBaggage::iter) {
-                let Some(member) = parse_member(text.as_bytes()) else {
-                    continue;
-                };
-                if self.is_key(member.key)
-                    || is_stain_key(member.key)
-                    || outbound_keys.contains(&member.key)
-                {
+                let text = text.as_bytes();
+                let key = key_of(text);
+                if self.is_key(key) || stain_keys.contains(key) || outbound_keys.contains(&key) {
                     continue;
                 }
-                built.push(member.text);
+                built.push(text);
             }
         }
         built.report_dropped();
@@ -734,6 +929,19 @@ mod tests {
         );
         assert_eq!(out["baggage"], "userId=42;ttl=5,tenant=acme");
 
+        // Members built by hand may name the stain's key: the decision still wins.
+        let by_hand = InheritedBaggage::parse("a=1,gray.lane=blue,b=gray.lane").unwrap();
+        let mut out = HeaderMap::new();
+        c.inject(
+            &Stain::in_lane(lane("gray")).with_baggage(Some(by_hand)),
+            &mut out,
+        );
+        assert_eq!(out["baggage"], "a=1,b=gray.lane,gray.lane=gray");
+        let by_hand = InheritedBaggage::parse("a=1,b=gray.lane").unwrap();
+        let mut out = HeaderMap::new();
+        c.inject(&Stain::baseline().with_baggage(Some(by_hand)), &mut out);
+        assert_eq!(out["baggage"], "a=1,b=gray.lane");
+
         // The opt-in that keeps a pre-set stain still merges the members.
         let mut out = headers(&["gray.lane=blue"]);
         c.merge_baggage(&stain, &mut out);
@@ -754,6 +962,61 @@ mod tests {
         let mut untouched = headers(&["a=1, ,=broken"]);
         c.inject(&Stain::baseline(), &mut untouched);
         assert_eq!(untouched["baggage"], "a=1, ,=broken");
+    }
+
+    /// The member grammar, written plainly: the one-pass parser must agree with it.
+    fn parse_plainly(raw: &[u8]) -> Option<(&[u8], &[u8], &[u8])> {
+        let text = trim_ows(raw);
+        let kv_end = text.iter().position(|&b| b == b';').unwrap_or(text.len());
+        let kv = &text[..kv_end];
+        let eq = kv.iter().position(|&b| b == b'=')?;
+        let key = trim_ows(&kv[..eq]);
+        let value = trim_ows(&kv[eq + 1..]);
+        let props_ok = text[kv_end..]
+            .iter()
+            .all(|&b| is_value_byte(b) || matches!(b, b';' | b' ' | b'\t'));
+        let ok = !key.is_empty()
+            && key.iter().copied().all(is_token_byte)
+            && value.iter().copied().all(is_value_byte)
+            && props_ok;
+        ok.then_some((text, key, value))
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(4096))]
+
+        #[test]
+        fn the_one_pass_parser_agrees_with_the_grammar(
+            raw in proptest::collection::vec(
+                proptest::sample::select(&b"ab.=%;, \t\"\\\x7f\x80"[..]),
+                0..12,
+            )
+        ) {
+            let fast = parse_member(&raw).map(|m| (m.text, m.key, m.value));
+            proptest::prop_assert_eq!(fast, parse_plainly(&raw));
+        }
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(4096))]
+
+        #[test]
+        fn scanning_a_line_is_splitting_and_parsing_it(
+            line in proptest::collection::vec(
+                proptest::sample::select(&b"ab.=%;, \t\"\\\x80"[..]),
+                0..24,
+            )
+        ) {
+            let scanned: Vec<_> = Scan::new(&line)
+                .map(|m| m.map(|m| (m.text, m.key, m.value)))
+                .collect();
+            let split: Vec<_> = line
+                .split(|&b| b == b',')
+                .filter(|raw| !trim_ows(raw).is_empty())
+                .map(|raw| parse_member(raw).map(|m| (m.text, m.key, m.value)).ok_or(trim_ows(raw)))
+                .collect();
+            proptest::prop_assert_eq!(scanned, split);
+        }
     }
 
     #[test]

@@ -212,6 +212,34 @@ pub(crate) fn single_value<'a>(
     Ok(Some(value))
 }
 
+/// The member keys of the `baggage` carriers among some carriers: members no carrier
+/// inherits, since they state the stain.
+pub(crate) struct StainKeys<'a>(&'a [Carrier]);
+
+impl<'a> StainKeys<'a> {
+    /// No stain key at all.
+    pub(crate) fn none() -> StainKeys<'static> {
+        StainKeys(&[])
+    }
+
+    fn members(&self) -> impl Iterator<Item = &'a BaggageMember> + use<'a> {
+        self.0.iter().filter_map(|c| match c {
+            Carrier::Baggage(b) => Some(b),
+            _ => None,
+        })
+    }
+
+    /// `true` when `key` is one of them.
+    pub(crate) fn contains(&self, key: &[u8]) -> bool {
+        self.members().any(|b| b.is_key(key))
+    }
+
+    /// `true` when one of them occurs anywhere in `text`.
+    pub(crate) fn occur_in(&self, text: &str) -> bool {
+        self.members().any(|b| text.contains(b.key()))
+    }
+}
+
 /// One way of carrying the stain in headers.
 #[derive(Debug, Clone)]
 pub enum Carrier {
@@ -261,7 +289,7 @@ impl Carrier {
         match self {
             Carrier::Plain(c) => c.encode(ctx, headers),
             Carrier::Route(c) => c.encode(ctx, headers),
-            Carrier::Baggage(c) => c.encode(ctx, &|key| c.is_key(key), headers),
+            Carrier::Baggage(c) => c.encode(ctx, &StainKeys(std::slice::from_ref(self)), headers),
         }
     }
 
@@ -375,17 +403,11 @@ impl Carriers {
     /// The first `baggage` member carrier, the one whose member OpenTelemetry interop
     /// reads and whose caps bound the inherited members; `None` when baggage is off.
     pub fn baggage(&self) -> Option<&BaggageMember> {
-        self.list.iter().find_map(|c| match c {
-            Carrier::Baggage(b) => Some(b),
-            _ => None,
-        })
+        self.stain_keys().members().next()
     }
 
-    /// `true` when `key` is the member of one of the `baggage` carriers.
-    fn is_stain_key(&self, key: &[u8]) -> bool {
-        self.list
-            .iter()
-            .any(|c| matches!(c, Carrier::Baggage(b) if b.is_key(key)))
+    fn stain_keys(&self) -> StainKeys<'_> {
+        StainKeys(&self.list)
     }
 
     /// Reads the context from `headers`.
@@ -428,7 +450,7 @@ impl Carriers {
     pub fn inherited_baggage(&self, headers: &HeaderMap) -> Option<InheritedBaggage> {
         let carrier = self.baggage()?;
         carrier
-            .read(headers, &self.names, &|key| self.is_stain_key(key), true)
+            .read(headers, &self.names, &self.stain_keys(), true)
             .1
     }
 
@@ -446,9 +468,8 @@ impl Carriers {
         for carrier in &self.list {
             let decoded = match carrier {
                 Carrier::Baggage(c) => {
-                    let is_stain_key = |key: &[u8]| self.is_stain_key(key);
                     let (decoded, members) =
-                        c.read(headers, &self.names, &is_stain_key, inheriting);
+                        c.read(headers, &self.names, &self.stain_keys(), inheriting);
                     if inheriting {
                         inheriting = false;
                         inherited = members;
@@ -491,10 +512,10 @@ impl Carriers {
     /// `baggage` carrier also writes the context's inherited members, after the members
     /// `headers` already has (which win over inherited ones of the same key).
     pub fn inject(&self, ctx: &Stain, headers: &mut HeaderMap) {
-        let is_stain_key = |key: &[u8]| self.is_stain_key(key);
+        let stain_keys = self.stain_keys();
         for carrier in &self.list {
             match carrier {
-                Carrier::Baggage(c) => c.encode(ctx, &is_stain_key, headers),
+                Carrier::Baggage(c) => c.encode(ctx, &stain_keys, headers),
                 other => other.encode(ctx, headers),
             }
         }
@@ -505,8 +526,7 @@ impl Carriers {
     /// request whose pre-set stain is kept on purpose.
     pub fn merge_baggage(&self, ctx: &Stain, headers: &mut HeaderMap) {
         if let Some(carrier) = self.baggage() {
-            let is_stain_key = |key: &[u8]| self.is_stain_key(key);
-            carrier.rewrite(Own::Keep, ctx.baggage(), &is_stain_key, headers);
+            carrier.rewrite(Own::Keep, ctx.baggage(), &self.stain_keys(), headers);
         }
     }
 
