@@ -11,7 +11,9 @@
 //!   response future. Handler code sees it in `Context::current().baggage()`, OpenTelemetry's
 //!   `BaggagePropagator` injects it into outbound requests, and a `BaggageSpanProcessor`
 //!   records it on spans. A baseline stain removes a stale `gray.lane` member; a request
-//!   without a gray stain leaves the OpenTelemetry context as it is.
+//!   without a gray stain leaves the OpenTelemetry context as it is. Where it changes the
+//!   context, OpenTelemetry builds a new one (a few allocations per request); where the
+//!   current baggage already states the lane, nothing is built.
 //! - **OpenTelemetry → gray.** When no gray stain is set (none in the request extensions,
 //!   no task-local stain), [`PropagateStain`](crate::PropagateStain), the reqwest
 //!   middleware and [`CaptureStain`](crate::CaptureStain) take the lane of the current
