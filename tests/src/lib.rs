@@ -6,6 +6,8 @@ use std::net::SocketAddr;
 use axum::{Router, http::HeaderMap};
 use tokio::{net::TcpListener, task::JoinHandle};
 
+pub mod route;
+
 /// The gRPC test protocol (`proto/chain.proto`).
 #[allow(missing_docs, unreachable_pub, clippy::all)]
 pub mod proto {

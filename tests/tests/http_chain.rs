@@ -118,12 +118,16 @@ struct Chain {
 }
 
 async fn chain(carriers: Carriers, b_existing: Existing) -> Chain {
-    let extract = || ExtractStainLayer::with_carriers(carriers.clone());
+    let extract = || ExtractStainLayer::new().with_carriers(carriers.clone());
 
     let c = serve(Router::new().route("/echo", get(echo)).layer(extract())).await;
 
     let b_client = ServiceBuilder::new()
-        .layer(PropagateStainLayer::with_carriers(carriers.clone()).existing(b_existing))
+        .layer(
+            PropagateStainLayer::new()
+                .with_carriers(carriers.clone())
+                .with_existing(b_existing),
+        )
         .service(hyper_client());
     let b = serve(
         Router::new()
@@ -137,12 +141,12 @@ async fn chain(carriers: Carriers, b_existing: Existing) -> Chain {
     .await;
 
     let reqwest = reqwest_middleware::ClientBuilder::new(reqwest::Client::new())
-        .with(PropagateMiddleware::with_carriers(carriers.clone()))
+        .with(PropagateMiddleware::new().with_carriers(carriers.clone()))
         .build();
     // The buffer's worker task runs the propagation; the capture layer, in the handler's
     // task, hands it the context through the request extensions.
     let inner = ServiceBuilder::new()
-        .layer(PropagateStainLayer::with_carriers(carriers.clone()))
+        .layer(PropagateStainLayer::new().with_carriers(carriers.clone()))
         .service(hyper_client());
     let buffered_client = ServiceBuilder::new()
         .layer(CaptureStainLayer::new())
@@ -186,7 +190,7 @@ const CARRIED_PATHS: [&str; 4] = ["/direct", "/spawn", "/blocking", "/buffer"];
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn c_sees_exactly_the_stain_that_reached_a() {
-    let chain = chain(Carriers::default(), Existing::Keep).await;
+    let chain = chain(Carriers::default(), Existing::Replace).await;
     let client = driver();
     for path in CARRIED_PATHS {
         let stained = client
@@ -205,7 +209,7 @@ async fn c_sees_exactly_the_stain_that_reached_a() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bare_tokio_spawn_loses_the_stain() {
-    let chain = chain(Carriers::default(), Existing::Keep).await;
+    let chain = chain(Carriers::default(), Existing::Replace).await;
     let client = driver();
     let stained = client
         .get(chain.a.url("/bare-spawn"))
@@ -217,7 +221,7 @@ async fn bare_tokio_spawn_loses_the_stain() {
 async fn ten_thousand_concurrent_requests_each_keep_their_own_stain() {
     const REQUESTS: usize = 10_000;
     const CONCURRENCY: usize = 64;
-    let chain = chain(Carriers::default(), Existing::Keep).await;
+    let chain = chain(Carriers::default(), Existing::Replace).await;
     let client = driver();
     let a = chain.a.url("");
     let semaphore = std::sync::Arc::new(tokio::sync::Semaphore::new(CONCURRENCY));
@@ -276,7 +280,7 @@ async fn baggage_stain_arrives_with_the_other_members_intact() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn malformed_stains_get_a_normal_response_and_count_as_unstained() {
     let carriers = Carriers::default().with(BaggageMember::new("gray.lane").expect("valid key"));
-    let chain = chain(carriers, Existing::Keep).await;
+    let chain = chain(carriers, Existing::Replace).await;
     let client = driver();
     let url = chain.a.url("/direct");
     let cases: Vec<(&str, reqwest::RequestBuilder)> = vec![

@@ -7,7 +7,7 @@
 //! every other gray crate shares and nothing that needs a runtime:
 //!
 //! - [`name`]: [`Lane`] and [`Version`] names, interned by [`Names`];
-//! - [`stain`]: the [`Stain`] and its [`Pins`];
+//! - [`stain`]: the [`Stain`], its [`Pins`] and its [`InheritedBaggage`];
 //! - [`labels`]: the [`Labels`] a registry reports for an instance, and an instance's
 //!   [`Origin`];
 //! - [`matching`]: the routing [`Policy`] (which instances fit a stain, the [`Fallback`]
@@ -67,7 +67,7 @@ pub mod stain;
 pub mod task;
 
 pub use carriers_config::CarrierConfig;
-pub use codec::{Carrier, Carriers};
+pub use codec::{Carrier, Carriers, InheritedBaggage};
 pub use stain::{Pins, Stain};
 
 /// The former name of [`Stain`].

@@ -6,6 +6,14 @@
 //! `baggage` value without escaping. Each keeps its encoded [`HeaderValue`], so writing it
 //! to an outbound request copies nothing.
 //!
+//! # Case
+//!
+//! **Lane names are case-insensitive**: every lane is lowercased when it is built, wherever
+//! it comes from (a header such as `x-gray-lane: Gray`, a `baggage` member, a rule file, an
+//! instance label `lane=Gray`, OpenTelemetry baggage, or [`Lane::new`] in code), so `Gray`,
+//! `GRAY` and `gray` are one lane, written onward as `gray`. **Version names are
+//! case-sensitive** (`v2` and `V2` are two versions), as registries report them.
+//!
 //! [`Names`] is the interner that codecs use while decoding: a name it already knows, or
 //! has learned from an earlier request, is returned as a clone of the known one (no
 //! allocation); an unknown one is built on the spot and learned, up to a cap.
@@ -17,6 +25,11 @@
 //! let lane = names.lane(b"gray").unwrap();
 //! assert_eq!(lane.as_str(), "gray");
 //! assert!(Lane::new("no spaces").is_err());
+//!
+//! // Lanes are lowercased wherever they come from; versions keep their case.
+//! assert_eq!(names.lane(b"Gray").unwrap(), lane);
+//! assert_eq!(Lane::new("CANARY-2").unwrap().as_str(), "canary-2");
+//! assert_eq!(gray_core::Version::new("V2").unwrap().as_str(), "V2");
 //! ```
 
 use std::{borrow::Borrow, collections::HashMap, fmt, hash::Hash, sync::Arc};
@@ -76,16 +89,29 @@ struct TokenInner {
     value: HeaderValue,
 }
 
+/// How a kind of name treats ASCII case.
+#[derive(Clone, Copy)]
+enum Case {
+    /// Lowercased when built (lanes).
+    Insensitive,
+    /// Kept as given (versions).
+    Sensitive,
+}
+
 impl Token {
-    fn new(kind: &'static str, bytes: &[u8]) -> Result<Self, InvalidName> {
+    fn new(kind: &'static str, case: Case, bytes: &[u8]) -> Result<Self, InvalidName> {
         validate(kind, bytes)?;
         // Validated as ASCII above, so both conversions succeed.
-        let name: Box<str> = std::str::from_utf8(bytes)
-            .map_err(|_| InvalidName {
-                kind,
-                reason: "it is not UTF-8",
-            })?
-            .into();
+        let name = std::str::from_utf8(bytes).map_err(|_| InvalidName {
+            kind,
+            reason: "it is not UTF-8",
+        })?;
+        let name: Box<str> = match case {
+            Case::Insensitive if name.bytes().any(|b| b.is_ascii_uppercase()) => {
+                name.to_ascii_lowercase().into()
+            }
+            _ => name.into(),
+        };
         let value = HeaderValue::from_str(&name).map_err(|_| InvalidName {
             kind,
             reason: "it is not a valid header value",
@@ -107,20 +133,21 @@ impl PartialEq for Token {
 impl Eq for Token {}
 
 macro_rules! name_type {
-    ($(#[$meta:meta])* $ty:ident, $kind:literal) => {
+    ($(#[$meta:meta])* $ty:ident, $kind:literal, $case:expr) => {
         $(#[$meta])*
         #[derive(Clone, PartialEq, Eq)]
         pub struct $ty(Token);
 
         impl $ty {
-            #[doc = concat!("Builds a ", $kind, " name, checking that it is a valid token.")]
+            #[doc = concat!("Builds a ", $kind, " name, checking that it is a valid token")]
+            #[doc = "(see the [module docs](self) for case)."]
             pub fn new(name: impl AsRef<str>) -> Result<Self, InvalidName> {
-                Token::new($kind, name.as_ref().as_bytes()).map($ty)
+                Token::new($kind, $case, name.as_ref().as_bytes()).map($ty)
             }
 
             #[doc = concat!("Builds a ", $kind, " name from raw bytes (for example a header value).")]
             pub fn from_bytes(bytes: &[u8]) -> Result<Self, InvalidName> {
-                Token::new($kind, bytes).map($ty)
+                Token::new($kind, $case, bytes).map($ty)
             }
 
             /// The name as a string slice.
@@ -215,18 +242,21 @@ macro_rules! name_type {
 name_type!(
     /// The name of a gray lane (`gray`, `canary-2`). A request without a lane is baseline.
     ///
+    /// Case-insensitive: lowercased when built (`Lane::new("Gray")` is `gray`).
     /// Cloning is an `Arc` increment; equality compares names.
     Lane,
-    "lane"
+    "lane",
+    Case::Insensitive
 );
 
 name_type!(
     /// The name of a service version (`v2`, `2.0`), as used by version pins and the
     /// `version` / `versions` instance labels.
     ///
-    /// Cloning is an `Arc` increment; equality compares names.
+    /// Case-sensitive. Cloning is an `Arc` increment; equality compares names.
     Version,
-    "version"
+    "version",
+    Case::Sensitive
 );
 
 /// The interner codecs use while decoding: known names come back as clones, without
@@ -346,9 +376,19 @@ impl Names {
         self.versions.insert(version.as_str().into(), version);
     }
 
-    /// The lane named by `bytes`: a known or learned one when there is one, a new one
-    /// otherwise.
+    /// The lane named by `bytes`, lowercased: a known or learned one when there is one, a
+    /// new one otherwise. `Gray` and `gray` find the same interned lane, without allocating.
     pub fn lane(&self, bytes: &[u8]) -> Result<Lane, InvalidName> {
+        let mut lowered = [0u8; MAX_NAME_LEN];
+        let bytes = match lowered.get_mut(..bytes.len()) {
+            Some(buf) if bytes.iter().any(u8::is_ascii_uppercase) => {
+                buf.copy_from_slice(bytes);
+                buf.make_ascii_lowercase();
+                &*buf
+            }
+            // Already lowercase, or too long to be a name (rejected while building).
+            _ => bytes,
+        };
         intern(
             &self.lanes,
             &self.learned.lanes,
@@ -424,6 +464,28 @@ mod tests {
         assert!(!Arc::ptr_eq(&(a.0).0, &(b.0).0));
         // Invalid names are never learned.
         assert!(names.version(b"").is_err());
+    }
+
+    #[test]
+    fn lanes_are_lowercased_and_versions_keep_their_case() {
+        let gray = Lane::new("gray").unwrap();
+        assert_eq!(Lane::new("Gray").unwrap(), gray);
+        assert_eq!(Lane::from_bytes(b"GRAY").unwrap().header_value(), "gray");
+        let names = Names::new().with_lanes([gray.clone()]);
+        for spelling in [&b"Gray"[..], b"GRAY", b"gRaY", b"gray"] {
+            let found = names.lane(spelling).unwrap();
+            assert!(Arc::ptr_eq(&(found.0).0, &(gray.0).0), "{spelling:?}");
+        }
+        // A learned lane is learned once, under its lowercase name.
+        let learning = Names::new();
+        let first = learning.lane(b"Blue").unwrap();
+        let again = learning.lane(b"BLUE").unwrap();
+        assert_eq!(first.as_str(), "blue");
+        assert!(Arc::ptr_eq(&(first.0).0, &(again.0).0));
+        assert_ne!(Version::new("V2").unwrap(), Version::new("v2").unwrap());
+        let lane: Lane = serde_json::from_str("\"Canary\"").unwrap();
+        assert_eq!(lane, "canary");
+        assert!(names.lane(&[b'A'; 65]).is_err());
     }
 
     #[test]

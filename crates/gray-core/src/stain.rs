@@ -1,7 +1,11 @@
-//! The gray context a request carries: an optional lane plus optional version pins.
+//! The gray context a request carries: an optional lane plus optional version pins, and
+//! the inbound `baggage` members it carries onward.
 //!
 //! No lane means *baseline*. Version pins follow seed 002's route header: `all` pins one
-//! version for every service, and a per-service entry wins over `all`.
+//! version for every service, and a per-service entry wins over `all`. With a `baggage`
+//! carrier configured, the stain also keeps the inbound request's other W3C `baggage`
+//! members ([`InheritedBaggage`]), which every outbound call writes back: they are not part
+//! of the routing decision ([`Stain::is_baseline`] ignores them), only carried with it.
 //!
 //! ```
 //! use gray_core::{Stain, Lane, Pins, Version};
@@ -21,16 +25,20 @@ use std::{collections::BTreeMap, fmt, sync::Arc};
 
 use http::HeaderValue;
 
-use crate::name::{Lane, Version};
+use crate::{
+    codec::InheritedBaggage,
+    name::{Lane, Version},
+};
 
 /// The longest service name accepted in version pins, in bytes.
 pub const MAX_SERVICE_LEN: usize = 128;
 
-/// What a request is stained with. Cloning costs at most two `Arc` increments.
+/// What a request is stained with. Cloning costs at most three `Arc` increments.
 #[derive(Clone, Default, PartialEq, Eq)]
 pub struct Stain {
     lane: Option<Lane>,
     pins: Option<Arc<Pins>>,
+    baggage: Option<InheritedBaggage>,
 }
 
 impl Stain {
@@ -39,6 +47,7 @@ impl Stain {
         Stain {
             lane: None,
             pins: None,
+            baggage: None,
         }
     }
 
@@ -47,6 +56,7 @@ impl Stain {
         Stain {
             lane: Some(lane),
             pins: None,
+            baggage: None,
         }
     }
 
@@ -73,6 +83,18 @@ impl Stain {
         self
     }
 
+    /// This context with its inherited `baggage` members replaced.
+    pub fn with_baggage(mut self, baggage: Option<InheritedBaggage>) -> Self {
+        self.baggage = baggage;
+        self
+    }
+
+    /// The inbound `baggage` members (other than the stain's own) this context carries
+    /// onward; `None` when the request had none or no `baggage` carrier is configured.
+    pub fn baggage(&self) -> Option<&InheritedBaggage> {
+        self.baggage.as_ref()
+    }
+
     /// The lane, or `None` for baseline.
     pub fn lane(&self) -> Option<&Lane> {
         self.lane.as_ref()
@@ -88,7 +110,8 @@ impl Stain {
         self.pins.as_ref()
     }
 
-    /// `true` when the context carries neither a lane nor a version pin.
+    /// `true` when the context carries neither a lane nor a version pin (inherited
+    /// `baggage` members do not count).
     pub fn is_baseline(&self) -> bool {
         self.lane.is_none() && self.pins.is_none()
     }
@@ -108,6 +131,9 @@ impl fmt::Debug for Stain {
         };
         if let Some(pins) = &self.pins {
             d.field("pins", pins);
+        }
+        if let Some(baggage) = &self.baggage {
+            d.field("baggage", baggage);
         }
         d.finish()
     }

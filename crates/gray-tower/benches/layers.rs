@@ -2,8 +2,9 @@
 //!
 //! One axum `Router` whose handler calls an outbound client (a `tower::Service` stand-in
 //! for hyper-util's `Client`), driven with `oneshot`, no sockets: the figures are the
-//! layers' own overhead. Each stack is measured with an unstained request and with one
-//! stained `x-gray-lane: gray`; the request is built outside the timed part.
+//! layers' own overhead. Each stack is measured with an unstained request, with one
+//! stained `x-gray-lane: gray`, and with one stained so that also carries a `baggage`
+//! header of 10 other members (`baggage10`); the request is built outside the timed part.
 //!
 //! - `bare`: no gray layer.
 //! - `layers`: `ExtractStainLayer` around the router (`Layer::layer(router)`, as tower
@@ -12,6 +13,9 @@
 //! - `router_layer`: the same, with `Router::layer(ExtractStainLayer)` instead; axum
 //!   then boxes the layered route once more per request, which is axum's cost for any
 //!   layer added that way, not the gray layers'.
+//! - `baggage`: as `layers`, with the `baggage` carrier on both layers
+//!   (`Carriers::default().with_baggage()`): the 10 members are kept with the stain and
+//!   written onto the outbound request, with `gray.lane=gray` after them.
 //!
 //! The `edge` group measures `EdgeLayer` alone, around the same upstream stand-in, with a
 //! browser-like request (eight headers) and an IP-whitelist rule: `2-carriers` is the
@@ -31,7 +35,9 @@ use axum::{
     http::{StatusCode, header::CONTENT_TYPE},
     routing::get,
 };
-use criterion::{BatchSize, Criterion, criterion_group, criterion_main};
+use criterion::{
+    BatchSize, BenchmarkGroup, Criterion, criterion_group, criterion_main, measurement::WallTime,
+};
 use gray_core::{
     Carriers, Lane, Names,
     codec::{BaggageMember, PlainHeader},
@@ -42,9 +48,11 @@ use gray_tower::{
     edge::{EdgeLayer, PeerAddr},
 };
 use http::{HeaderName, HeaderValue, Request, Response};
+use tokio::runtime::Runtime;
 use tower::{Layer, Service, ServiceExt, service_fn};
 
-/// The outbound client stand-in: answers 200, or 202 when the request carries a lane.
+/// The outbound client stand-in: answers 200, 202 when the request carries a lane, 203
+/// when it also carries the inherited `baggage` members.
 fn upstream() -> impl Service<
     Request<Body>,
     Response = Response<Body>,
@@ -58,6 +66,13 @@ fn upstream() -> impl Service<
         let mut res = Response::new(Body::empty());
         if req.headers().contains_key("x-gray-lane") {
             *res.status_mut() = StatusCode::ACCEPTED;
+        }
+        let inherited = req
+            .headers()
+            .get("baggage")
+            .is_some_and(|b| b.as_bytes().starts_with(b"userId=42;ttl=5,"));
+        if inherited {
+            *res.status_mut() = StatusCode::NON_AUTHORITATIVE_INFORMATION;
         }
         ready(Ok(res))
     })
@@ -92,11 +107,28 @@ where
     )
 }
 
-fn request(stained: bool) -> Request<Body> {
+/// The inbound requests measured.
+#[derive(Clone, Copy, PartialEq)]
+enum Inbound {
+    Unstained,
+    Stained,
+    /// Stained, with a `baggage` header of 10 other members.
+    Baggage10,
+}
+
+/// Ten members as an OpenTelemetry-instrumented client sends them.
+const TEN_MEMBERS: &str = "userId=42;ttl=5,tenant=acme,session=9f8e7d6c5b4a,region=eu-west-1,\
+    plan=premium,locale=de-DE,name=J%C3%BCrgen,ab=variant-b,device=ios,app=7.3.1";
+
+fn request(inbound: Inbound) -> Request<Body> {
     let mut req = Request::new(Body::empty());
-    if stained {
+    if inbound != Inbound::Unstained {
         req.headers_mut()
             .insert("x-gray-lane", HeaderValue::from_static("gray"));
+    }
+    if inbound == Inbound::Baggage10 {
+        req.headers_mut()
+            .insert("baggage", HeaderValue::from_static(TEN_MEMBERS));
     }
     req
 }
@@ -108,54 +140,98 @@ fn layers(c: &mut Criterion) {
     let carriers = Carriers::default()
         .with_names(Names::new().with_lanes([Lane::new("gray").expect("valid lane")]));
 
-    let extract = ExtractStainLayer::with_carriers(carriers.clone());
-    let client = PropagateStainLayer::with_carriers(carriers).layer(upstream());
+    let extract = ExtractStainLayer::new().with_carriers(carriers.clone());
+    let client = PropagateStainLayer::new()
+        .with_carriers(carriers.clone())
+        .layer(upstream());
+    let baggage_carriers = carriers.with_baggage();
+    let baggage_client = PropagateStainLayer::new()
+        .with_carriers(baggage_carriers.clone())
+        .layer(upstream());
 
     let bare = app(upstream());
     let layered = extract.layer(app(client.clone()));
     let router_layer = app(client).layer(extract);
+    let baggage = ExtractStainLayer::new()
+        .with_carriers(baggage_carriers)
+        .layer(app(baggage_client));
 
     // The layers change what the upstream sees, never what the bare stack does.
-    for stained in [false, true] {
-        let with_lane = if stained {
-            StatusCode::ACCEPTED
-        } else {
-            StatusCode::OK
+    for inbound in [Inbound::Unstained, Inbound::Stained, Inbound::Baggage10] {
+        let with_lane = match inbound {
+            Inbound::Unstained => StatusCode::OK,
+            Inbound::Stained | Inbound::Baggage10 => StatusCode::ACCEPTED,
         };
-        let status = |res: Result<Response<Body>, Infallible>| res.map(|r| r.status());
-        let run = |req| rt.block_on(bare.clone().oneshot(req));
-        assert_eq!(status(run(request(stained))), Ok(StatusCode::OK));
-        let run = |req| rt.block_on(layered.clone().oneshot(req));
-        assert_eq!(status(run(request(stained))), Ok(with_lane));
-        let run = |req| rt.block_on(router_layer.clone().oneshot(req));
-        assert_eq!(status(run(request(stained))), Ok(with_lane));
+        let with_members = match inbound {
+            Inbound::Baggage10 => StatusCode::NON_AUTHORITATIVE_INFORMATION,
+            Inbound::Unstained | Inbound::Stained => with_lane,
+        };
+        assert_eq!(status(&rt, &bare, inbound), StatusCode::OK);
+        assert_eq!(status(&rt, &layered, inbound), with_lane);
+        assert_eq!(status(&rt, &router_layer, inbound), with_lane);
+        assert_eq!(status(&rt, &baggage, inbound), with_members);
     }
 
     let mut group = c.benchmark_group("layers");
-    for (stained, suffix) in [(false, "unstained"), (true, "stained")] {
-        group.bench_function(format!("bare/{suffix}"), |b| {
-            b.to_async(&rt).iter_batched(
-                || request(stained),
-                |req| async { black_box(bare.clone().oneshot(req).await) },
-                BatchSize::SmallInput,
-            );
-        });
-        group.bench_function(format!("layers/{suffix}"), |b| {
-            b.to_async(&rt).iter_batched(
-                || request(stained),
-                |req| async { black_box(layered.clone().oneshot(req).await) },
-                BatchSize::SmallInput,
-            );
-        });
-        group.bench_function(format!("router_layer/{suffix}"), |b| {
-            b.to_async(&rt).iter_batched(
-                || request(stained),
-                |req| async { black_box(router_layer.clone().oneshot(req).await) },
-                BatchSize::SmallInput,
-            );
-        });
+    let inputs = [
+        (Inbound::Unstained, "unstained"),
+        (Inbound::Stained, "stained"),
+        (Inbound::Baggage10, "baggage10"),
+    ];
+    for (inbound, suffix) in inputs {
+        measure(&mut group, &rt, &format!("bare/{suffix}"), &bare, inbound);
+        measure(
+            &mut group,
+            &rt,
+            &format!("layers/{suffix}"),
+            &layered,
+            inbound,
+        );
+        measure(
+            &mut group,
+            &rt,
+            &format!("router_layer/{suffix}"),
+            &router_layer,
+            inbound,
+        );
+        measure(
+            &mut group,
+            &rt,
+            &format!("baggage/{suffix}"),
+            &baggage,
+            inbound,
+        );
     }
     group.finish();
+}
+
+/// The status `stack` answers `inbound` with.
+fn status<S>(rt: &Runtime, stack: &S, inbound: Inbound) -> StatusCode
+where
+    S: Service<Request<Body>, Response = Response<Body>, Error = Infallible> + Clone,
+{
+    match rt.block_on(stack.clone().oneshot(request(inbound))) {
+        Ok(res) => res.status(),
+        Err(never) => match never {},
+    }
+}
+
+fn measure<S>(
+    group: &mut BenchmarkGroup<'_, WallTime>,
+    rt: &Runtime,
+    name: &str,
+    stack: &S,
+    inbound: Inbound,
+) where
+    S: Service<Request<Body>, Response = Response<Body>, Error = Infallible> + Clone,
+{
+    group.bench_function(name, |b| {
+        b.to_async(rt).iter_batched(
+            || request(inbound),
+            |req| async { black_box(stack.clone().oneshot(req).await) },
+            BatchSize::SmallInput,
+        );
+    });
 }
 
 /// A browser-like request to the edge from `peer`.

@@ -4,8 +4,9 @@
 //! the buffer's worker task, where the caller's task-local context is not set. Put
 //! [`CaptureStainLayer`] *outside* the buffer: it stores the caller's context in the
 //! request extensions, which travel with the request, so that [`PropagateStain`] or a
-//! balancer inside the buffer still sees it. A request that already has a context in its
-//! extensions keeps it.
+//! balancer inside the buffer still sees it. A request that already has a stain in its
+//! extensions keeps it. With the `opentelemetry` feature, a request without a gray stain
+//! gets the lane of the current OpenTelemetry baggage, if any (module `otel`).
 //!
 //! Inserting into `http::Extensions` allocates (three times into empty extensions: the map,
 //! its table and the boxed value; once when the map exists); when you can, put
@@ -14,8 +15,7 @@
 //! [`PropagateStain`]: crate::PropagateStain
 //!
 //! ```
-//! use gray_core::{Stain, Lane};
-//! use gray_tower::{CaptureStainLayer, StainExt, PropagateStainLayer};
+//! use gray_tower::{CaptureStainLayer, Lane, PropagateStainLayer, Stain, StainExt};
 //! use http::{Request, Response};
 //! use tower::{ServiceBuilder, ServiceExt, buffer::Buffer, service_fn};
 //!
@@ -48,9 +48,10 @@ use tower_service::Service;
 use crate::task;
 
 /// Builds [`CaptureStain`].
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Default)]
 pub struct CaptureStainLayer {
-    _priv: (),
+    #[cfg(feature = "opentelemetry")]
+    carriers: std::sync::Arc<gray_core::Carriers>,
 }
 
 impl CaptureStainLayer {
@@ -58,36 +59,57 @@ impl CaptureStainLayer {
     pub fn new() -> Self {
         Self::default()
     }
+
+    /// The carriers of the client inside (feature `opentelemetry`): a stain taken from the
+    /// OpenTelemetry baggage reads their `baggage` member key (default `gray.lane`) and
+    /// interns the lane with their names.
+    #[cfg(feature = "opentelemetry")]
+    pub fn with_carriers(mut self, carriers: gray_core::Carriers) -> Self {
+        self.carriers = std::sync::Arc::new(carriers);
+        self
+    }
 }
 
 impl<S> Layer<S> for CaptureStainLayer {
     type Service = CaptureStain<S>;
 
     fn layer(&self, inner: S) -> Self::Service {
-        CaptureStain { inner }
+        CaptureStain {
+            inner,
+            #[cfg(feature = "opentelemetry")]
+            carriers: self.carriers.clone(),
+        }
     }
 }
 
-/// Stores the task-local context in the request extensions, unless one is there already.
+/// Stores the task-local stain in the request extensions, unless one is there already.
 ///
 /// Built by [`CaptureStainLayer`].
 #[derive(Debug, Clone)]
 pub struct CaptureStain<S> {
     inner: S,
+    #[cfg(feature = "opentelemetry")]
+    carriers: std::sync::Arc<gray_core::Carriers>,
 }
 
 impl<S> CaptureStain<S> {
     /// Wraps `inner`.
     pub fn new(inner: S) -> Self {
-        CaptureStain { inner }
-    }
-
-    /// A layer that builds this service.
-    pub fn layer() -> CaptureStainLayer {
-        CaptureStainLayer::new()
+        CaptureStain {
+            inner,
+            #[cfg(feature = "opentelemetry")]
+            carriers: Default::default(),
+        }
     }
 
     define_inner_service_accessors!();
+
+    fn current(&self) -> Option<Stain> {
+        let current = task::current();
+        #[cfg(feature = "opentelemetry")]
+        let current = current.or_else(|| crate::otel::current_stain(&self.carriers));
+        current
+    }
 }
 
 impl<S, B> Service<Request<B>> for CaptureStain<S>
@@ -104,7 +126,7 @@ where
 
     fn call(&mut self, mut req: Request<B>) -> Self::Future {
         if req.extensions().get::<Stain>().is_none() {
-            if let Some(ctx) = task::current() {
+            if let Some(ctx) = self.current() {
                 req.extensions_mut().insert(ctx);
             }
         }

@@ -1,17 +1,20 @@
 //! Server side: read the stain of every inbound request.
 //!
 //! [`ExtractStainLayer`] reads the configured [`Carriers`] of each request, puts the
-//! resulting [`Stain`] into the request extensions, and makes it the task-local context
+//! resulting [`Stain`] into the request extensions, and makes it the task-local stain
 //! (see [`crate::task`]) for both the synchronous `call()` of the inner service and every
 //! poll of its response future. A request without any carrier gets the layer's default
-//! context: baseline, unless [`ExtractStainLayer::with_default`] says otherwise (seed 000:
+//! stain: baseline, unless [`ExtractStainLayer::with_default`] says otherwise (seed 000:
 //! a gray instance treats an unstained request as its own lane).
+//!
+//! With a `baggage` carrier ([`Carriers::with_baggage`]), the stain also keeps the
+//! request's other `baggage` members ([`Stain::baggage`]), and the client layers write them
+//! onto every outbound call: no handler copies headers.
 //!
 //! Malformed carriers never fail the request: they are ignored, with a `tracing` event.
 //!
 //! ```
-//! use gray_core::Stain;
-//! use gray_tower::{ExtractStainLayer, task};
+//! use gray_tower::{ExtractStainLayer, Stain, task};
 //! use http::{Request, Response};
 //! use tower::{ServiceBuilder, ServiceExt, service_fn};
 //!
@@ -50,50 +53,38 @@ use tower_service::Service;
 
 use crate::task;
 
-#[derive(Debug)]
+#[derive(Debug, Clone, Default)]
 struct Config {
     carriers: Carriers,
     default: Stain,
 }
 
 /// Builds [`ExtractStain`]: reads the stain of each inbound request.
-#[derive(Debug, Clone)]
+///
+/// `ExtractStainLayer::new()` reads the default carriers (`x-gray-lane`, `x-gray-info`)
+/// with a baseline default; the `with_*` setters change one setting each, in any order.
+#[derive(Debug, Clone, Default)]
 pub struct ExtractStainLayer {
     config: Arc<Config>,
-}
-
-impl Default for ExtractStainLayer {
-    fn default() -> Self {
-        Self::new()
-    }
 }
 
 impl ExtractStainLayer {
     /// Reads the default carriers (`x-gray-lane` and `x-gray-info`).
     pub fn new() -> Self {
-        Self::with_carriers(Carriers::default())
+        Self::default()
     }
 
-    /// Reads `carriers`.
-    pub fn with_carriers(carriers: Carriers) -> Self {
-        ExtractStainLayer {
-            config: Arc::new(Config {
-                carriers,
-                default: Stain::baseline(),
-            }),
-        }
+    /// Reads `carriers` (use the same ones on the client layers).
+    pub fn with_carriers(mut self, carriers: Carriers) -> Self {
+        Arc::make_mut(&mut self.config).carriers = carriers;
+        self
     }
 
     /// Uses `ctx` for requests that carry no stain at all (an explicit `gray: false` still
     /// means baseline). Seed 000 sets this to the instance's own lane on gray instances.
-    pub fn with_default(self, ctx: Stain) -> Self {
-        let carriers = self.config.carriers.clone();
-        ExtractStainLayer {
-            config: Arc::new(Config {
-                carriers,
-                default: ctx,
-            }),
-        }
+    pub fn with_default(mut self, ctx: Stain) -> Self {
+        Arc::make_mut(&mut self.config).default = ctx;
+        self
     }
 
     /// The carriers this layer reads.
@@ -106,10 +97,7 @@ impl<S> Layer<S> for ExtractStainLayer {
     type Service = ExtractStain<S>;
 
     fn layer(&self, inner: S) -> Self::Service {
-        ExtractStain {
-            inner,
-            config: self.config.clone(),
-        }
+        ExtractStain::with_config(inner, self.config.clone())
     }
 }
 
@@ -125,12 +113,11 @@ pub struct ExtractStain<S> {
 impl<S> ExtractStain<S> {
     /// Wraps `inner`, reading the default carriers.
     pub fn new(inner: S) -> Self {
-        ExtractStainLayer::new().layer(inner)
+        Self::with_config(inner, Arc::default())
     }
 
-    /// A layer that reads the default carriers.
-    pub fn layer() -> ExtractStainLayer {
-        ExtractStainLayer::new()
+    fn with_config(inner: S, config: Arc<Config>) -> Self {
+        ExtractStain { inner, config }
     }
 
     define_inner_service_accessors!();
@@ -152,8 +139,7 @@ where
         let ctx = self
             .config
             .carriers
-            .extract(req.headers())
-            .unwrap_or_else(|| self.config.default.clone());
+            .extract_or(req.headers(), &self.config.default);
         req.extensions_mut().insert(ctx.clone());
         ResponseFuture::scoped(ctx, req, &mut self.inner)
     }
@@ -161,7 +147,7 @@ where
 
 pin_project! {
     /// The response future of [`ExtractStain`]: the inner future, polled with the
-    /// request's context as the task-local context.
+    /// request's stain as the task-local stain.
     #[derive(Debug)]
     pub struct ResponseFuture<F> {
         #[pin]
@@ -242,7 +228,7 @@ mod tests {
             let mut req = Request::new(());
             req.headers_mut()
                 .insert(name, http::HeaderValue::from_bytes(value).unwrap());
-            let layer = ExtractStainLayer::with_carriers(carriers.clone());
+            let layer = ExtractStainLayer::new().with_carriers(carriers.clone());
             assert_eq!(lane_seen(layer, req).await, None);
         }
     }
@@ -250,16 +236,44 @@ mod tests {
     #[tokio::test]
     async fn default_applies_only_without_a_carrier() {
         let gray = Lane::new("gray").unwrap();
-        let layer = ExtractStainLayer::with_carriers(Carriers::new().with(PlainHeader::flag(
-            HeaderName::from_static("gray"),
-            gray.clone(),
-        )))
-        .with_default(Stain::in_lane(gray));
+        // Settings in any order.
+        let layer = ExtractStainLayer::new()
+            .with_default(Stain::in_lane(gray.clone()))
+            .with_carriers(
+                Carriers::new().with(PlainHeader::flag(HeaderName::from_static("gray"), gray)),
+            );
         assert_eq!(
             lane_seen(layer.clone(), Request::new(())).await.as_deref(),
             Some("gray")
         );
         let explicit = Request::builder().header("gray", "False").body(()).unwrap();
         assert_eq!(lane_seen(layer, explicit).await, None);
+    }
+
+    #[tokio::test]
+    async fn the_stain_keeps_the_other_baggage_members_even_by_default() {
+        let gray = Lane::new("gray").unwrap();
+        let layer = ExtractStainLayer::new()
+            .with_carriers(Carriers::default().with_baggage())
+            .with_default(Stain::in_lane(gray));
+        let svc = layer.layer(service_fn(|req: Request<()>| async move {
+            let stain = req.extensions().get::<Stain>().cloned().unwrap();
+            assert_eq!(Some(&stain), task::current().as_ref());
+            Ok::<_, std::convert::Infallible>(Response::new(stain))
+        }));
+        let req = Request::builder()
+            .header("baggage", "userId=42;ttl=5")
+            .body(())
+            .unwrap();
+        let stain = svc.clone().oneshot(req).await.unwrap().into_body();
+        assert_eq!(stain.lane().unwrap(), "gray", "the default decides");
+        assert_eq!(stain.baggage().unwrap().as_str(), "userId=42;ttl=5");
+        let req = Request::builder()
+            .header("x-gray-lane", "Blue")
+            .body(())
+            .unwrap();
+        let stain = svc.oneshot(req).await.unwrap().into_body();
+        assert_eq!(stain.lane().unwrap(), "blue", "lanes are lowercased");
+        assert_eq!(stain.baggage(), None);
     }
 }

@@ -3,7 +3,7 @@
 //! ```text
 //! inbound ──► ExtractStain ──► handler ──► PropagateStain ──► client ──► next service
 //!              reads carriers     task-local    writes carriers
-//!              into extensions    + extensions
+//!              into extensions    + extensions  (the decision wins)
 //!              and task-local
 //! ```
 //!
@@ -14,14 +14,41 @@
 //! | [`propagate`] | client layer for any `tower::Service<http::Request<B>>` (hyper-util, tonic) |
 //! | [`capture`] | copies the task-local into the extensions, for stacks with a `Buffer` |
 //! | [`task`] | the task-local, and `spawn` / `spawn_blocking` / future carriers |
+//! | [`baggage`] | W3C `baggage`: every member travels; the guide for a chain across languages |
 //! | `reqwest` | the client side as a `reqwest-middleware` middleware (feature `reqwest`) |
+//! | `otel` | the lane as a member of OpenTelemetry baggage, both ways (feature `opentelemetry`) |
+//!
+//! # One dependency
+//!
+//! This crate re-exports what a user of its layers names from `gray-core`: the stain
+//! ([`Stain`], [`Lane`], [`Version`], [`Pins`]), the carriers ([`Carriers`], [`PlainHeader`],
+//! [`RouteHeader`], [`BaggageMember`], [`InheritedBaggage`], and the whole [`codec`] module),
+//! the interner ([`Names`]) and the balancer's [`Policy`]. An axum service needs only:
+//!
+//! ```toml
+//! [dependencies]
+//! gray-tower = { version = "0.1", features = ["reqwest"] }
+//! ```
+//!
+//! (beside `axum`, `reqwest` and `tokio`, which it has anyway).
+//!
+//! # Builders
+//!
+//! Every layer is built the same way: `new()` for the defaults, then `with_*` setters, in
+//! any order, with the same names on every layer: `with_carriers` (which headers; use the
+//! same [`Carriers`] on the server layer and on the clients), `with_default` (the stain of a
+//! request without one, [`ExtractStainLayer`]), `with_existing` (a request that already
+//! carries a stain, [`PropagateStainLayer`] and the reqwest middleware). A layer holds the
+//! configuration and calls its service's constructor; a service's own `new(inner)` uses the
+//! defaults.
 //!
 //! # Cargo features
 //!
 //! | feature | default | what |
 //! |---|---|---|
 //! | `file` | yes | live edge rules from a polled file (`edge::FileSource`, from gray-source) |
-//! | `reqwest` | no | [`reqwest::PropagateMiddleware`](crate::reqwest) for `reqwest-middleware` |
+//! | `reqwest` | no | `reqwest::PropagateMiddleware` for `reqwest-middleware` (0.5) |
+//! | `opentelemetry` | no | module `otel`: the lane in OpenTelemetry baggage (`opentelemetry` 0.33), both ways |
 //! | `etcd` | no | live edge rules from an etcd key (`edge::EtcdSource`, from gray-source; etcd-client 0.21) |
 //! | `etcd-tls` | no | TLS to etcd (`edge::EtcdTls`: rustls on ring) |
 //! | `axum` | no | the edge reads the peer address from axum's `ConnectInfo<SocketAddr>` |
@@ -30,8 +57,7 @@
 //! tonic `Channel`: both speak `http::Request`.
 //!
 //! ```
-//! use gray_core::Stain;
-//! use gray_tower::{ExtractStainLayer, PropagateStainLayer, task};
+//! use gray_tower::{ExtractStainLayer, PropagateStainLayer};
 //! use http::{Request, Response};
 //! use tower::{Service, ServiceBuilder, ServiceExt, service_fn};
 //!
@@ -44,7 +70,7 @@
 //!         Ok::<_, tower::BoxError>(Response::new(req.headers().get("x-gray-lane").cloned()))
 //!     }));
 //!
-//! // The inbound service: its handler calls the client without passing any context.
+//! // The inbound service: its handler calls the client without passing any stain.
 //! let server = ServiceBuilder::new()
 //!     .layer(ExtractStainLayer::new())
 //!     .service(service_fn(move |_req: Request<()>| {
@@ -64,9 +90,19 @@
 #[macro_use]
 mod macros;
 
+pub mod baggage;
 pub mod capture;
 pub mod edge;
 pub mod extract;
+#[cfg(feature = "opentelemetry")]
+pub mod otel;
+/// Without the `opentelemetry` feature, no stain comes from OpenTelemetry baggage.
+#[cfg(not(feature = "opentelemetry"))]
+mod otel {
+    pub(crate) fn current_stain(_: &gray_core::Carriers) -> Option<gray_core::Stain> {
+        None
+    }
+}
 pub mod propagate;
 #[cfg(feature = "reqwest")]
 pub mod reqwest;
@@ -78,6 +114,15 @@ pub use edge::{Edge, EdgeLayer, LiveRules};
 pub use extract::{ExtractStain, ExtractStainLayer};
 pub use propagate::{Existing, PropagateStain, PropagateStainLayer};
 pub use task::{StainExt, current};
+
+/// The wire codecs of `gray-core` (`gray_core::codec`): carriers, rejections, limits.
+#[doc(inline)]
+pub use gray_core::codec;
+#[doc(inline)]
+pub use gray_core::{
+    Carriers, InheritedBaggage, Lane, Names, Pins, Policy, Stain, Version,
+    codec::{BaggageMember, DEFAULT_BAGGAGE_KEY, PlainHeader, RouteHeader},
+};
 
 /// The former names of this crate's layers, before `Context` became [`Stain`](gray_core::Stain).
 #[doc(hidden)]

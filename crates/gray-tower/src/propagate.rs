@@ -1,21 +1,29 @@
 //! Client side: write the stain onto every outbound request.
 //!
 //! [`PropagateStainLayer`] wraps any `tower::Service<http::Request<B>>` client: the
-//! hyper-util `Client`, a tonic `Channel`, a balancer. For each request it takes the context
-//! from the request extensions first, else from the task-local context (see
-//! [`crate::task`]), and writes it into the configured [`Carriers`]. A request with neither
-//! is sent as it is.
+//! hyper-util `Client`, a tonic `Channel`, a balancer. For each request it takes the stain
+//! from the request extensions first, else from the task-local stain (see
+//! [`crate::task`]), else (feature `opentelemetry`) from the lane in the current
+//! OpenTelemetry baggage (module `otel`), and states it on every configured carrier. A
+//! request with none of them is sent as it is.
 //!
-//! # A request that already carries a stain
+//! # The decision wins
 //!
-//! [`Existing::Keep`] (the default): when any configured carrier is already present on the
-//! outbound request, for example because the handler set it on purpose or copied the inbound
-//! headers, the request is sent untouched. [`Existing::Replace`]: the carriers are removed
-//! (for `baggage`, only the stain's member) and rewritten from the context.
+//! By default ([`Existing::Replace`]) every configured carrier states the stain's decision,
+//! whatever the outbound request already holds, for example because the handler copied
+//! the inbound headers: a stale, duplicated, malformed or conflicting `x-gray-lane` or
+//! `baggage` member is replaced, and a baseline stain removes them (a baseline request
+//! never carries a forged stain onward). Other headers and other `baggage` members stay.
+//! With a `baggage` carrier, the stain's inherited members (the inbound request's other
+//! `baggage` members) are written too, after the members the request already has, which
+//! win over inherited ones of the same key.
+//!
+//! [`Existing::KeepIfPresent`] is the explicit opt-in for the opposite: when any configured
+//! carrier is already on the request, the stain carriers are sent as they are (only the
+//! inherited `baggage` members are added).
 //!
 //! ```
-//! use gray_core::{Stain, Lane};
-//! use gray_tower::{StainExt, PropagateStainLayer};
+//! use gray_tower::{Lane, Stain, StainExt, PropagateStainLayer};
 //! use http::{Request, Response};
 //! use tower::{ServiceBuilder, ServiceExt, service_fn};
 //!
@@ -29,8 +37,10 @@
 //!         Ok::<_, tower::BoxError>(Response::new(sent))
 //!     }));
 //!
+//! // A stale lane on the request is replaced by the stain's decision.
+//! let stale = Request::builder().header("x-gray-lane", "blue").body(())?;
 //! let ctx = Stain::in_lane(Lane::new("canary")?);
-//! let res = client.oneshot(Request::new(())).with_stain(ctx).await?;
+//! let res = client.oneshot(stale).with_stain(ctx).await?;
 //! assert_eq!(res.body().as_ref().unwrap(), "canary");
 //! # Ok(())
 //! # }
@@ -50,15 +60,29 @@ use crate::task;
 
 /// What to do with an outbound request that already carries a stain carrier.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Existing {
-    /// Send the request untouched (the caller's explicit stain wins).
+    /// Every configured carrier states the stain's decision; stale, duplicated, malformed
+    /// or conflicting copies on the request are replaced (the default).
     #[default]
-    Keep,
-    /// Remove the carriers and write the current context instead.
     Replace,
+    /// When any configured carrier is already on the request, send the stain carriers as
+    /// they are: the request's own stain wins over the decision. The stain's inherited
+    /// `baggage` members are still added.
+    KeepIfPresent,
 }
 
-/// How a context is written onto outbound headers; shared by [`PropagateStain`] and the
+#[allow(non_upper_case_globals)]
+impl Existing {
+    /// The former name of [`Existing::KeepIfPresent`], once the default.
+    #[deprecated(
+        since = "0.2.0",
+        note = "renamed `Existing::KeepIfPresent`; the default is now `Existing::Replace`"
+    )]
+    pub const Keep: Existing = Existing::KeepIfPresent;
+}
+
+/// How a stain is written onto outbound headers; shared by [`PropagateStain`] and the
 /// reqwest middleware.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Propagator {
@@ -67,65 +91,70 @@ pub(crate) struct Propagator {
 }
 
 impl Propagator {
-    /// Writes `ctx` (or, without one, the task-local context) into `headers`.
-    pub(crate) fn apply(&self, ctx: Option<&Stain>, headers: &mut HeaderMap) {
-        let current;
-        let ctx = match ctx {
-            Some(ctx) => ctx,
-            None => match task::current() {
-                Some(ctx) => {
-                    current = ctx;
-                    &current
-                }
-                None => return,
-            },
-        };
+    /// Writes the stain (`ext`, else the task-local one, else the OpenTelemetry lane) into
+    /// `headers`. Returns the stain when it came from OpenTelemetry, for the caller to put
+    /// into the request extensions (where a balancer below reads it).
+    pub(crate) fn apply(&self, ext: Option<&Stain>, headers: &mut HeaderMap) -> Option<Stain> {
+        if let Some(ctx) = ext {
+            self.write(ctx, headers);
+            return None;
+        }
+        if let Some(ctx) = task::current() {
+            self.write(&ctx, headers);
+            return None;
+        }
+        let ctx = crate::otel::current_stain(&self.carriers)?;
+        self.write(&ctx, headers);
+        Some(ctx)
+    }
+
+    fn write(&self, ctx: &Stain, headers: &mut HeaderMap) {
         match self.existing {
-            // Writing a baseline context only removes absent carriers: nothing to do.
-            Existing::Keep if ctx.is_baseline() => {}
-            Existing::Keep => {
-                if !self.carriers.is_present(headers) {
-                    self.carriers.inject(ctx, headers);
-                }
+            Existing::KeepIfPresent if self.carriers.is_present(headers) => {
+                self.carriers.merge_baggage(ctx, headers);
             }
-            Existing::Replace => {
-                self.carriers.strip(headers);
-                self.carriers.inject(ctx, headers);
-            }
+            Existing::KeepIfPresent | Existing::Replace => self.carriers.inject(ctx, headers),
         }
     }
 }
 
 /// Builds [`PropagateStain`]: writes the stain onto each outbound request.
+///
+/// `PropagateStainLayer::new()` writes the default carriers (`x-gray-lane`, `x-gray-info`)
+/// with [`Existing::Replace`]; the `with_*` setters change one setting each, in any order.
 #[derive(Debug, Clone, Default)]
 pub struct PropagateStainLayer {
     propagator: Arc<Propagator>,
 }
 
 impl PropagateStainLayer {
-    /// Writes the default carriers (`x-gray-lane` and `x-gray-info`), keeping existing ones.
+    /// Writes the default carriers (`x-gray-lane` and `x-gray-info`); the decision wins.
     pub fn new() -> Self {
         Self::default()
     }
 
-    /// Writes `carriers`, keeping existing ones.
-    pub fn with_carriers(carriers: Carriers) -> Self {
-        PropagateStainLayer {
-            propagator: Arc::new(Propagator {
-                carriers,
-                existing: Existing::Keep,
-            }),
-        }
+    /// Writes `carriers` (use the same ones as the server layer).
+    pub fn with_carriers(mut self, carriers: Carriers) -> Self {
+        Arc::make_mut(&mut self.propagator).carriers = carriers;
+        self
     }
 
-    /// Sets the rule for a request that already carries a stain.
+    /// Sets the rule for a request that already carries a stain (default
+    /// [`Existing::Replace`]).
+    pub fn with_existing(mut self, existing: Existing) -> Self {
+        Arc::make_mut(&mut self.propagator).existing = existing;
+        self
+    }
+
+    /// The former name of [`PropagateStainLayer::with_existing`].
+    #[deprecated(since = "0.2.0", note = "renamed `with_existing`")]
     pub fn existing(self, existing: Existing) -> Self {
-        PropagateStainLayer {
-            propagator: Arc::new(Propagator {
-                carriers: self.propagator.carriers.clone(),
-                existing,
-            }),
-        }
+        self.with_existing(existing)
+    }
+
+    /// The carriers this layer writes.
+    pub fn carriers(&self) -> &Carriers {
+        &self.propagator.carriers
     }
 }
 
@@ -133,14 +162,11 @@ impl<S> Layer<S> for PropagateStainLayer {
     type Service = PropagateStain<S>;
 
     fn layer(&self, inner: S) -> Self::Service {
-        PropagateStain {
-            inner,
-            propagator: self.propagator.clone(),
-        }
+        PropagateStain::with_propagator(inner, self.propagator.clone())
     }
 }
 
-/// Writes the stain of the request (extensions first, else the task-local context) onto it.
+/// Writes the stain of the request (extensions first, else the task-local one) onto it.
 ///
 /// Built by [`PropagateStainLayer`]. Adds nothing to the response future.
 #[derive(Debug, Clone)]
@@ -152,12 +178,11 @@ pub struct PropagateStain<S> {
 impl<S> PropagateStain<S> {
     /// Wraps `inner`, writing the default carriers.
     pub fn new(inner: S) -> Self {
-        PropagateStainLayer::new().layer(inner)
+        Self::with_propagator(inner, Arc::default())
     }
 
-    /// A layer that writes the default carriers.
-    pub fn layer() -> PropagateStainLayer {
-        PropagateStainLayer::new()
+    fn with_propagator(inner: S, propagator: Arc<Propagator>) -> Self {
+        PropagateStain { inner, propagator }
     }
 
     define_inner_service_accessors!();
@@ -176,9 +201,110 @@ where
     }
 
     fn call(&mut self, mut req: Request<B>) -> Self::Future {
-        // Cloning a context is at most two `Arc` increments.
+        // Cloning a stain is at most three `Arc` increments.
         let ctx = req.extensions().get::<Stain>().cloned();
-        self.propagator.apply(ctx.as_ref(), req.headers_mut());
+        if let Some(found) = self.propagator.apply(ctx.as_ref(), req.headers_mut()) {
+            req.extensions_mut().insert(found);
+        }
         self.inner.call(req)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use gray_core::{Lane, codec::InheritedBaggage};
+    use http::{HeaderValue, Response};
+    use tower::{ServiceExt, service_fn};
+
+    use super::*;
+    use crate::StainExt;
+
+    /// Sends `req` through `layer` under `stain`; returns the headers the client got.
+    async fn sent(layer: PropagateStainLayer, req: Request<()>, stain: Stain) -> HeaderMap {
+        let client = layer.layer(service_fn(|req: Request<()>| async move {
+            Ok::<_, std::convert::Infallible>(Response::new(req.headers().clone()))
+        }));
+        client
+            .oneshot(req)
+            .with_stain(stain)
+            .await
+            .unwrap()
+            .into_body()
+    }
+
+    fn with_headers(pairs: &[(&'static str, &'static str)]) -> Request<()> {
+        let mut req = Request::new(());
+        for (k, v) in pairs {
+            req.headers_mut().append(*k, HeaderValue::from_static(v));
+        }
+        req
+    }
+
+    fn gray() -> Stain {
+        Stain::in_lane(Lane::new("gray").unwrap())
+    }
+
+    #[tokio::test]
+    async fn the_decision_replaces_stale_duplicated_and_malformed_carriers() {
+        let layer = PropagateStainLayer::new().with_carriers(Carriers::default().with_baggage());
+        for pairs in [
+            &[("x-gray-lane", "blue")][..],
+            &[("x-gray-lane", "gray"), ("x-gray-lane", "gray")],
+            &[("x-gray-lane", "a b")],
+            &[("baggage", "gray.lane=gray,gray.lane=gray")],
+            &[("baggage", "gray.lane=%%")],
+            &[("x-gray-lane", "gray"), ("baggage", "gray.lane=blue")],
+        ] {
+            let mut pairs = pairs.to_vec();
+            pairs.push(("baggage", "tenant=acme"));
+            pairs.push(("accept", "*/*"));
+            let headers = sent(layer.clone(), with_headers(&pairs), gray()).await;
+            assert_eq!(headers["x-gray-lane"], "gray", "{pairs:?}");
+            assert_eq!(headers.get_all("x-gray-lane").iter().count(), 1);
+            assert_eq!(
+                headers["baggage"], "tenant=acme,gray.lane=gray",
+                "{pairs:?}"
+            );
+            assert_eq!(headers["accept"], "*/*");
+
+            // A baseline decision removes every stain carrier, forged or not.
+            let headers = sent(layer.clone(), with_headers(&pairs), Stain::baseline()).await;
+            assert_eq!(headers.get("x-gray-lane"), None, "{pairs:?}");
+            assert_eq!(headers["baggage"], "tenant=acme", "{pairs:?}");
+        }
+    }
+
+    #[tokio::test]
+    async fn keep_if_present_is_an_explicit_opt_in() {
+        let layer = PropagateStainLayer::new()
+            .with_existing(Existing::KeepIfPresent)
+            .with_carriers(Carriers::default().with_baggage());
+        let inherited = InheritedBaggage::parse("userId=42").unwrap();
+        let stain = gray().with_baggage(Some(inherited));
+        let headers = sent(
+            layer.clone(),
+            with_headers(&[("x-gray-lane", "blue")]),
+            stain.clone(),
+        )
+        .await;
+        assert_eq!(headers["x-gray-lane"], "blue");
+        assert_eq!(headers["baggage"], "userId=42");
+        let headers = sent(layer, Request::new(()), stain).await;
+        assert_eq!(headers["x-gray-lane"], "gray");
+        assert_eq!(headers["baggage"], "userId=42,gray.lane=gray");
+        #[allow(deprecated)]
+        let old = Existing::Keep;
+        assert_eq!(old, Existing::KeepIfPresent);
+        assert_eq!(Existing::default(), Existing::Replace);
+    }
+
+    #[tokio::test]
+    async fn without_any_stain_the_request_is_sent_as_it_is() {
+        let client = PropagateStain::new(service_fn(|req: Request<()>| async move {
+            Ok::<_, std::convert::Infallible>(Response::new(req.headers().clone()))
+        }));
+        let req = with_headers(&[("x-gray-lane", "blue")]);
+        let headers = client.oneshot(req).await.unwrap().into_body();
+        assert_eq!(headers["x-gray-lane"], "blue");
     }
 }

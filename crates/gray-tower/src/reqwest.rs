@@ -1,50 +1,62 @@
 //! reqwest: the same propagation as [`PropagateStain`](crate::PropagateStain), as a
 //! [`reqwest_middleware::Middleware`] (cargo feature `reqwest`).
 //!
-//! The context comes from the middleware extensions first, else the task-local context;
-//! the rule for a request that already carries a stain is the same ([`Existing`]).
+//! The stain comes from the middleware extensions first, else the task-local stain (else,
+//! with the `opentelemetry` feature, the lane of the current OpenTelemetry baggage); the
+//! decision wins over carriers already on the request unless [`Existing::KeepIfPresent`]
+//! says otherwise. [`ClientBuilder`] and [`ClientWithMiddleware`] are re-exported from
+//! `reqwest-middleware`, so that the client needs no dependency of its own beyond `reqwest`.
+//! Put this middleware after any middleware that writes `baggage` itself (an OpenTelemetry
+//! propagator), so that the stain's decision is the last word.
 //!
 //! ```no_run
-//! use gray_tower::reqwest::PropagateMiddleware;
+//! use gray_tower::{Carriers, reqwest::{ClientBuilder, PropagateMiddleware}};
 //!
-//! let client = reqwest_middleware::ClientBuilder::new(reqwest::Client::new())
-//!     .with(PropagateMiddleware::new())
+//! let client = ClientBuilder::new(reqwest::Client::new())
+//!     .with(PropagateMiddleware::new().with_carriers(Carriers::default().with_baggage()))
 //!     .build();
 //! # drop(client);
 //! ```
 
 use gray_core::{Carriers, Stain};
 use http::Extensions;
+pub use reqwest_middleware::{ClientBuilder, ClientWithMiddleware};
 use reqwest_middleware::{Middleware, Next, Result};
 
 use crate::propagate::{Existing, Propagator};
 
 /// Writes the stain onto every request a `reqwest_middleware::ClientWithMiddleware` sends.
+///
+/// `PropagateMiddleware::new()` writes the default carriers (`x-gray-lane`, `x-gray-info`)
+/// with [`Existing::Replace`]; the `with_*` setters change one setting each, in any order.
 #[derive(Debug, Clone, Default)]
 pub struct PropagateMiddleware {
     propagator: Propagator,
 }
 
 impl PropagateMiddleware {
-    /// Writes the default carriers (`x-gray-lane` and `x-gray-info`), keeping existing ones.
+    /// Writes the default carriers (`x-gray-lane` and `x-gray-info`); the decision wins.
     pub fn new() -> Self {
         Self::default()
     }
 
-    /// Writes `carriers`, keeping existing ones.
-    pub fn with_carriers(carriers: Carriers) -> Self {
-        PropagateMiddleware {
-            propagator: Propagator {
-                carriers,
-                existing: Existing::Keep,
-            },
-        }
+    /// Writes `carriers` (use the same ones as the server layer).
+    pub fn with_carriers(mut self, carriers: Carriers) -> Self {
+        self.propagator.carriers = carriers;
+        self
     }
 
-    /// Sets the rule for a request that already carries a stain.
-    pub fn existing(mut self, existing: Existing) -> Self {
+    /// Sets the rule for a request that already carries a stain (default
+    /// [`Existing::Replace`]).
+    pub fn with_existing(mut self, existing: Existing) -> Self {
         self.propagator.existing = existing;
         self
+    }
+
+    /// The former name of [`PropagateMiddleware::with_existing`].
+    #[deprecated(since = "0.2.0", note = "renamed `with_existing`")]
+    pub fn existing(self, existing: Existing) -> Self {
+        self.with_existing(existing)
     }
 }
 
@@ -56,8 +68,12 @@ impl Middleware for PropagateMiddleware {
         extensions: &mut Extensions,
         next: Next<'_>,
     ) -> Result<reqwest::Response> {
-        self.propagator
-            .apply(extensions.get::<Stain>(), req.headers_mut());
+        if let Some(found) = self
+            .propagator
+            .apply(extensions.get::<Stain>(), req.headers_mut())
+        {
+            extensions.insert(found);
+        }
         next.run(req, extensions).await
     }
 }

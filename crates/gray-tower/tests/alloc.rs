@@ -7,6 +7,12 @@
 //! boxes its map and each value; it is measured on its own and the full path must cost
 //! exactly that much, no more.
 //!
+//! With the `baggage` carrier on (`Carriers::with_baggage`), a lane stain on a request
+//! without `baggage` costs nothing either: nothing is inherited, and the outbound
+//! `gray.lane=<lane>` member is encoded once per lane. A request that does carry other
+//! members pays for keeping them (one copy into the stain, one merged outbound value);
+//! that is measured too, against a fixed bound.
+//!
 //! The allocator counts per thread, so the test harness's other threads do not disturb a
 //! measurement; every measured closure runs on the test's own thread (the futures are
 //! polled by hand with a no-op waker, no runtime involved).
@@ -43,6 +49,11 @@ fn gray() -> Lane {
 /// The default carriers (`x-gray-lane`, `x-gray-info`), with `gray` interned.
 fn carriers(gray: &Lane) -> Carriers {
     Carriers::default().with_names(Names::new().with_lanes([gray.clone()]))
+}
+
+/// The default carriers and the `baggage` member `gray.lane`, with `gray` interned.
+fn baggage_carriers(gray: &Lane) -> Carriers {
+    carriers(gray).with_baggage()
 }
 
 fn inbound_headers() -> HeaderMap {
@@ -153,42 +164,42 @@ fn the_extensions_insert_costs_three_allocations_or_one() {
     assert_eq!(extensions_insert_cost(&Stain::baseline(), false), 3);
 }
 
-/// Sends a request (stained `x-gray-lane: gray` or not) through `ExtractStain`, a
-/// handler, `PropagateStain` and a client stand-in, polled by hand. Returns the lane
-/// header the client was sent and the allocations of one run after warm-up.
-fn full_path(stained: bool) -> (Option<HeaderValue>, usize) {
-    let gray = gray();
-    let carriers = carriers(&gray);
-
-    // The outbound client: a stand-in answering with the lane header it was sent.
-    let client = PropagateStainLayer::with_carriers(carriers.clone()).layer(service_fn(
-        |req: Request<()>| {
-            let sent = req.headers().get("x-gray-lane").cloned();
+/// Sends a request with `inbound` headers through `ExtractStain`, a handler,
+/// `PropagateStain` (both with `carriers`) and a client stand-in, polled by hand. Returns
+/// the `sent` header the client got and the allocations of one run after warm-up.
+fn full_path(
+    carriers: Carriers,
+    inbound: fn() -> HeaderMap,
+    sent: &'static str,
+) -> (Option<HeaderValue>, usize) {
+    // The outbound client: a stand-in answering with the `sent` header it was sent.
+    let client = PropagateStainLayer::new()
+        .with_carriers(carriers.clone())
+        .layer(service_fn(move |req: Request<()>| {
+            let sent = req.headers().get(sent).cloned();
             std::future::ready(Ok::<_, Infallible>(Response::new(sent)))
-        },
-    ));
+        }));
     // The handler sends the inbound request on, after dropping its stain (headers and
-    // extensions) by hand: what reaches the client comes from the task-local context.
+    // extensions) by hand: what reaches the client comes from the task-local stain.
     let handler = service_fn(move |mut req: Request<()>| {
         let mut client = client.clone();
         let from_extensions = req.extensions_mut().remove::<Stain>();
         req.headers_mut().remove("x-gray-lane");
+        req.headers_mut().remove("baggage");
         async move {
             assert_eq!(from_extensions, task::current());
             client.ready().await?.call(req).await
         }
     });
-    let mut server = ExtractStainLayer::with_carriers(carriers).layer(handler);
+    let mut server = ExtractStainLayer::new()
+        .with_carriers(carriers)
+        .layer(handler);
 
     // Requests are built outside the measured window: they are the caller's cost.
     let mut requests: Vec<Request<()>> = (0..9)
         .map(|_| {
             let mut req = Request::new(());
-            *req.headers_mut() = if stained {
-                inbound_headers()
-            } else {
-                HeaderMap::with_capacity(8)
-            };
+            *req.headers_mut() = inbound();
             req
         })
         .collect();
@@ -202,11 +213,16 @@ fn full_path(stained: bool) -> (Option<HeaderValue>, usize) {
     (res.expect("answered"), n)
 }
 
+fn no_headers() -> HeaderMap {
+    HeaderMap::with_capacity(8)
+}
+
 #[test]
 fn the_full_service_path_allocates_only_the_extensions_entry() {
     let insert = extensions_insert_cost(&Stain::in_lane(gray()), false);
 
-    let (sent, stained) = full_path(true);
+    let gray = gray();
+    let (sent, stained) = full_path(carriers(&gray), inbound_headers, "x-gray-lane");
     assert_eq!(sent.expect("a lane header"), "gray");
     assert_eq!(
         stained, insert,
@@ -214,10 +230,89 @@ fn the_full_service_path_allocates_only_the_extensions_entry() {
     );
 
     // An unstained request pays the same: the layer stores the baseline context too.
-    let (sent, unstained) = full_path(false);
+    let (sent, unstained) = full_path(carriers(&gray), no_headers, "x-gray-lane");
     assert_eq!(sent, None);
     assert_eq!(
         unstained, insert,
         "an unstained request allocated {unstained} times; the extensions insert alone {insert}"
+    );
+}
+
+#[test]
+fn the_baggage_carrier_costs_nothing_for_a_request_without_baggage() {
+    let gray = gray();
+    let carriers = baggage_carriers(&gray);
+
+    // Stained by `x-gray-lane` or by the `gray.lane` member alone: nothing to inherit.
+    let mut by_member = HeaderMap::with_capacity(8);
+    by_member.insert("baggage", HeaderValue::from_static("gray.lane=gray"));
+    for inbound in [inbound_headers(), by_member] {
+        let (ctx, n) = measure(|| carriers.extract_or(&inbound, &Stain::baseline()));
+        assert_eq!(ctx.lane(), Some(&gray));
+        assert_eq!(ctx.baggage(), None);
+        assert_eq!(n, 0, "extract with the baggage carrier allocated {n} times");
+    }
+
+    // Writing states the lane on all three carriers, `baggage` from its encoded member.
+    let ctx = Stain::in_lane(gray.clone());
+    let mut outbound = HeaderMap::with_capacity(8);
+    outbound.insert("accept", HeaderValue::from_static("*/*"));
+    let ((), n) = measure(|| {
+        outbound.remove("baggage");
+        carriers.inject(&ctx, &mut outbound);
+    });
+    assert_eq!(outbound["x-gray-lane"], "gray");
+    assert_eq!(outbound["baggage"], "gray.lane=gray");
+    assert_eq!(n, 0, "inject with the baggage carrier allocated {n} times");
+
+    // A baseline stain on a request without baggage writes nothing and allocates nothing.
+    let mut outbound = HeaderMap::with_capacity(8);
+    let ((), n) = measure(|| carriers.inject(&Stain::baseline(), &mut outbound));
+    assert!(outbound.is_empty());
+    assert_eq!(n, 0, "inject of a baseline stain allocated {n} times");
+}
+
+#[test]
+fn ten_inherited_members_cost_a_bounded_number_of_allocations() {
+    let gray = gray();
+    let carriers = baggage_carriers(&gray);
+    let members: Vec<String> = (0..10).map(|i| format!("member{i}=value{i};p")).collect();
+    let mut inbound = inbound_headers();
+    inbound.insert(
+        "baggage",
+        HeaderValue::from_str(&members.join(",")).expect("valid header value"),
+    );
+
+    // Keeping them: the list under construction, and the shared copy in the stain.
+    let (ctx, n) = measure(|| carriers.extract_or(&inbound, &Stain::baseline()));
+    assert_eq!(ctx.baggage().map(|b| b.len()), Some(10));
+    println!("extract of 10 inherited members: {n} allocations");
+    assert!(n <= 2, "extract of 10 members allocated {n} times");
+
+    // Writing them back: the merged value, built at its exact size.
+    let mut outbound = HeaderMap::with_capacity(8);
+    let ((), n) = measure(|| {
+        outbound.remove("baggage");
+        carriers.inject(&ctx, &mut outbound);
+    });
+    assert_eq!(
+        outbound["baggage"].to_str().ok(),
+        Some(format!("{},gray.lane=gray", members.join(",")).as_str())
+    );
+    println!("inject of 10 inherited members: {n} allocations");
+    assert!(n <= 1, "inject of 10 members allocated {n} times");
+}
+
+#[test]
+fn the_full_service_path_with_the_baggage_carrier_allocates_only_the_extensions_entry() {
+    // The `baggage` carrier on both layers, a request stained by `x-gray-lane` without
+    // `baggage`: the outbound `baggage` is the encoded `gray.lane=gray`.
+    let gray = gray();
+    let insert = extensions_insert_cost(&Stain::in_lane(gray.clone()), false);
+    let (sent, n) = full_path(baggage_carriers(&gray), inbound_headers, "baggage");
+    assert_eq!(sent.expect("a baggage header"), "gray.lane=gray");
+    assert_eq!(
+        n, insert,
+        "allocated {n} times; the extensions insert alone {insert}"
     );
 }

@@ -986,3 +986,34 @@ proptest! {
         }
     }
 }
+
+/// With a baggage carrier, the client's other `baggage` members travel on the stain the edge
+/// decided, whatever decided it (a rule, nothing), and its forged stain member never does.
+#[tokio::test]
+async fn the_clients_other_baggage_members_travel_on_the_edges_decision() {
+    let edge = EdgeLayer::new(guarded_rules()).with_carriers(five_carriers());
+    let members = "userId=42;ttl=5,tenant=acme,gray.lane=canary";
+    for (peer, lane) in [(TESTER, Some("gray")), (STRANGER, None)] {
+        let seen = send(&edge, request(peer, &[("baggage", members)])).await;
+        assert_eq!(seen.lane().as_deref(), lane, "{peer}");
+        let inherited = seen
+            .ctx
+            .as_ref()
+            .and_then(|c| c.baggage())
+            .map(|b| b.as_str().to_owned());
+        assert_eq!(
+            inherited.as_deref(),
+            Some("userId=42;ttl=5,tenant=acme"),
+            "{peer}: the stain carries the other members, not the forged one"
+        );
+        let written = seen.values("baggage").join(",");
+        assert!(
+            written.starts_with("userId=42;ttl=5,tenant=acme"),
+            "{peer}: {written}"
+        );
+        match lane {
+            Some(lane) => assert!(written.ends_with(&format!("gray.lane={lane}")), "{written}"),
+            None => assert!(!written.contains("gray.lane"), "{peer}: {written}"),
+        }
+    }
+}

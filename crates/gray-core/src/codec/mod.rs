@@ -1,45 +1,69 @@
 //! Wire codecs: how a [`Stain`] travels in HTTP headers.
 //!
-//! Three carriers are available, each configured by header name:
+//! Each carrier is configured by header name (or, for `baggage`, by member key):
 //!
 //! | carrier | example | carries |
 //! |---|---|---|
-//! | [`PlainHeader::flag`] | `gray: true` (seed 000) | one lane, as a lenient boolean |
+//! | [`PlainHeader::flag`] | `gray: true` (seed 000; `TRUE`, `True` too) | one lane, as a lenient boolean |
 //! | [`PlainHeader::lane`] | `x-gray-lane: canary-2` | a lane name |
 //! | [`PlainHeader::version`] | `version: 2.0` (seed 001) | a version pinned for all services |
 //! | [`RouteHeader`] | `x-gray-info: {"all":"v2","custom":{"svc-b":"v3"}}` (seed 002) | version pins |
-//! | [`BaggageMember`] | `baggage: gray.lane=canary,userId=42` (W3C) | a lane, beside other members |
+//! | [`BaggageMember`] | `baggage: userId=42,gray.lane=canary` (W3C) | a lane, and every other member of the request ([`InheritedBaggage`]) |
 //!
-//! [`Carriers`] bundles the ones a service uses. Reading is lenient: a carrier that is
-//! malformed or oversized contributes no stain (the request is unstained unless another
-//! carrier stains it) and a `tracing` event at debug level, target `gray::codec`, says why.
-//! Nothing on this path panics or fails the request.
+//! [`Carriers`] bundles the ones a service uses. [`Carriers::default`] is `x-gray-lane` plus
+//! `x-gray-info`; [`Carriers::with_baggage`] adds the `baggage` member
+//! [`DEFAULT_BAGGAGE_KEY`] (`gray.lane`). Configure the same carriers on the server layer
+//! and on the clients.
+//!
+//! # Lane names are case-insensitive
+//!
+//! `x-gray-lane: Gray`, `x-gray-lane: GRAY` and `gray.lane=gray` are the same lane, `gray`:
+//! every lane is lowercased when it is decoded or built (from a header, a rule file or an
+//! instance label `lane=Gray` alike) and interned, so no spelling falls through to baseline
+//! unnoticed. Version names are case-sensitive. See [`crate::name`].
+//!
+//! # Reading
+//!
+//! Reading is lenient: a carrier that is malformed or oversized contributes no stain (the
+//! request is unstained unless another carrier stains it) and a `tracing` event at debug
+//! level, target `gray::codec`, says why. Nothing on this path panics or fails the request.
 //!
 //! **Duplicates:** a header that appears more than once is read as its first value, as the
 //! seeds' `request.getHeader` does; the later values are ignored.
 //!
-//! When several carriers are present, the first one in the list that yields a lane (or an
-//! explicit baseline, such as `gray: false`) decides the lane, and the first one that yields
-//! version pins decides the pins.
+//! When several carriers are present, the first one in the list that yields a lane
+//! (or an explicit baseline, such as `gray: false`) decides the lane, and the first one
+//! that yields version pins decides the pins.
+//!
+//! With a [`BaggageMember`] configured, the request's other `baggage` members travel with
+//! its stain ([`Stain::baggage`]) and are written onto every outbound call; without one,
+//! the `baggage` header is none of gray's business (an OpenTelemetry propagator may own it).
+//!
+//! # Writing: the decision wins
+//!
+//! [`Carriers::inject`] states the stain on every carrier, whatever the outbound request
+//! already holds: a stale, duplicated, malformed or conflicting copy is replaced, and a
+//! baseline stain removes every carrier (a baseline request never carries a forged
+//! `x-gray-lane` onward). Other headers, and the other `baggage` members, stay.
 //!
 //! ```
 //! use gray_core::{Carriers, Stain, Lane, codec::{BaggageMember, PlainHeader}};
 //! use http::{HeaderMap, HeaderName, HeaderValue};
 //!
-//! let carriers = Carriers::new()
-//!     .with(PlainHeader::lane(HeaderName::from_static("x-gray-lane")))
-//!     .with(BaggageMember::new("gray.lane").unwrap());
+//! let carriers = Carriers::default().with_baggage(); // x-gray-lane, x-gray-info, gray.lane
 //!
 //! let mut inbound = HeaderMap::new();
-//! inbound.insert("baggage", HeaderValue::from_static("userId=42,gray.lane=canary"));
-//! let ctx = carriers.extract(&inbound).unwrap_or_default();
-//! assert_eq!(ctx.lane().unwrap(), "canary");
+//! inbound.insert("baggage", HeaderValue::from_static("userId=42;ttl=5,gray.lane=Canary"));
+//! let stain = carriers.extract(&inbound).unwrap_or_default();
+//! assert_eq!(stain.lane().unwrap(), "canary");
 //!
+//! // The handler's outbound request: a stale lane header, a baggage member of its own.
 //! let mut outbound = HeaderMap::new();
+//! outbound.insert("x-gray-lane", HeaderValue::from_static("blue"));
 //! outbound.insert("baggage", HeaderValue::from_static("tenant=acme"));
-//! carriers.inject(&ctx, &mut outbound);
+//! carriers.inject(&stain, &mut outbound);
 //! assert_eq!(outbound["x-gray-lane"], "canary");
-//! assert_eq!(outbound["baggage"], "tenant=acme,gray.lane=canary");
+//! assert_eq!(outbound["baggage"], "tenant=acme,userId=42;ttl=5,gray.lane=canary");
 //! ```
 
 mod baggage;
@@ -50,8 +74,12 @@ use std::{fmt, sync::Arc};
 
 use http::{HeaderMap, HeaderName, HeaderValue};
 
+use self::baggage::Own;
 pub use self::{
-    baggage::{BaggageMember, InvalidBaggageKey, W3C_MIN_BYTES, W3C_MIN_MEMBERS},
+    baggage::{
+        BaggageMember, DEFAULT_BAGGAGE_KEY, DEFAULT_MAX_MEMBERS, InheritedBaggage,
+        InvalidBaggageKey, W3C_MIN_BYTES, W3C_MIN_MEMBERS,
+    },
     plain::PlainHeader,
     route::RouteHeader,
 };
@@ -185,6 +213,34 @@ pub(crate) fn single_value<'a>(
     Ok(Some(value))
 }
 
+/// The member keys of the `baggage` carriers among some carriers: members no carrier
+/// inherits, since they state the stain.
+pub(crate) struct StainKeys<'a>(&'a [Carrier]);
+
+impl<'a> StainKeys<'a> {
+    /// No stain key at all.
+    pub(crate) fn none() -> StainKeys<'static> {
+        StainKeys(&[])
+    }
+
+    fn members(&self) -> impl Iterator<Item = &'a BaggageMember> + use<'a> {
+        self.0.iter().filter_map(|c| match c {
+            Carrier::Baggage(b) => Some(b),
+            _ => None,
+        })
+    }
+
+    /// `true` when `key` is one of them.
+    pub(crate) fn contains(&self, key: &[u8]) -> bool {
+        self.members().any(|b| b.is_key(key))
+    }
+
+    /// `true` when one of them occurs anywhere in `text`.
+    pub(crate) fn occur_in(&self, text: &str) -> bool {
+        self.members().any(|b| text.contains(b.key()))
+    }
+}
+
 /// One way of carrying the stain in headers.
 #[derive(Debug, Clone)]
 pub enum Carrier {
@@ -228,12 +284,13 @@ impl Carrier {
 
     /// Writes `ctx` into `headers` (replacing this carrier's previous value).
     ///
-    /// A baseline context writes nothing; the carrier's previous value is removed.
+    /// A baseline context writes nothing; the carrier's previous value is removed. A
+    /// `baggage` member also writes the stain's inherited members.
     pub fn encode(&self, ctx: &Stain, headers: &mut HeaderMap) {
         match self {
             Carrier::Plain(c) => c.encode(ctx, headers),
             Carrier::Route(c) => c.encode(ctx, headers),
-            Carrier::Baggage(c) => c.encode(ctx, headers),
+            Carrier::Baggage(c) => c.encode(ctx, &StainKeys(std::slice::from_ref(self)), headers),
         }
     }
 
@@ -272,7 +329,8 @@ impl Carrier {
 /// The set of carriers a service reads and writes, with the interner they decode into.
 ///
 /// [`Carriers::default`] reads and writes `x-gray-lane` (a lane name) and `x-gray-info`
-/// (seed 002's JSON route header).
+/// (seed 002's JSON route header); [`Carriers::with_baggage`] adds the W3C `baggage`
+/// member `gray.lane`, with every other member of the request carried onward.
 #[derive(Debug, Clone)]
 pub struct Carriers {
     list: Vec<Carrier>,
@@ -313,6 +371,13 @@ impl Carriers {
         self
     }
 
+    /// Adds the W3C `baggage` member [`DEFAULT_BAGGAGE_KEY`] (`gray.lane`):
+    /// `Carriers::default().with_baggage()` reads and writes `x-gray-lane`, `x-gray-info`
+    /// and `baggage`, and carries every other `baggage` member onward.
+    pub fn with_baggage(self) -> Self {
+        self.with(BaggageMember::default())
+    }
+
     /// Uses `names` to intern decoded lanes and versions (no allocation for known names).
     pub fn with_names(mut self, names: Names) -> Self {
         self.names = names;
@@ -336,34 +401,85 @@ impl Carriers {
         self.list.iter()
     }
 
+    /// The first `baggage` member carrier, the one whose member OpenTelemetry interop
+    /// reads and whose caps bound the inherited members; `None` when baggage is off.
+    pub fn baggage(&self) -> Option<&BaggageMember> {
+        self.stain_keys().members().next()
+    }
+
+    fn stain_keys(&self) -> StainKeys<'_> {
+        StainKeys(&self.list)
+    }
+
     /// Reads the context from `headers`.
     ///
     /// Returns `None` when no carrier is present at all, so the caller can apply its own
     /// default. A carrier that is present but malformed counts as present and unstained
-    /// (seed 000: "anything else is false"), as does an explicit `gray: false`.
+    /// (seed 000: "anything else is false"), as does an explicit `gray: false`. With a
+    /// `baggage` carrier, the stain carries the request's other members
+    /// ([`Stain::baggage`]); use [`Carriers::extract_or`] to keep them when no carrier is
+    /// present.
     pub fn extract(&self, headers: &HeaderMap) -> Option<Stain> {
-        self.extract_with(headers, |rejection| {
-            tracing::debug!(
-                target: "gray::codec",
-                header = %rejection.header(),
-                reason = %rejection.reason(),
-                "malformed gray carrier ignored; treated as absent",
-            );
-        })
+        self.extract_with(headers, log_rejection)
     }
 
     /// Like [`Carriers::extract`], handing each rejection to `on_reject` instead of logging it.
     pub fn extract_with(
         &self,
         headers: &HeaderMap,
-        mut on_reject: impl FnMut(&Rejection),
+        on_reject: impl FnMut(&Rejection),
     ) -> Option<Stain> {
+        let (stain, inherited) = self.read(headers, on_reject);
+        stain.map(|s| s.with_baggage(inherited))
+    }
+
+    /// Reads the context from `headers`, or takes `default` when no carrier is present;
+    /// either way with the request's other `baggage` members (with a `baggage` carrier).
+    /// This is what gray-tower's `ExtractStain` does for every request.
+    pub fn extract_or(&self, headers: &HeaderMap, default: &Stain) -> Stain {
+        match self.read(headers, log_rejection) {
+            (Some(stain), inherited) => stain.with_baggage(inherited),
+            (None, None) => default.clone(),
+            (None, inherited) => default.clone().with_baggage(inherited),
+        }
+    }
+
+    /// The request's `baggage` members other than the stain's, as [`Carriers::extract`]
+    /// keeps them: for a layer that decides the stain by other means (an edge's rules) and
+    /// still carries the members onward with [`Stain::with_baggage`]. `None` without a
+    /// `baggage` carrier or without other members.
+    pub fn inherited_baggage(&self, headers: &HeaderMap) -> Option<InheritedBaggage> {
+        let carrier = self.baggage()?;
+        carrier
+            .read(headers, &self.names, &self.stain_keys(), true)
+            .1
+    }
+
+    fn read(
+        &self,
+        headers: &HeaderMap,
+        mut on_reject: impl FnMut(&Rejection),
+    ) -> (Option<Stain>, Option<InheritedBaggage>) {
         let mut found = false;
         let mut lane_decided = false;
         let mut lane = None;
         let mut pins = None;
+        let mut inherited = None;
+        let mut inheriting = true;
         for carrier in &self.list {
-            match carrier.decode(headers, &self.names) {
+            let decoded = match carrier {
+                Carrier::Baggage(c) => {
+                    let (decoded, members) =
+                        c.read(headers, &self.names, &self.stain_keys(), inheriting);
+                    if inheriting {
+                        inheriting = false;
+                        inherited = members;
+                    }
+                    decoded
+                }
+                other => other.decode(headers, &self.names),
+            };
+            match decoded {
                 Ok(None) => {}
                 Ok(Some(Decoded::Lane(l))) => {
                     found = true;
@@ -388,13 +504,30 @@ impl Carriers {
                 }
             }
         }
-        found.then(|| Stain::baseline().with_lane(lane).with_shared_pins(pins))
+        let stain = found.then(|| Stain::baseline().with_lane(lane).with_shared_pins(pins));
+        (stain, inherited)
     }
 
-    /// Writes `ctx` into every carrier, replacing what they held.
+    /// States `ctx` on every carrier, replacing whatever they held (stale, duplicated,
+    /// malformed or conflicting copies included); a baseline context removes them. A
+    /// `baggage` carrier also writes the context's inherited members, after the members
+    /// `headers` already has (which win over inherited ones of the same key).
     pub fn inject(&self, ctx: &Stain, headers: &mut HeaderMap) {
+        let stain_keys = self.stain_keys();
         for carrier in &self.list {
-            carrier.encode(ctx, headers);
+            match carrier {
+                Carrier::Baggage(c) => c.encode(ctx, &stain_keys, headers),
+                other => other.encode(ctx, headers),
+            }
+        }
+    }
+
+    /// Writes only the context's inherited `baggage` members (merged as by
+    /// [`Carriers::inject`]), leaving every stain carrier as `headers` has it: for a
+    /// request whose pre-set stain is kept on purpose.
+    pub fn merge_baggage(&self, ctx: &Stain, headers: &mut HeaderMap) {
+        if let Some(carrier) = self.baggage() {
+            carrier.rewrite(Own::Keep, ctx.baggage(), &self.stain_keys(), headers);
         }
     }
 
@@ -409,4 +542,13 @@ impl Carriers {
     pub fn is_present(&self, headers: &HeaderMap) -> bool {
         self.list.iter().any(|c| c.is_present(headers))
     }
+}
+
+fn log_rejection(rejection: &Rejection) {
+    tracing::debug!(
+        target: "gray::codec",
+        header = %rejection.header(),
+        reason = %rejection.reason(),
+        "malformed gray carrier ignored; treated as absent",
+    );
 }

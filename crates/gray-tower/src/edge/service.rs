@@ -215,6 +215,15 @@ where
             }
         };
         drop(snapshot);
+        // The client's other `baggage` members travel on whatever decided the stain (with a
+        // baggage carrier configured; the stain's own member is never inherited).
+        let ctx = match ctx.baggage() {
+            Some(_) => ctx,
+            None => {
+                let inherited = config.carriers.inherited_baggage(req.headers());
+                ctx.with_baggage(inherited)
+            }
+        };
 
         let headers = req.headers_mut();
         if !trusted {
