@@ -12,7 +12,7 @@ use axum::{
     http::{HeaderMap, Uri},
     routing::{any, get},
 };
-use example_gateway::{Gateway, config::Config};
+use gray_gateway::{Gateway, config::Config};
 use gray_tests::{Server, serve};
 
 /// An upstream instance: answers `id path?query lane=… secret=…` and echoes POST bodies' length.
@@ -255,7 +255,7 @@ async fn nothing_fits_is_a_503_naming_service_lane_and_policy() {
     let body: serde_json::Value = res.json().await.unwrap();
     assert_eq!(body["service"], "stock");
     assert_eq!(body["lane"], "gray");
-    assert_eq!(body["policy"], "stock");
+    assert_eq!(body["policy"], "default");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -384,7 +384,7 @@ fallback = "baseline"
         let (status, body) = answer.await.unwrap();
         assert_eq!(status, 503, "request {i}: {body}");
         assert_eq!(body["service"], "late");
-        assert_eq!(body["policy"], "late");
+        assert_eq!(body["policy"], "default");
         if i % 2 == 0 {
             assert_eq!(body["lane"], "gray");
         } else {

@@ -16,7 +16,7 @@ use std::{
 
 use axum::{Json, Router, extract::State, routing::get};
 use bytes::Bytes;
-use example_gateway::{Gateway, config::Config};
+use gray_gateway::{Gateway, config::Config};
 use gray_balance::BalanceLayer;
 use gray_core::{Policy, rules::sticky_bucket};
 use gray_discovery::{Registry, http::HttpEndpoints, source::file::FileSource};
