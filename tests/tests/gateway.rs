@@ -674,3 +674,98 @@ async fn uploads_answered_early_all_end_without_other_traffic() {
     assert!(answered > 0, "no upload was answered");
     gateway.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_instance_that_leaves_takes_its_series_with_it() {
+    let s = setup("series").await;
+    let gw = s.gateway.addr();
+    let admin = s.gateway.admin_addr().expect("admin address");
+    let c = client([127, 0, 0, 1]);
+    for lane in [None, Some("gray")] {
+        let mut req = c.get(format!("http://{gw}/orders/x"));
+        if let Some(lane) = lane {
+            req = req.header("x-gray-lane", lane);
+        }
+        assert_eq!(req.send().await.unwrap().status(), 200);
+    }
+    let before = metrics(admin).await;
+    assert!(before.contains(r#"instance="orders-gray""#), "{before}");
+    assert!(before.contains(r#"instance="orders-base""#), "{before}");
+
+    // orders-gray leaves the instances file: its series leave /metrics, the others stay.
+    let instances = std::fs::read_to_string(s.dir.0.join("instances.toml")).unwrap();
+    let without_gray: String = instances
+        .split("[[services.")
+        .filter(|block| !block.contains("orders-gray"))
+        .collect::<Vec<_>>()
+        .join("[[services.");
+    std::fs::write(s.dir.0.join("instances.toml"), without_gray).unwrap();
+    let mut after = String::new();
+    assert!(
+        wait_until(async || {
+            after = metrics(admin).await;
+            !after.contains("orders-gray")
+        })
+        .await,
+        "still there: {after}"
+    );
+    assert!(
+        after.contains(
+            r#"gray_gateway_requests_total{service="orders",lane="baseline",instance="orders-base",status="200"} 1"#
+        ),
+        "{after}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_service_whose_instances_go_answers_503_at_once_and_an_empty_file_changes_nothing() {
+    let dir = TempDir(
+        std::env::temp_dir().join(format!("gray-gateway-test-emptied-{}", std::process::id())),
+    );
+    std::fs::create_dir_all(&dir.0).expect("temp dir");
+    let b1 = upstream("b-1").await;
+    let file = dir.0.join("instances.toml");
+    std::fs::write(&file, instance("b", "b-1", b1.addr(), false)).expect("write instances");
+    std::fs::write(
+        dir.0.join("gateway.toml"),
+        "listen = \"127.0.0.1:0\"\ninstances = \"instances.toml\"\nupstream_timeout_ms = 10000\n[services.b]\npreset = \"seed-000\"\n",
+    )
+    .expect("write config");
+    let gateway = Gateway::start(Config::load(&dir.0.join("gateway.toml")).expect("config"))
+        .await
+        .expect("gateway starts");
+    let url = format!("http://{}/b/x", gateway.addr());
+    // A 504 after the 10 s upstream timeout would fail here first: the client waits 4 s.
+    let c = reqwest::Client::builder()
+        .timeout(Duration::from_secs(4))
+        .build()
+        .expect("client");
+    let (status, _) = text(c.get(&url).send().await.unwrap()).await;
+    assert_eq!(status, 200);
+
+    // A 0-byte file (a write caught half-way) is rejected: b-1 keeps serving.
+    std::fs::write(&file, "").unwrap();
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    let (status, body) = text(c.get(&url).send().await.unwrap()).await;
+    assert_eq!((status, body.starts_with("b-1 ")), (200, true), "{body}");
+
+    // An explicit "no instance": every request gets its 503 at once.
+    std::fs::write(&file, "services = { b = [] }\n").unwrap();
+    let mut last = serde_json::Value::Null;
+    assert!(
+        wait_until(async || {
+            let res = c.get(&url).send().await.unwrap();
+            if res.status() != 503 {
+                return false;
+            }
+            last = res.json().await.unwrap();
+            true
+        })
+        .await,
+        "never answered 503"
+    );
+    assert_eq!(last["service"], "b", "{last}");
+    assert_eq!(last["policy"], "seed-000", "{last}");
+    assert!(last["lane"].is_null(), "{last}");
+    gateway.shutdown().await;
+}
