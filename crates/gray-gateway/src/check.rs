@@ -51,7 +51,9 @@ pub async fn check(path: &Path) -> Result<String, BoxError> {
     };
     let _ = writeln!(out, ", workers {workers}");
     let limits = config.limits;
-    let ms = |d: Option<std::time::Duration>| d.map_or("off".to_owned(), |d| format!("{} ms", d.as_millis()));
+    let ms = |d: Option<std::time::Duration>| {
+        d.map_or("off".to_owned(), |d| format!("{} ms", d.as_millis()))
+    };
     let _ = writeln!(
         out,
         "limits: header_read_timeout {}, max_header_bytes {}, idle_timeout {}, max_connections {}, upstream_timeout {} ms",
@@ -62,7 +64,10 @@ pub async fn check(path: &Path) -> Result<String, BoxError> {
         config.upstream_timeout.as_millis(),
     );
     let cidrs = |list: &gray_core::rules::CidrList| {
-        list.iter().map(ToString::to_string).collect::<Vec<_>>().join(", ")
+        list.iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>()
+            .join(", ")
     };
     let _ = writeln!(
         out,
@@ -75,7 +80,11 @@ pub async fn check(path: &Path) -> Result<String, BoxError> {
     let _ = writeln!(out, "carriers: {}", carriers.join(", "));
     if !config.strip.is_empty() {
         let strip: Vec<&str> = config.strip.iter().map(|h| h.as_str()).collect();
-        let _ = writeln!(out, "also stripped from untrusted clients: {}", strip.join(", "));
+        let _ = writeln!(
+            out,
+            "also stripped from untrusted clients: {}",
+            strip.join(", ")
+        );
     }
 
     match &config.rules {
@@ -94,7 +103,10 @@ pub async fn check(path: &Path) -> Result<String, BoxError> {
             );
         }
         _ => {
-            let _ = writeln!(out, "rules: none (requests are baseline unless a trusted client stains them)");
+            let _ = writeln!(
+                out,
+                "rules: none (requests are baseline unless a trusted client stains them)"
+            );
         }
     }
 
@@ -105,7 +117,8 @@ pub async fn check(path: &Path) -> Result<String, BoxError> {
         }
         Discovery::Embedded => {
             let _ = writeln!(out, "instances: the embedded default file");
-            let dir = std::env::temp_dir().join(format!("gray-gateway-check-{}", std::process::id()));
+            let dir =
+                std::env::temp_dir().join(format!("gray-gateway-check-{}", std::process::id()));
             let file = dir.with_extension("toml");
             std::fs::write(&file, DEFAULT_INSTANCES)?;
             let registry = Registry::start(InstanceFile::new(&file)).await;
@@ -137,7 +150,11 @@ pub async fn check(path: &Path) -> Result<String, BoxError> {
             service.policy.name(),
             pick_name(service.pick)
         );
-        let _ = writeln!(out, "    {}", settings(&PolicyConfig::from(&service.policy)));
+        let _ = writeln!(
+            out,
+            "    {}",
+            settings(&PolicyConfig::from(&service.policy))
+        );
     }
     Ok(out)
 }

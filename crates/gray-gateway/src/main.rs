@@ -25,7 +25,9 @@ fn main() {
     let mut check = false;
     while let Some(arg) = args.next() {
         match arg.as_str() {
-            "--config" | "-c" => config_path = Some(args.next().map(PathBuf::from).unwrap_or_else(|| usage())),
+            "--config" | "-c" => {
+                config_path = Some(args.next().map(PathBuf::from).unwrap_or_else(|| usage()))
+            }
             "--check" | "-t" => check = true,
             "--help" | "-h" => {
                 println!("{USAGE}");
@@ -92,7 +94,10 @@ fn main() {
 
 /// `--check`: 0 and the summary on stdout, or 1 and the error on stderr.
 fn run_check(path: &std::path::Path) -> i32 {
-    let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("error: cannot start the runtime: {e}");

@@ -72,6 +72,9 @@ struct FallbackLabels {
     subset: &'static str,
 }
 
+/// An instance, by service and id.
+type InstanceKey = (Arc<str>, Arc<str>);
+
 /// The most `(lane, status)` counters an endpoint keeps at hand; more are found through
 /// the family (a read lock).
 const ENDPOINT_CACHE: usize = 64;
@@ -83,7 +86,7 @@ pub struct Metrics {
     fallbacks: Family<FallbackLabels, Counter>,
     lanes: LaneLabels,
     /// The instances in the registry, by service and instance id.
-    instances: Mutex<HashMap<(Arc<str>, Arc<str>), Arc<InstanceSeries>>>,
+    instances: Mutex<HashMap<InstanceKey, Arc<InstanceSeries>>>,
 }
 
 impl fmt::Debug for Metrics {
@@ -132,8 +135,11 @@ impl Metrics {
     /// [`remove_endpoint`](Self::remove_endpoint) removes their series. An instance put again
     /// (relabelled) keeps its series.
     pub fn endpoint(self: &Arc<Self>, service: &str, instance: &str) -> Arc<EndpointMetrics> {
-        let key: (Arc<str>, Arc<str>) = (service.into(), instance.into());
-        let series = lock(&self.instances).entry(key.clone()).or_default().clone();
+        let key: InstanceKey = (service.into(), instance.into());
+        let series = lock(&self.instances)
+            .entry(key.clone())
+            .or_default()
+            .clone();
         Arc::new(EndpointMetrics {
             service: key.0,
             instance: key.1,
@@ -146,7 +152,7 @@ impl Metrics {
     /// `instance` left `service`: its series are removed, and the counters of its
     /// endpoints count no more.
     pub fn remove_endpoint(&self, service: &str, instance: &str) {
-        let key: (Arc<str>, Arc<str>) = (service.into(), instance.into());
+        let key: InstanceKey = (service.into(), instance.into());
         let Some(series) = lock(&self.instances).remove(&key) else {
             return;
         };
@@ -376,7 +382,10 @@ impl Collector for Freshness {
         }
         let info = Info::new(DiscoveryLabels {
             source: self.registry.source().to_owned(),
-            cluster_id: status.cluster_id.map(|id| id.to_string()).unwrap_or_default(),
+            cluster_id: status
+                .cluster_id
+                .map(|id| id.to_string())
+                .unwrap_or_default(),
         });
         info.encode(encoder.encode_descriptor(
             "gray_gateway_discovery",

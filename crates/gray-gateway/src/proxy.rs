@@ -1,8 +1,8 @@
 //! The proxy: `/{service}/rest` goes to an instance of `service` as `/rest`.
 
 use std::{
-    borrow::Cow, collections::BTreeMap, future::Future, net::IpAddr, pin::Pin, sync::Arc, task::Poll,
-    time::Duration,
+    borrow::Cow, collections::BTreeMap, future::Future, net::IpAddr, pin::Pin, sync::Arc,
+    task::Poll, time::Duration,
 };
 
 use bytes::Bytes;
@@ -327,7 +327,11 @@ fn first_segment(path: &str) -> Option<Cow<'_, str>> {
 /// `/svc/../other/x` → `/other/x`.
 fn escapes_prefix(raw: &str, normal: &str) -> bool {
     let named = first_segment(raw);
-    let now = normal.trim_start_matches('/').split('/').next().unwrap_or("");
+    let now = normal
+        .trim_start_matches('/')
+        .split('/')
+        .next()
+        .unwrap_or("");
     named.as_deref() != Some(now)
 }
 

@@ -18,8 +18,9 @@
 //! - **idle connections**: a connection with no request in flight (response bodies
 //!   included) and nothing sent for `idle_timeout` is closed.
 //!
-//! The timeouts are enforced by one timer per connection that sleeps until the earliest
-//! deadline; a request costs two atomic updates and a clock read, not a timer reset.
+//! The timeouts are enforced by one timer per connection, which wakes at the connection's
+//! deadline and at least once per shortest timeout to see whether the deadline moved; a
+//! request costs a few atomic updates and a clock read, not a timer reset.
 
 use std::{
     convert::Infallible,
@@ -183,7 +184,8 @@ impl Activity {
 
     /// Bytes arrived: with no request in flight, they start a request head.
     fn read(&self) {
-        if self.in_flight.load(Ordering::Acquire) == 0 && self.head_since.load(Ordering::Acquire) == 0
+        if self.in_flight.load(Ordering::Acquire) == 0
+            && self.head_since.load(Ordering::Acquire) == 0
         {
             self.head_since.store(self.now() + 1, Ordering::Release);
         }
@@ -208,9 +210,12 @@ impl Activity {
             return None;
         }
         match self.head_since.load(Ordering::Acquire) {
-            0 => limits
-                .idle_timeout
-                .map(|t| (self.at(self.idle_since.load(Ordering::Acquire)) + t, Expired::Idle)),
+            0 => limits.idle_timeout.map(|t| {
+                (
+                    self.at(self.idle_since.load(Ordering::Acquire)) + t,
+                    Expired::Idle,
+                )
+            }),
             since => limits
                 .header_read_timeout
                 .map(|t| (self.at(since - 1) + t, Expired::Head)),
@@ -262,9 +267,7 @@ pin_project! {
 
 impl<C> Timeouts<C> {
     fn new(conn: C, activity: Arc<Activity>, limits: Limits) -> Self {
-        let first = activity
-            .deadline(&limits)
-            .map_or_else(far_future, |(at, _)| at);
+        let first = next_wake(activity.deadline(&limits).map(|(at, _)| at), &limits);
         Timeouts {
             conn,
             sleep: tokio::time::sleep_until(first),
@@ -274,8 +277,19 @@ impl<C> Timeouts<C> {
     }
 }
 
-fn far_future() -> Instant {
-    Instant::now() + Duration::from_secs(86_400 * 365)
+/// When to look again: at `deadline`, but never later than the shortest timeout from now,
+/// since what the connection does meanwhile may bring its deadline forward (a keep-alive
+/// connection that finishes a request has its idle deadline before its head deadline).
+fn next_wake(deadline: Option<Instant>, limits: &Limits) -> Instant {
+    let shortest = [limits.idle_timeout, limits.header_read_timeout]
+        .into_iter()
+        .flatten()
+        .min();
+    let cap = match shortest {
+        Some(t) => Instant::now() + t,
+        None => Instant::now() + Duration::from_secs(86_400 * 365),
+    };
+    deadline.map_or(cap, |at| at.min(cap))
 }
 
 impl<C: Future> Future for Timeouts<C> {
@@ -287,23 +301,14 @@ impl<C: Future> Future for Timeouts<C> {
             return Poll::Ready(Ok(out));
         }
         while this.sleep.as_mut().poll(cx).is_ready() {
-            // Woken at the earliest deadline known then; what happened since may have
-            // moved it.
-            match this.activity.deadline(this.limits) {
-                Some((at, expired)) if at <= Instant::now() => return Poll::Ready(Err(expired)),
-                Some((at, _)) => this.sleep.as_mut().reset(at),
-                // A request in flight: check again after the shortest timeout.
-                None => {
-                    let next = [this.limits.idle_timeout, this.limits.header_read_timeout]
-                        .into_iter()
-                        .flatten()
-                        .min();
-                    match next {
-                        Some(t) => this.sleep.as_mut().reset(Instant::now() + t),
-                        None => this.sleep.as_mut().reset(far_future()),
-                    }
+            let deadline = this.activity.deadline(this.limits);
+            if let Some((at, expired)) = deadline {
+                if at <= Instant::now() {
+                    return Poll::Ready(Err(expired));
                 }
             }
+            let next = next_wake(deadline.map(|(at, _)| at), this.limits);
+            this.sleep.as_mut().reset(next);
         }
         Poll::Pending
     }

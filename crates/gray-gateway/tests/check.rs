@@ -119,7 +119,10 @@ fn each_bad_file_exits_non_zero_with_its_error() {
         assert_eq!(code, 1, "{what}: {out}{err}");
         assert!(out.is_empty(), "{what}: {out}");
         assert!(err.contains(expected), "{what}: `{expected}` in:\n{err}");
-        assert!(err.contains("the configuration is invalid"), "{what}: {err}");
+        assert!(
+            err.contains("the configuration is invalid"),
+            "{what}: {err}"
+        );
     }
 }
 

@@ -158,7 +158,7 @@ pub enum Discovery {
     Embedded,
     /// An etcd prefix (feature `etcd`).
     #[cfg(feature = "etcd")]
-    Etcd(EtcdSettings),
+    Etcd(Box<EtcdSettings>),
 }
 
 /// Where the staining rules come from.
@@ -171,7 +171,7 @@ pub enum Rules {
     File(PathBuf),
     /// An etcd key (feature `etcd`), read with the `[etcd]` table's client settings.
     #[cfg(feature = "etcd")]
-    Etcd(EtcdSettings, String),
+    Etcd(Box<EtcdSettings>, String),
 }
 
 /// The `[etcd]` table (feature `etcd`).
@@ -286,8 +286,7 @@ impl Config {
                     &"a service name is one path segment",
                 ));
             }
-            let policy = Policy::try_from(table.policy)
-                .map_err(|e| err(&field(e.field()), &e))?;
+            let policy = Policy::try_from(table.policy).map_err(|e| err(&field(e.field()), &e))?;
             if policy.own_lane().is_some() {
                 return Err(err(&field("own_lane"), &NO_OWN_LANE));
             }
@@ -439,10 +438,10 @@ fn sources(
                 ));
             }
             (Some(file), None) => Rules::File(file),
-            (None, Some(key)) => Rules::Etcd(settings.clone(), key.clone()),
+            (None, Some(key)) => Rules::Etcd(Box::new(settings.clone()), key.clone()),
             (None, None) => Rules::None,
         };
-        return Ok((Discovery::Etcd(settings), rules));
+        return Ok((Discovery::Etcd(Box::new(settings)), rules));
     }
     let _ = doc;
     let rules = rules_file.map_or(Rules::None, Rules::File);

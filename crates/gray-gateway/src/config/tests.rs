@@ -41,7 +41,10 @@ pick = "round-robin"
         Some(Duration::from_secs(10))
     );
     let orders = &cfg.services[0];
-    assert_eq!((orders.name.as_str(), orders.pick), ("orders", Pick::RoundRobin));
+    assert_eq!(
+        (orders.name.as_str(), orders.pick),
+        ("orders", Pick::RoundRobin)
+    );
     // Named after the preset, not the service; without a preset, `default`.
     assert_eq!(orders.policy.name(), "seed-000");
     assert_eq!(cfg.services[1].policy.name(), "default");
