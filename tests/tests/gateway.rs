@@ -533,7 +533,9 @@ async fn admin_explains_and_counts() {
         "{metrics}"
     );
     assert!(
-        metrics.contains("gray_gateway_rules_generation "),
+        metrics
+            .lines()
+            .any(|l| l.starts_with("gray_gateway_rules_generation ")),
         "{metrics}"
     );
 }
@@ -608,12 +610,27 @@ async fn explain_follows_the_instances_with_no_traffic_at_all() {
 
     let metrics = metrics(admin).await;
     assert!(
-        metrics.contains("gray_gateway_discovery_connected 1"),
+        metrics
+            .lines()
+            .any(|l| l == "gray_gateway_discovery_connected 1"),
         "{metrics}"
     );
     assert!(
-        metrics.contains("gray_gateway_discovery_seconds_since_contact "),
+        metrics
+            .lines()
+            .any(|l| l.starts_with("gray_gateway_discovery_seconds_since_contact ")),
         "{metrics}"
+    );
+    // What discovery follows, as an info metric (a file: no etcd cluster ID).
+    let info = metrics
+        .lines()
+        .find(|l| l.starts_with("gray_gateway_discovery_info{"))
+        .unwrap_or_else(|| panic!("{metrics}"));
+    assert!(
+        info.contains("instances.toml")
+            && info.contains(r#"cluster_id="""#)
+            && info.ends_with(" 1"),
+        "{info}"
     );
 }
 
@@ -767,5 +784,67 @@ async fn a_service_whose_instances_go_answers_503_at_once_and_an_empty_file_chan
     assert_eq!(last["service"], "b", "{last}");
     assert_eq!(last["policy"], "seed-000", "{last}");
     assert!(last["lane"].is_null(), "{last}");
+    gateway.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn explain_shows_the_balancers_live_view_of_each_instance() {
+    let dir = TempDir(
+        std::env::temp_dir().join(format!("gray-gateway-test-ejected-{}", std::process::id())),
+    );
+    std::fs::create_dir_all(&dir.0).expect("temp dir");
+    let base = upstream("orders-base").await;
+    // A gray instance nobody listens on: its connections are refused.
+    let dead = gray_test_support::net::closed_port();
+    std::fs::write(
+        dir.0.join("instances.toml"),
+        [
+            instance("orders", "orders-base", base.addr(), false),
+            instance("orders", "orders-dead", dead, true),
+        ]
+        .concat(),
+    )
+    .expect("write instances");
+    std::fs::write(
+        dir.0.join("gateway.toml"),
+        "listen = \"127.0.0.1:0\"\nadmin = \"127.0.0.1:0\"\ntrusted_clients = [\"127.0.0.1/32\"]\ninstances = \"instances.toml\"\n[services.orders]\nfallback = \"baseline\"\n",
+    )
+    .expect("write config");
+    let gateway = Gateway::start(Config::load(&dir.0.join("gateway.toml")).expect("config"))
+        .await
+        .expect("gateway starts");
+    let (gw, admin) = (gateway.addr(), gateway.admin_addr().expect("admin"));
+    let c = client([127, 0, 0, 1]);
+    let gray_route =
+        async || explain(admin).await["services"]["orders"]["outcome"]["routed"].clone();
+    assert_eq!(
+        gray_route().await["candidates"],
+        serde_json::json!(["orders-dead"])
+    );
+
+    // Gray requests fail to connect until the balancer ejects the dead instance; then the
+    // explanation says what requests meet: the fallback to baseline.
+    let mut routed = serde_json::Value::Null;
+    assert!(
+        wait_until(async || {
+            let _ = c
+                .get(format!("http://{gw}/orders/x"))
+                .header("x-gray-lane", "gray")
+                .send()
+                .await
+                .unwrap();
+            routed = gray_route().await;
+            routed["fallback"] == true
+        })
+        .await,
+        "never ejected: {routed}"
+    );
+    assert_eq!(
+        routed["candidates"],
+        serde_json::json!(["orders-base"]),
+        "{routed}"
+    );
+    let explained = explain(admin).await;
+    assert_eq!(explained["rules"]["generation"], 1, "{explained}");
     gateway.shutdown().await;
 }

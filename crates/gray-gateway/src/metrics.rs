@@ -347,27 +347,27 @@ impl Collector for Freshness {
         let rules = self.rules.status();
         gauge(
             &mut encoder,
-            "gray_gateway_rules_generation",
+            "rules_generation",
             "Generation of the staining rule set in force",
             rules.generation as i64,
         )?;
         gauge(
             &mut encoder,
-            "gray_gateway_rules_rejected",
+            "rules_rejected",
             "Rule-set versions rejected since the start (the previous one stayed in force)",
             rules.rejected as i64,
         )?;
         let status = self.registry.status();
         gauge(
             &mut encoder,
-            "gray_gateway_discovery_connected",
+            "discovery_connected",
             "Whether the discovery source is reachable and followed now",
             i64::from(status.connected),
         )?;
         if let Some(since) = status.since_last_contact() {
             gauge(
                 &mut encoder,
-                "gray_gateway_discovery_seconds_since_contact",
+                "discovery_seconds_since_contact",
                 "Seconds since the discovery source last answered",
                 since.as_secs_f64(),
             )?;
@@ -375,7 +375,7 @@ impl Collector for Freshness {
         if let Some(revision) = status.revision {
             gauge(
                 &mut encoder,
-                "gray_gateway_discovery_revision",
+                "discovery_revision",
                 "The etcd revision discovery has applied",
                 revision,
             )?;
@@ -388,7 +388,7 @@ impl Collector for Freshness {
                 .unwrap_or_default(),
         });
         info.encode(encoder.encode_descriptor(
-            "gray_gateway_discovery",
+            "discovery",
             "What discovery follows: its source and the etcd cluster ID",
             None,
             info.metric_type(),
