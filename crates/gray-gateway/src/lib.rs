@@ -5,6 +5,7 @@ pub mod config;
 pub mod metrics;
 
 mod admin;
+mod drain;
 mod proxy;
 mod serve;
 mod upstream;

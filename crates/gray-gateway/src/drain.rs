@@ -1,0 +1,121 @@
+//! Graceful shutdown of the proxy's connections: on [`Drain::shutdown`], every watched
+//! connection is asked to finish (hyper's `graceful_shutdown`: in-flight requests complete,
+//! idle keep-alive connections close), and `shutdown` returns once all have.
+//!
+//! hyper-util's `GracefulShutdown` does the same but polls a `Notify` each time the
+//! connection is polled, which takes the notifier's lock once or twice per request. Here a
+//! connection registers with the notifier once and then checks an atomic flag per poll.
+
+use std::{
+    future::Future,
+    pin::Pin,
+    sync::{
+        Arc,
+        atomic::{AtomicBool, AtomicUsize, Ordering},
+    },
+    task::{Context, Poll, Waker},
+};
+
+use hyper_util::server::graceful::GracefulConnection;
+use tokio::sync::{Notify, futures::OwnedNotified};
+
+#[derive(Debug, Default)]
+struct Shared {
+    closing: AtomicBool,
+    /// Wakes the connections when `closing` is set.
+    close: Arc<Notify>,
+    /// Connections still open.
+    open: AtomicUsize,
+    /// Wakes `shutdown` when the last connection ends.
+    idle: Notify,
+}
+
+/// The set of connections a shutdown waits for.
+#[derive(Debug, Default)]
+pub(crate) struct Drain {
+    shared: Arc<Shared>,
+}
+
+impl Drain {
+    /// A drain with no connection.
+    pub(crate) fn new() -> Self {
+        Self::default()
+    }
+
+    /// Watches `conn`: the returned future is `conn`, shut down gracefully when the drain
+    /// is.
+    pub(crate) fn watch<C: GracefulConnection>(&self, conn: C) -> Watched<C> {
+        self.shared.open.fetch_add(1, Ordering::AcqRel);
+        Watched {
+            conn: Box::pin(conn),
+            shared: self.shared.clone(),
+            notified: Box::pin(self.shared.close.clone().notified_owned()),
+            registered: None,
+            shutting_down: false,
+        }
+    }
+
+    /// Asks every watched connection to finish and waits until all have.
+    pub(crate) async fn shutdown(self) {
+        self.shared.closing.store(true, Ordering::Release);
+        self.shared.close.notify_waiters();
+        loop {
+            let idle = self.shared.idle.notified();
+            if self.shared.open.load(Ordering::Acquire) == 0 {
+                return;
+            }
+            idle.await;
+        }
+    }
+}
+
+/// A watched connection; see [`Drain::watch`].
+pub(crate) struct Watched<C> {
+    conn: Pin<Box<C>>,
+    shared: Arc<Shared>,
+    notified: Pin<Box<OwnedNotified>>,
+    /// The waker the notification is registered with.
+    registered: Option<Waker>,
+    shutting_down: bool,
+}
+
+impl<C> std::fmt::Debug for Watched<C> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Watched")
+            .field("shutting_down", &self.shutting_down)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<C: GracefulConnection> Future for Watched<C> {
+    type Output = C::Output;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<C::Output> {
+        let this = &mut *self;
+        if !this.shutting_down {
+            // Register (again) only when the task's waker changed: a spawned connection
+            // keeps one task, so this happens once.
+            let fresh = this
+                .registered
+                .as_ref()
+                .is_none_or(|w| !w.will_wake(cx.waker()));
+            if fresh {
+                let _ = this.notified.as_mut().poll(cx);
+                this.registered = Some(cx.waker().clone());
+            }
+            if this.shared.closing.load(Ordering::Acquire) {
+                this.shutting_down = true;
+                this.conn.as_mut().graceful_shutdown();
+            }
+        }
+        this.conn.as_mut().poll(cx)
+    }
+}
+
+impl<C> Drop for Watched<C> {
+    fn drop(&mut self) {
+        if self.shared.open.fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.shared.idle.notify_waiters();
+        }
+    }
+}
