@@ -26,9 +26,11 @@
 //! - **idle connections**: a connection with no request in flight (response bodies
 //!   included) and nothing sent for `idle_timeout` is closed.
 //!
-//! The timeouts are enforced by one timer per connection, which wakes at the connection's
-//! deadline and at least once per shortest timeout to see whether the deadline moved; a
-//! request costs a few atomic updates and a clock read, not a timer reset.
+//! The timeouts are enforced by a watchdog task per connection, which looks at the
+//! connection every quarter of the shortest timeout and closes it once its head has been
+//! pending, or the connection idle, for the timeout: so a connection is closed between its
+//! timeout and 1.25 times it. A request costs a few relaxed atomic operations: no clock
+//! read, no timer, nothing polled in the connection's task.
 
 use std::{
     convert::Infallible,
@@ -38,7 +40,7 @@ use std::{
     pin::Pin,
     sync::{
         Arc,
-        atomic::{AtomicU64, AtomicUsize, Ordering},
+        atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering},
     },
     task::{Context, Poll, ready},
     time::Duration,
@@ -55,7 +57,7 @@ use tokio::{
     io::{AsyncRead, AsyncWrite, ReadBuf},
     net::{TcpListener, TcpStream},
     sync::{Semaphore, watch},
-    time::{Instant, Sleep},
+    task::AbortHandle,
 };
 use tower::Service;
 
@@ -130,15 +132,16 @@ pub(crate) async fn serve<M, S, B>(
         let conn = builder
             .serve_connection(io, Adapter { service })
             .into_owned();
-        let conn = Timeouts::new(graceful.watch(conn), activity, limits);
-        tokio::spawn(async move {
-            match conn.await {
-                Ok(Ok(())) => {}
-                Ok(Err(e)) => tracing::debug!(error = %e, %peer, "connection closed with an error"),
-                Err(expired) => tracing::debug!(%peer, "connection closed: {expired}"),
+        let conn = graceful.watch(conn);
+        let task = tokio::spawn(async move {
+            if let Err(e) = conn.await {
+                tracing::debug!(error = %e, %peer, "connection closed with an error");
             }
             drop(permit);
         });
+        if tick(&limits).is_some() {
+            tokio::spawn(watchdog(activity, task.abort_handle(), limits, peer));
+        }
     }
     drop(listener);
     if tokio::time::timeout(SHUTDOWN_GRACE, graceful.shutdown())
@@ -157,82 +160,62 @@ pub(crate) async fn until_stopped(stopped: &mut watch::Receiver<bool>) {
 
 // === Activity ===
 
-/// What a connection is doing, shared by its reads, its requests and its timer.
+/// What a connection is doing, shared by its reads, its requests and its watchdog. Kept
+/// with a few relaxed atomic operations per request and no clock read: the watchdog
+/// compares what it sees from one tick to the next.
 #[derive(Debug)]
 struct Activity {
-    /// The connection's start, from which the times below count (in nanoseconds).
-    start: Instant,
     /// Requests whose response (body included) is not finished.
     in_flight: AtomicUsize,
-    /// When the last request finished (the start, before the first).
-    idle_since: AtomicU64,
-    /// When the first byte of the next request head arrived, plus one; 0 while no head
-    /// is being read. A new connection starts reading its head at once.
-    head_since: AtomicU64,
+    /// Requests finished so far.
+    finished: AtomicU64,
+    /// Bytes arrived while no request was in flight: a request head is being read. A new
+    /// connection starts reading its head at once.
+    head: AtomicBool,
 }
 
 impl Activity {
     fn new() -> Self {
         Activity {
-            start: Instant::now(),
             in_flight: AtomicUsize::new(0),
-            idle_since: AtomicU64::new(0),
-            head_since: AtomicU64::new(1),
+            finished: AtomicU64::new(0),
+            head: AtomicBool::new(true),
         }
-    }
-
-    fn now(&self) -> u64 {
-        u64::try_from(self.start.elapsed().as_nanos()).unwrap_or(u64::MAX - 1)
-    }
-
-    fn at(&self, nanos: u64) -> Instant {
-        self.start + Duration::from_nanos(nanos)
     }
 
     /// Bytes arrived: with no request in flight, they start a request head.
     fn read(&self) {
-        if self.in_flight.load(Ordering::Acquire) == 0
-            && self.head_since.load(Ordering::Acquire) == 0
-        {
-            self.head_since.store(self.now() + 1, Ordering::Release);
+        if self.in_flight.load(Ordering::Relaxed) == 0 && !self.head.load(Ordering::Relaxed) {
+            self.head.store(true, Ordering::Relaxed);
         }
     }
 
     /// A request head was read: the request is in flight.
     fn begin(&self) {
-        self.in_flight.fetch_add(1, Ordering::AcqRel);
-        self.head_since.store(0, Ordering::Release);
+        self.in_flight.fetch_add(1, Ordering::Relaxed);
+        self.head.store(false, Ordering::Relaxed);
     }
 
     /// A response (body included) is finished.
     fn end(&self) {
-        if self.in_flight.fetch_sub(1, Ordering::AcqRel) == 1 {
-            self.idle_since.store(self.now(), Ordering::Release);
-        }
+        self.finished.fetch_add(1, Ordering::Relaxed);
+        self.in_flight.fetch_sub(1, Ordering::Relaxed);
     }
 
-    /// The deadline the connection must act by, and what it is.
-    fn deadline(&self, limits: &Limits) -> Option<(Instant, Expired)> {
-        if self.in_flight.load(Ordering::Acquire) > 0 {
-            return None;
-        }
-        match self.head_since.load(Ordering::Acquire) {
-            0 => limits.idle_timeout.map(|t| {
-                (
-                    self.at(self.idle_since.load(Ordering::Acquire)) + t,
-                    Expired::Idle,
-                )
-            }),
-            since => limits
-                .header_read_timeout
-                .map(|t| (self.at(since - 1) + t, Expired::Head)),
-        }
+    /// What the watchdog compares between ticks: `None` while a request is in flight.
+    fn state(&self) -> Option<(u64, bool)> {
+        (self.in_flight.load(Ordering::Relaxed) == 0).then(|| {
+            (
+                self.finished.load(Ordering::Relaxed),
+                self.head.load(Ordering::Relaxed),
+            )
+        })
     }
 }
 
 /// Which timeout closed a connection.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Expired {
+enum Expired {
     /// No complete request head in time.
     Head,
     /// Idle for too long.
@@ -258,66 +241,53 @@ impl Drop for InFlight {
     }
 }
 
-// === Timeouts ===
+// === Watchdog ===
 
-pin_project! {
-    /// A connection, closed (dropped) when it misses a deadline of its [`Activity`].
-    struct Timeouts<C> {
-        #[pin]
-        conn: C,
-        #[pin]
-        sleep: Sleep,
-        activity: Arc<Activity>,
-        limits: Limits,
-    }
-}
-
-impl<C> Timeouts<C> {
-    fn new(conn: C, activity: Arc<Activity>, limits: Limits) -> Self {
-        let first = next_wake(activity.deadline(&limits).map(|(at, _)| at), &limits);
-        Timeouts {
-            conn,
-            sleep: tokio::time::sleep_until(first),
-            activity,
-            limits,
-        }
-    }
-}
-
-/// When to look again: at `deadline`, but never later than the shortest timeout from now,
-/// since what the connection does meanwhile may bring its deadline forward (a keep-alive
-/// connection that finishes a request has its idle deadline before its head deadline).
-fn next_wake(deadline: Option<Instant>, limits: &Limits) -> Instant {
-    let shortest = [limits.idle_timeout, limits.header_read_timeout]
+/// How often a watchdog looks at its connection: a quarter of the shortest timeout, so a
+/// connection is closed between its timeout and 1.25 times it.
+fn tick(limits: &Limits) -> Option<Duration> {
+    [limits.idle_timeout, limits.header_read_timeout]
         .into_iter()
         .flatten()
-        .min();
-    let cap = match shortest {
-        Some(t) => Instant::now() + t,
-        None => Instant::now() + Duration::from_secs(86_400 * 365),
-    };
-    deadline.map_or(cap, |at| at.min(cap))
+        .min()
+        .map(|t| (t / 4).max(Duration::from_millis(1)))
 }
 
-impl<C: Future> Future for Timeouts<C> {
-    type Output = Result<C::Output, Expired>;
-
-    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        let mut this = self.project();
-        if let Poll::Ready(out) = this.conn.poll(cx) {
-            return Poll::Ready(Ok(out));
+/// Watches one connection, on a task of its own (the connection's task pays nothing per
+/// poll): every tick it compares the connection's [`Activity`] with the previous tick's and
+/// aborts the connection's task (closing the connection) once the same head has been
+/// pending, or the connection idle, for the timeout. Ends with the connection.
+async fn watchdog(activity: Arc<Activity>, conn: AbortHandle, limits: Limits, peer: SocketAddr) {
+    let Some(tick) = tick(&limits) else {
+        return;
+    };
+    let mut interval = tokio::time::interval(tick);
+    interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    interval.tick().await;
+    // The state seen, and for how long it has been seen unchanged.
+    let mut seen = None;
+    let mut unchanged = Duration::ZERO;
+    loop {
+        interval.tick().await;
+        if conn.is_finished() {
+            return;
         }
-        while this.sleep.as_mut().poll(cx).is_ready() {
-            let deadline = this.activity.deadline(this.limits);
-            if let Some((at, expired)) = deadline {
-                if at <= Instant::now() {
-                    return Poll::Ready(Err(expired));
-                }
-            }
-            let next = next_wake(deadline.map(|(at, _)| at), this.limits);
-            this.sleep.as_mut().reset(next);
+        let now = activity.state();
+        if now.is_none() || now != seen {
+            seen = now;
+            unchanged = Duration::ZERO;
+            continue;
         }
-        Poll::Pending
+        unchanged += tick;
+        let (expired, limit) = match now {
+            Some((_, true)) => (Expired::Head, limits.header_read_timeout),
+            _ => (Expired::Idle, limits.idle_timeout),
+        };
+        if limit.is_some_and(|limit| unchanged >= limit) {
+            tracing::debug!(%peer, "connection closed: {expired}");
+            conn.abort();
+            return;
+        }
     }
 }
 
