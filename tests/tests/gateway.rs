@@ -12,7 +12,7 @@ use axum::{
     http::{HeaderMap, Uri},
     routing::{any, get},
 };
-use example_gateway::{Gateway, config::Config};
+use gray_gateway::{Gateway, config::Config};
 use gray_tests::{Server, serve};
 
 /// An upstream instance: answers `id path?query lane=… secret=…` and echoes POST bodies' length.
@@ -255,7 +255,7 @@ async fn nothing_fits_is_a_503_naming_service_lane_and_policy() {
     let body: serde_json::Value = res.json().await.unwrap();
     assert_eq!(body["service"], "stock");
     assert_eq!(body["lane"], "gray");
-    assert_eq!(body["policy"], "stock");
+    assert_eq!(body["policy"], "default");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -384,7 +384,7 @@ fallback = "baseline"
         let (status, body) = answer.await.unwrap();
         assert_eq!(status, 503, "request {i}: {body}");
         assert_eq!(body["service"], "late");
-        assert_eq!(body["policy"], "late");
+        assert_eq!(body["policy"], "default");
         if i % 2 == 0 {
             assert_eq!(body["lane"], "gray");
         } else {
@@ -533,7 +533,9 @@ async fn admin_explains_and_counts() {
         "{metrics}"
     );
     assert!(
-        metrics.contains("gray_gateway_rules_generation "),
+        metrics
+            .lines()
+            .any(|l| l.starts_with("gray_gateway_rules_generation ")),
         "{metrics}"
     );
 }
@@ -608,12 +610,27 @@ async fn explain_follows_the_instances_with_no_traffic_at_all() {
 
     let metrics = metrics(admin).await;
     assert!(
-        metrics.contains("gray_gateway_discovery_connected 1"),
+        metrics
+            .lines()
+            .any(|l| l == "gray_gateway_discovery_connected 1"),
         "{metrics}"
     );
     assert!(
-        metrics.contains("gray_gateway_discovery_seconds_since_contact "),
+        metrics
+            .lines()
+            .any(|l| l.starts_with("gray_gateway_discovery_seconds_since_contact ")),
         "{metrics}"
+    );
+    // What discovery follows, as an info metric (a file: no etcd cluster ID).
+    let info = metrics
+        .lines()
+        .find(|l| l.starts_with("gray_gateway_discovery_info{"))
+        .unwrap_or_else(|| panic!("{metrics}"));
+    assert!(
+        info.contains("instances.toml")
+            && info.contains(r#"cluster_id="""#)
+            && info.ends_with(" 1"),
+        "{info}"
     );
 }
 
@@ -672,5 +689,162 @@ async fn uploads_answered_early_all_end_without_other_traffic() {
         }
     }
     assert!(answered > 0, "no upload was answered");
+    gateway.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_instance_that_leaves_takes_its_series_with_it() {
+    let s = setup("series").await;
+    let gw = s.gateway.addr();
+    let admin = s.gateway.admin_addr().expect("admin address");
+    let c = client([127, 0, 0, 1]);
+    for lane in [None, Some("gray")] {
+        let mut req = c.get(format!("http://{gw}/orders/x"));
+        if let Some(lane) = lane {
+            req = req.header("x-gray-lane", lane);
+        }
+        assert_eq!(req.send().await.unwrap().status(), 200);
+    }
+    let before = metrics(admin).await;
+    assert!(before.contains(r#"instance="orders-gray""#), "{before}");
+    assert!(before.contains(r#"instance="orders-base""#), "{before}");
+
+    // orders-gray leaves the instances file: its series leave /metrics, the others stay.
+    let instances = std::fs::read_to_string(s.dir.0.join("instances.toml")).unwrap();
+    let without_gray: String = instances
+        .split("[[services.")
+        .filter(|block| !block.contains("orders-gray"))
+        .collect::<Vec<_>>()
+        .join("[[services.");
+    std::fs::write(s.dir.0.join("instances.toml"), without_gray).unwrap();
+    let mut after = String::new();
+    assert!(
+        wait_until(async || {
+            after = metrics(admin).await;
+            !after.contains("orders-gray")
+        })
+        .await,
+        "still there: {after}"
+    );
+    assert!(
+        after.contains(
+            r#"gray_gateway_requests_total{service="orders",lane="baseline",instance="orders-base",status="200"} 1"#
+        ),
+        "{after}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_service_whose_instances_go_answers_503_at_once_and_an_empty_file_changes_nothing() {
+    let dir = TempDir(
+        std::env::temp_dir().join(format!("gray-gateway-test-emptied-{}", std::process::id())),
+    );
+    std::fs::create_dir_all(&dir.0).expect("temp dir");
+    let b1 = upstream("b-1").await;
+    let file = dir.0.join("instances.toml");
+    std::fs::write(&file, instance("b", "b-1", b1.addr(), false)).expect("write instances");
+    std::fs::write(
+        dir.0.join("gateway.toml"),
+        "listen = \"127.0.0.1:0\"\ninstances = \"instances.toml\"\nupstream_timeout_ms = 10000\n[services.b]\npreset = \"seed-000\"\n",
+    )
+    .expect("write config");
+    let gateway = Gateway::start(Config::load(&dir.0.join("gateway.toml")).expect("config"))
+        .await
+        .expect("gateway starts");
+    let url = format!("http://{}/b/x", gateway.addr());
+    // A 504 after the 10 s upstream timeout would fail here first: the client waits 4 s.
+    let c = reqwest::Client::builder()
+        .timeout(Duration::from_secs(4))
+        .build()
+        .expect("client");
+    let (status, _) = text(c.get(&url).send().await.unwrap()).await;
+    assert_eq!(status, 200);
+
+    // A 0-byte file (a write caught half-way) is rejected: b-1 keeps serving.
+    std::fs::write(&file, "").unwrap();
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    let (status, body) = text(c.get(&url).send().await.unwrap()).await;
+    assert_eq!((status, body.starts_with("b-1 ")), (200, true), "{body}");
+
+    // An explicit "no instance": every request gets its 503 at once.
+    std::fs::write(&file, "services = { b = [] }\n").unwrap();
+    let mut last = serde_json::Value::Null;
+    assert!(
+        wait_until(async || {
+            let res = c.get(&url).send().await.unwrap();
+            if res.status() != 503 {
+                return false;
+            }
+            last = res.json().await.unwrap();
+            true
+        })
+        .await,
+        "never answered 503"
+    );
+    assert_eq!(last["service"], "b", "{last}");
+    assert_eq!(last["policy"], "seed-000", "{last}");
+    assert!(last["lane"].is_null(), "{last}");
+    gateway.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn explain_shows_the_balancers_live_view_of_each_instance() {
+    let dir = TempDir(
+        std::env::temp_dir().join(format!("gray-gateway-test-ejected-{}", std::process::id())),
+    );
+    std::fs::create_dir_all(&dir.0).expect("temp dir");
+    let base = upstream("orders-base").await;
+    // A gray instance nobody listens on: its connections are refused.
+    let dead = gray_test_support::net::closed_port();
+    std::fs::write(
+        dir.0.join("instances.toml"),
+        [
+            instance("orders", "orders-base", base.addr(), false),
+            instance("orders", "orders-dead", dead, true),
+        ]
+        .concat(),
+    )
+    .expect("write instances");
+    std::fs::write(
+        dir.0.join("gateway.toml"),
+        "listen = \"127.0.0.1:0\"\nadmin = \"127.0.0.1:0\"\ntrusted_clients = [\"127.0.0.1/32\"]\ninstances = \"instances.toml\"\n[services.orders]\nfallback = \"baseline\"\n",
+    )
+    .expect("write config");
+    let gateway = Gateway::start(Config::load(&dir.0.join("gateway.toml")).expect("config"))
+        .await
+        .expect("gateway starts");
+    let (gw, admin) = (gateway.addr(), gateway.admin_addr().expect("admin"));
+    let c = client([127, 0, 0, 1]);
+    let gray_route =
+        async || explain(admin).await["services"]["orders"]["outcome"]["routed"].clone();
+    assert_eq!(
+        gray_route().await["candidates"],
+        serde_json::json!(["orders-dead"])
+    );
+
+    // Gray requests fail to connect until the balancer ejects the dead instance; then the
+    // explanation says what requests meet: the fallback to baseline.
+    let mut routed = serde_json::Value::Null;
+    assert!(
+        wait_until(async || {
+            let _ = c
+                .get(format!("http://{gw}/orders/x"))
+                .header("x-gray-lane", "gray")
+                .send()
+                .await
+                .unwrap();
+            routed = gray_route().await;
+            routed["fallback"] == true
+        })
+        .await,
+        "never ejected: {routed}"
+    );
+    assert_eq!(
+        routed["candidates"],
+        serde_json::json!(["orders-base"]),
+        "{routed}"
+    );
+    let explained = explain(admin).await;
+    assert_eq!(explained["rules"]["generation"], 1, "{explained}");
     gateway.shutdown().await;
 }

@@ -44,6 +44,47 @@ impl Default for Pick {
     }
 }
 
+/// The names of [`Pick`] in a configuration file, in the order its errors list them.
+const PICK_NAMES: &[&str] = &["peak-ewma", "pending-requests", "round-robin"];
+
+impl<'de> serde::Deserialize<'de> for Pick {
+    /// From its name in a configuration file: `"peak-ewma"` (the [default](Pick::default),
+    /// with its default RTT and decay), `"pending-requests"` or `"round-robin"`. Any other
+    /// value is an error that lists these (`unknown variant`, as for a derived enum).
+    ///
+    /// ```
+    /// use gray_balance::Pick;
+    ///
+    /// let pick: Pick = serde_json::from_str(r#""round-robin""#)?;
+    /// assert_eq!(pick, Pick::RoundRobin);
+    /// let err = serde_json::from_str::<Pick>(r#""random""#).unwrap_err();
+    /// assert!(err.to_string().starts_with("unknown variant `random`, expected one of `peak-ewma`"), "{err}");
+    /// # Ok::<(), serde_json::Error>(())
+    /// ```
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Name;
+
+        impl serde::de::Visitor<'_> for Name {
+            type Value = Pick;
+
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("`peak-ewma`, `pending-requests` or `round-robin`")
+            }
+
+            fn visit_str<E: serde::de::Error>(self, name: &str) -> Result<Pick, E> {
+                match name {
+                    "peak-ewma" => Ok(Pick::default()),
+                    "pending-requests" => Ok(Pick::PendingRequests),
+                    "round-robin" => Ok(Pick::RoundRobin),
+                    other => Err(E::unknown_variant(other, PICK_NAMES)),
+                }
+            }
+        }
+
+        d.deserialize_str(Name)
+    }
+}
+
 impl Pick {
     /// Peak-EWMA's decay in nanoseconds; `None` for the picks that measure no round trip.
     pub(crate) fn decay_ns(&self) -> Option<f64> {

@@ -16,10 +16,10 @@ use std::{
 
 use axum::{Json, Router, extract::State, routing::get};
 use bytes::Bytes;
-use example_gateway::{Gateway, config::Config};
 use gray_balance::BalanceLayer;
 use gray_core::{Policy, rules::sticky_bucket};
 use gray_discovery::{Registry, http::HttpEndpoints, source::file::FileSource};
+use gray_gateway::{Gateway, config::Config};
 use gray_tower::{ExtractStainLayer, PropagateStainLayer};
 use http::Request;
 use http_body_util::{BodyExt, Empty};

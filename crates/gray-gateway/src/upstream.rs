@@ -1,5 +1,6 @@
 //! One routed service: its instances (from the registry), and the label-aware balancer
-//! over them.
+//! over them, whose endpoints name the instance that answered (`x-gray-instance`) and count
+//! each answer.
 
 use std::{
     future::Future,
@@ -43,7 +44,7 @@ struct Identity {
 /// An endpoint that marks each response with the instance that served it
 /// (`x-gray-instance`) and counts it, by lane, instance, status and fallback.
 #[derive(Debug, Clone)]
-pub struct Tagged<S> {
+pub(crate) struct Tagged<S> {
     inner: S,
     me: Arc<Identity>,
 }
@@ -81,7 +82,7 @@ where
 
 pin_project! {
     /// The response future of [`Tagged`].
-    pub struct TaggedFuture<F> {
+    pub(crate) struct TaggedFuture<F> {
         #[pin]
         inner: F,
         done: Option<(Arc<Identity>, Option<Lane>, Option<Routed>)>,
@@ -105,7 +106,7 @@ where
             me.counters.request(lane.as_ref(), res.status().as_u16());
             if let Some(routed) = routed.filter(Routed::fallback) {
                 me.metrics
-                    .fallback(&me.service, lane.as_ref(), routed.subset().to_string());
+                    .fallback(&me.service, lane.as_ref(), routed.subset());
             }
         }
         Poll::Ready(Ok(res))
@@ -119,21 +120,19 @@ type Endpoint = Tagged<HttpEndpoint<HttpConnector, Incoming>>;
 
 /// The balancer the proxy sends through: one handle (cloned per request) shared by every
 /// connection; it picks in the connection's task, without a lock.
-pub type Balancer = Balance<InstanceId, Endpoint>;
+pub(crate) type Balancer = Balance<InstanceId, Endpoint>;
 
 /// The future of a request sent through [`Balancer`].
-pub type BalancerCall = ResponseFuture<Endpoint, Request<Incoming>>;
+pub(crate) type BalancerCall = ResponseFuture<Endpoint, Request<Incoming>>;
 
 /// One routed service.
-pub struct Upstream {
+pub(crate) struct Upstream {
     /// Its name.
-    pub name: Arc<str>,
+    pub(crate) name: Arc<str>,
     /// Its routing policy (the balancer holds a copy).
-    pub policy: Policy,
+    pub(crate) policy: Policy,
     /// The balancer, shared by every connection.
-    pub balancer: Balancer,
-    /// Its instances in the registry, for the admin endpoint.
-    pub instances: ServiceInstances,
+    pub(crate) balancer: Balancer,
 }
 
 impl std::fmt::Debug for Upstream {
@@ -149,7 +148,7 @@ impl Upstream {
     /// Builds the balancer for `config` over `instances`, with connections from `pool`,
     /// and spawns its background task (it follows the registry whether or not requests
     /// flow).
-    pub fn new(
+    pub(crate) fn new(
         config: &ServiceConfig,
         instances: ServiceInstances,
         pool: &HttpEndpoints<HttpConnector, Incoming>,
@@ -168,13 +167,17 @@ impl Upstream {
                         service: service.clone(),
                         labels: instance.labels().clone(),
                         header: HeaderValue::from_str(id.as_str()).ok(),
-                        counters: metrics.endpoint(&service, &id),
+                        counters: metrics.endpoint(&service, id.as_str()),
                         metrics: metrics.clone(),
                     });
                     let inner = pool.endpoint(bare);
                     Change::Insert(id, Tagged { inner, me })
                 }
-                Change::Remove(id) => Change::Remove(id),
+                Change::Remove(id) => {
+                    // Its series go with it: the label sets stay bounded by the registry.
+                    metrics.remove_endpoint(&service, id.as_str());
+                    Change::Remove(id)
+                }
             })
         });
         let balancer = BalanceLayer::new(&config.name, config.policy.clone())
@@ -185,12 +188,6 @@ impl Upstream {
             name: config.name.as_str().into(),
             policy: config.policy.clone(),
             balancer,
-            instances,
         }
-    }
-
-    /// The instances known now, sorted by id.
-    pub fn instances(&self) -> Vec<Instance> {
-        self.instances.instances()
     }
 }

@@ -8,16 +8,15 @@
 //!  "cookies": {"uid": "42"}}
 //! ```
 //!
-//! and answers which rule fires, which lane and pins result, and, for each service, the
-//! subsets walked and the candidate instances (from the registry, which follows its source
-//! whether or not requests flow; readiness is not known here, so every instance counts as
-//! ready), and how fresh discovery is (`discovery`: the source, whether it is reachable,
-//! the seconds since the last contact, the etcd revision and cluster ID).
+//! and answers which rule fires (and the generation of the rule set that decided), which
+//! lane and pins result, and, for each service, the decision its live balancer would make
+//! now: the subsets walked and the candidate instances with their availability (`ready`,
+//! `unready`, `ejected` after connection errors), exactly what a request would meet. It
+//! also shows how fresh discovery is (`discovery`: the source, whether it is reachable, the
+//! seconds since the last contact, the etcd revision and cluster ID, the last error) and
+//! the state of the rules (`rules`: generation, rejected versions, last error).
 //!
-//! `/metrics` shows the same freshness as `gray_gateway_discovery_connected`,
-//! `gray_gateway_discovery_seconds_since_contact` and `gray_gateway_discovery_revision`,
-//! for an alert on stale discovery.
-
+//! `GET /metrics` is in the [`metrics`](crate::metrics) module's format.
 use std::{
     convert::Infallible,
     net::{IpAddr, SocketAddr},
@@ -32,10 +31,7 @@ use axum::{
     response::{IntoResponse, Response},
     routing::{get, post},
 };
-use gray_core::{
-    Stain,
-    matching::{Availability, Candidate},
-};
+use gray_core::Stain;
 use gray_discovery::Registry;
 use gray_tower::edge::{EdgeDecision, EdgeLayer, LiveRules, PeerAddr};
 use http::{HeaderName, HeaderValue, Request};
@@ -46,17 +42,17 @@ use crate::{metrics::Metrics, proxy::Routes};
 
 /// What the admin endpoint needs.
 #[derive(Debug, Clone)]
-pub struct Admin {
+pub(crate) struct Admin {
     /// The routing table (for the instance lists and policies).
-    pub routes: Arc<Routes>,
+    pub(crate) routes: Arc<Routes>,
     /// The staining rules in force.
-    pub rules: LiveRules,
+    pub(crate) rules: LiveRules,
     /// The edge layer the proxy runs, to explain its decisions.
-    pub edge: EdgeLayer,
+    pub(crate) edge: EdgeLayer,
     /// The counters.
-    pub metrics: Arc<Metrics>,
+    pub(crate) metrics: Arc<Metrics>,
     /// Discovery, for its freshness.
-    pub registry: Registry,
+    pub(crate) registry: Registry,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -69,7 +65,7 @@ struct ExplainRequest {
 }
 
 /// The admin router.
-pub fn router(admin: Admin) -> Router {
+pub(crate) fn router(admin: Admin) -> Router {
     Router::new()
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/metrics", get(metrics))
@@ -78,41 +74,12 @@ pub fn router(admin: Admin) -> Router {
 }
 
 async fn metrics(State(admin): State<Admin>) -> Response {
-    let status = admin.rules.status();
-    let mut text = admin.metrics.render();
-    text.push_str(
-        "# HELP gray_gateway_rules_generation Generation of the staining rule set in force.\n",
-    );
-    text.push_str("# TYPE gray_gateway_rules_generation gauge\n");
-    text.push_str(&format!(
-        "gray_gateway_rules_generation {}\n",
-        status.generation
-    ));
-    let discovery = admin.registry.status();
-    text.push_str("# HELP gray_gateway_discovery_connected Whether the discovery source is reachable and followed now.\n");
-    text.push_str("# TYPE gray_gateway_discovery_connected gauge\n");
-    text.push_str(&format!(
-        "gray_gateway_discovery_connected {}\n",
-        u8::from(discovery.connected)
-    ));
-    if let Some(since) = discovery.since_last_contact() {
-        text.push_str("# HELP gray_gateway_discovery_seconds_since_contact Seconds since the discovery source last answered.\n");
-        text.push_str("# TYPE gray_gateway_discovery_seconds_since_contact gauge\n");
-        text.push_str(&format!(
-            "gray_gateway_discovery_seconds_since_contact {:.3}\n",
-            since.as_secs_f64()
-        ));
-    }
-    if let Some(revision) = discovery.revision {
-        text.push_str(
-            "# HELP gray_gateway_discovery_revision The etcd revision discovery has applied.\n",
-        );
-        text.push_str("# TYPE gray_gateway_discovery_revision gauge\n");
-        text.push_str(&format!("gray_gateway_discovery_revision {revision}\n"));
-    }
     (
-        [(http::header::CONTENT_TYPE, "text/plain; version=0.0.4")],
-        text,
+        [(
+            http::header::CONTENT_TYPE,
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        )],
+        admin.metrics.render(),
     )
         .into_response()
 }
@@ -181,14 +148,7 @@ async fn explain(State(admin): State<Admin>, body: Bytes) -> Response {
         .services
         .iter()
         .map(|(name, upstream)| {
-            let instances = upstream.instances();
-            let decision = upstream.policy.decide(
-                name,
-                Some(&ctx),
-                instances.iter().map(|i| {
-                    Candidate::new(i.id().as_str().to_owned(), i.labels(), Availability::Ready)
-                }),
-            );
+            let decision = upstream.balancer.explain(Some(&ctx));
             (
                 name.to_string(),
                 serde_json::to_value(&decision).unwrap_or(serde_json::Value::Null),
@@ -206,6 +166,7 @@ async fn explain(State(admin): State<Admin>, body: Bytes) -> Response {
         })
     });
     let discovery = admin.registry.status();
+    let rules = admin.rules.status();
     axum::Json(serde_json::json!({
         "edge": rule,
         "lane": ctx.lane().map(|l| l.as_str()),
@@ -218,6 +179,11 @@ async fn explain(State(admin): State<Admin>, body: Bytes) -> Response {
             "revision": discovery.revision,
             "cluster_id": discovery.cluster_id,
             "last_error": discovery.last_error,
+        },
+        "rules": {
+            "generation": rules.generation,
+            "rejected": rules.rejected,
+            "last_error": rules.last_error,
         },
     }))
     .into_response()

@@ -1,8 +1,8 @@
 //! The proxy: `/{service}/rest` goes to an instance of `service` as `/rest`.
 
 use std::{
-    collections::BTreeMap, future::Future, net::IpAddr, pin::Pin, sync::Arc, task::Poll,
-    time::Duration,
+    borrow::Cow, collections::BTreeMap, future::Future, net::IpAddr, pin::Pin, sync::Arc,
+    task::Poll, time::Duration,
 };
 
 use bytes::Bytes;
@@ -16,7 +16,7 @@ use http_body_util::{Either, Full};
 use hyper::body::Incoming;
 use tower::Service;
 
-use gray_tower::edge::{PathRejected, client_ip, hop};
+use gray_tower::edge::{PathRejected, RawUri, client_ip, hop};
 
 use crate::{
     metrics::Metrics,
@@ -24,40 +24,34 @@ use crate::{
 };
 
 /// The body of every gateway response: streamed from the upstream, or made here.
-pub type Body = Either<ResponseBody, Full<Bytes>>;
+pub(crate) type Body = Either<ResponseBody, Full<Bytes>>;
 
 /// The routing table and what every request needs.
 #[derive(Debug)]
-pub struct Routes {
+pub(crate) struct Routes {
     /// The upstream of each service, by name (a few string comparisons to find one, no
     /// hashing of a name that comes from the request path).
-    pub services: BTreeMap<Box<str>, Upstream>,
+    pub(crate) services: BTreeMap<Box<str>, Upstream>,
     /// The time allowed until an upstream's response headers (the endpoints enforce it;
     /// here it is reported in the 504's body).
-    pub timeout: Duration,
+    pub(crate) timeout: Duration,
     /// The counters.
-    pub metrics: Arc<Metrics>,
+    pub(crate) metrics: Arc<Metrics>,
+    /// Whether a path whose normalised form leaves its `/{service}` prefix is refused.
+    pub(crate) reject_prefix_escape: bool,
 }
 
 /// The proxy service (behind the edge layer), one per connection. Cheap to clone.
 #[derive(Debug, Clone)]
-pub struct Proxy {
+pub(crate) struct Proxy {
     routes: Arc<Routes>,
     /// The connection's peer as an `X-Forwarded-For` value, made once per connection.
     forwarded_for: Option<HeaderValue>,
 }
 
 impl Proxy {
-    /// A proxy over `routes` that adds no `X-Forwarded-For` entry.
-    pub fn new(routes: Arc<Routes>) -> Self {
-        Proxy {
-            routes,
-            forwarded_for: None,
-        }
-    }
-
     /// The proxy for the connection from `peer`, which it appends to `X-Forwarded-For`.
-    pub fn for_peer(routes: Arc<Routes>, peer: IpAddr) -> Self {
+    pub(crate) fn for_peer(routes: Arc<Routes>, peer: IpAddr) -> Self {
         Proxy {
             routes,
             forwarded_for: Some(client_ip::forwarded_for(peer)),
@@ -134,6 +128,18 @@ impl Service<Request<Incoming>> for Proxy {
                 serde_json::json!({"error": "invalid path", "reason": e.kind().as_str(), "detail": e.to_string()}),
             ));
         }
+        // The edge rewrote the path to its normal form: `/svc/../other/x` became
+        // `/other/x`. A client that names one service in its path must not reach another.
+        if routes.reject_prefix_escape {
+            if let Some(RawUri(raw)) = req.extensions().get::<RawUri>() {
+                if escapes_prefix(raw.path(), req.uri().path()) {
+                    return ProxyFuture::ready(json(
+                        StatusCode::BAD_REQUEST,
+                        serde_json::json!({"error": "invalid path", "reason": "prefix_escape", "detail": "the normalised path leaves the /{service} prefix the request names"}),
+                    ));
+                }
+            }
+        }
         let Some((service, rest)) = split(req.uri()) else {
             return ProxyFuture::ready(json(
                 StatusCode::NOT_FOUND,
@@ -157,6 +163,11 @@ impl Service<Request<Incoming>> for Proxy {
         }
         // The edge layer in front removed the client's hop-by-hop headers before it wrote
         // the stain; removing them here would let `Connection` name the stain's headers.
+        // `Expect: 100-continue` is the gateway's to answer (hyper sends `100 Continue` when
+        // the body is first read, by the upstream connection): the upstream never sees it.
+        if req.headers().contains_key(header::EXPECT) {
+            req.headers_mut().remove(header::EXPECT);
+        }
         if let Some(peer) = &self.forwarded_for {
             client_ip::append_forwarded_for(req.headers_mut(), peer);
         }
@@ -180,7 +191,7 @@ impl Service<Request<Incoming>> for Proxy {
 pin_project_lite::pin_project! {
     /// The response future of [`Proxy`]: the upstream's response with its hop-by-hop
     /// headers removed, or the gateway's own answer (404, 502, 503, 504).
-    pub struct ProxyFuture {
+    pub(crate) struct ProxyFuture {
         #[pin]
         state: State,
     }
@@ -247,7 +258,7 @@ impl Future for ProxyFuture {
                 let res = failed(routes, service, lane.as_ref(), &*error);
                 routes
                     .metrics
-                    .request(service, lane.as_ref(), None, res.status().as_u16());
+                    .answered(service, lane.as_ref(), res.status().as_u16());
                 Poll::Ready(Ok(res))
             }
         }
@@ -294,9 +305,56 @@ fn failed(
     }
 }
 
+/// The first segment of a path as normalising it would leave it, skipping empty and `.`
+/// segments (`/./%73vc/x` → `svc`); `None` when it starts by climbing (`/../x`).
+fn first_segment(path: &str) -> Option<Cow<'_, str>> {
+    for segment in path.split('/').filter(|s| !s.is_empty()) {
+        if segment.bytes().all(|b| b != b'%' && b != b'.') {
+            return Some(Cow::Borrowed(segment));
+        }
+        let alone = format!("/{segment}");
+        let normal = gray_core::path::normalize(&alone).ok()?;
+        match normal.strip_prefix('/') {
+            Some("") => continue,
+            Some(s) => return Some(Cow::Owned(s.to_owned())),
+            None => return None,
+        }
+    }
+    Some(Cow::Borrowed(""))
+}
+
+/// Whether normalising `raw` into `normal` moved it out of the first segment it names:
+/// `/svc/../other/x` → `/other/x`.
+fn escapes_prefix(raw: &str, normal: &str) -> bool {
+    let named = first_segment(raw);
+    let now = normal
+        .trim_start_matches('/')
+        .split('/')
+        .next()
+        .unwrap_or("");
+    named.as_deref() != Some(now)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_path_that_climbs_out_of_its_service_escapes() {
+        for (raw, normal, escapes) in [
+            ("/svc/../other/x", "/other/x", true),
+            ("/svc/x/../../other/x", "/other/x", true),
+            ("/svc/..", "/", true),
+            ("/svc/x/../y", "/svc/y", false),
+            ("/svc/../svc/y", "/svc/y", false),
+            ("//svc//x", "/svc/x", false),
+            ("/./svc/x", "/svc/x", false),
+            ("/%73vc/x", "/svc/x", false),
+            ("/svc/%2e%2e/other", "/other", true),
+        ] {
+            assert_eq!(escapes_prefix(raw, normal), escapes, "{raw}");
+        }
+    }
 
     #[test]
     fn splits_service_and_rest() {

@@ -32,19 +32,19 @@ struct Shared {
 
 /// The set of connections a shutdown waits for.
 #[derive(Debug, Default)]
-pub struct Drain {
+pub(crate) struct Drain {
     shared: Arc<Shared>,
 }
 
 impl Drain {
     /// A drain with no connection.
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         Self::default()
     }
 
     /// Watches `conn`: the returned future is `conn`, shut down gracefully when the drain
     /// is.
-    pub fn watch<C: GracefulConnection>(&self, conn: C) -> Watched<C> {
+    pub(crate) fn watch<C: GracefulConnection>(&self, conn: C) -> Watched<C> {
         self.shared.open.fetch_add(1, Ordering::AcqRel);
         Watched {
             conn: Box::pin(conn),
@@ -56,7 +56,7 @@ impl Drain {
     }
 
     /// Asks every watched connection to finish and waits until all have.
-    pub async fn shutdown(self) {
+    pub(crate) async fn shutdown(self) {
         self.shared.closing.store(true, Ordering::Release);
         self.shared.close.notify_waiters();
         loop {
@@ -70,7 +70,7 @@ impl Drain {
 }
 
 /// A watched connection; see [`Drain::watch`].
-pub struct Watched<C> {
+pub(crate) struct Watched<C> {
     conn: Pin<Box<C>>,
     shared: Arc<Shared>,
     notified: Pin<Box<OwnedNotified>>,

@@ -1,26 +1,41 @@
-//! Run with: cargo run -p example-gateway -- --config examples/gateway/gateway.toml
+//! The `gray-gateway` binary.
 //!
-//! The gray gateway: stains each request by live rules (stripping stains sent by untrusted
-//! clients), routes `/{service}/**` to the instances of `service` that fit the stain with a
-//! per-service fallback policy, and serves `/explain`, `/metrics` and `/healthz` on the admin
-//! address. See `lib.rs` and `config.rs` for what it does and how to configure it.
+//! ```text
+//! gray-gateway --config gateway.toml     # run
+//! gray-gateway --check gateway.toml      # validate the configuration and the files it names
+//! ```
+//!
+//! See the crate docs for what it does and the configuration reference.
 
 use std::path::PathBuf;
 
-use example_gateway::{Gateway, config::Config};
+use gray_gateway::{Gateway, config::Config};
+
+const USAGE: &str = "usage: gray-gateway --config <gateway.toml>
+       gray-gateway --check <gateway.toml>   validate it and the files it names, print what would run";
 
 fn usage() -> ! {
-    eprintln!("usage: example-gateway --config <gateway.toml>");
+    eprintln!("{USAGE}");
     std::process::exit(2)
 }
 
 fn main() {
     let mut args = std::env::args().skip(1);
     let mut config_path = None;
+    let mut check = false;
     while let Some(arg) = args.next() {
         match arg.as_str() {
-            "--config" | "-c" => config_path = args.next().map(PathBuf::from),
-            "--help" | "-h" => usage(),
+            "--config" | "-c" => {
+                config_path = Some(args.next().map(PathBuf::from).unwrap_or_else(|| usage()))
+            }
+            "--check" | "-t" => check = true,
+            "--help" | "-h" => {
+                println!("{USAGE}");
+                return;
+            }
+            other if check && config_path.is_none() && !other.starts_with('-') => {
+                config_path = Some(PathBuf::from(other));
+            }
             other => {
                 eprintln!("unknown argument `{other}`");
                 usage()
@@ -30,6 +45,9 @@ fn main() {
     let Some(config_path) = config_path else {
         usage()
     };
+    if check {
+        std::process::exit(run_check(&config_path));
+    }
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
@@ -71,6 +89,31 @@ fn main() {
     if let Err(e) = result {
         eprintln!("error: {e}");
         std::process::exit(1)
+    }
+}
+
+/// `--check`: 0 and the summary on stdout, or 1 and the error on stderr.
+fn run_check(path: &std::path::Path) -> i32 {
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: cannot start the runtime: {e}");
+            return 1;
+        }
+    };
+    match runtime.block_on(gray_gateway::check::check(path)) {
+        Ok(summary) => {
+            print!("{summary}");
+            0
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            eprintln!("{}: the configuration is invalid", path.display());
+            1
+        }
     }
 }
 

@@ -1,0 +1,200 @@
+//! `gray-gateway --check CONFIG`: validates a configuration and every file it names, and
+//! says what the gateway would run, like `nginx -t`.
+//!
+//! [`check`] reads the configuration file, then the rules file and the instances file it
+//! names (each error names its file, line and field), and returns a summary: the listen
+//! and admin addresses, the limits, the carriers, where rules and instances come from with
+//! how many there are, and each service with its instances and its effective policy (every
+//! setting spelled out, the preset's included). An `[etcd]` table is checked as a table
+//! only: etcd is not contacted, so its keys are neither read nor counted.
+//!
+//! ```
+//! # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+//! let dir = std::env::temp_dir().join(format!("gray-gateway-check-doc-{}", std::process::id()));
+//! std::fs::create_dir_all(&dir)?;
+//! std::fs::write(dir.join("instances.toml"), "[[services.orders]]\nid = \"o-1\"\naddress = \"127.0.0.1:9\"\n")?;
+//! std::fs::write(dir.join("gateway.toml"), "listen = \"127.0.0.1:8080\"\ninstances = \"instances.toml\"\n[services.orders]\npreset = \"seed-000\"\n")?;
+//! let summary = gray_gateway::check::check(&dir.join("gateway.toml")).await?;
+//! assert!(summary.contains("orders: 1 instance, policy `seed-000`"), "{summary}");
+//!
+//! std::fs::write(dir.join("instances.toml"), "[[services.orders]]\nid = \"o-1\"\nadress = \"127.0.0.1:9\"\n")?;
+//! let err = gray_gateway::check::check(&dir.join("gateway.toml")).await.unwrap_err();
+//! assert!(err.to_string().contains("instances.toml:3:1"), "{err}");
+//! # std::fs::remove_dir_all(&dir)?;
+//! # Ok::<(), tower::BoxError>(())
+//! # }).unwrap();
+//! ```
+
+use std::{fmt::Write, path::Path};
+
+use gray_balance::Pick;
+use gray_core::{CarrierConfig, matching::PolicyConfig};
+use gray_discovery::{Registry, source::file::FileSource as InstanceFile};
+use gray_tower::edge::{FileSource, LiveRules};
+use tower::BoxError;
+
+use crate::config::{Config, DEFAULT_INSTANCES, Discovery, Rules};
+
+/// Checks the configuration at `path` and the files it names; see the [module docs](self).
+pub async fn check(path: &Path) -> Result<String, BoxError> {
+    let config = Config::load(path)?;
+    let mut out = String::new();
+    let _ = writeln!(out, "{}: the configuration is valid", path.display());
+    let _ = write!(out, "listen {}", config.listen);
+    if let Some(admin) = config.admin {
+        let _ = write!(out, ", admin {admin} (/explain, /metrics, /healthz)");
+    }
+    let workers = match config.workers {
+        0 => "one per core".to_owned(),
+        1 => "1 (current-thread scheduler)".to_owned(),
+        n => n.to_string(),
+    };
+    let _ = writeln!(out, ", workers {workers}");
+    let limits = config.limits;
+    let ms = |d: Option<std::time::Duration>| {
+        d.map_or("off".to_owned(), |d| format!("{} ms", d.as_millis()))
+    };
+    let _ = writeln!(
+        out,
+        "limits: header_read_timeout {}, max_header_bytes {}, idle_timeout {}, max_connections {}, upstream_timeout {} ms",
+        ms(limits.header_read_timeout),
+        limits.max_header_bytes,
+        ms(limits.idle_timeout),
+        limits.max_connections,
+        config.upstream_timeout.as_millis(),
+    );
+    let cidrs = |list: &gray_core::rules::CidrList| {
+        list.iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let _ = writeln!(
+        out,
+        "trusted clients [{}], trusted proxies [{}] (read from {})",
+        cidrs(&config.trusted_clients),
+        cidrs(&config.trusted_proxies),
+        config.forwarded_header.header_name(),
+    );
+    let carriers: Vec<String> = config.carriers.iter().map(carrier).collect();
+    let _ = writeln!(out, "carriers: {}", carriers.join(", "));
+    if !config.strip.is_empty() {
+        let strip: Vec<&str> = config.strip.iter().map(|h| h.as_str()).collect();
+        let _ = writeln!(
+            out,
+            "also stripped from untrusted clients: {}",
+            strip.join(", ")
+        );
+    }
+
+    match &config.rules {
+        Rules::File(path) => {
+            let live = LiveRules::from_source(&FileSource::new(path), None).await?;
+            let n = live.load().rules().rules().len();
+            let _ = writeln!(out, "rules: {}: {n} rule{}", path.display(), plural(n));
+        }
+        #[cfg(feature = "etcd")]
+        Rules::Etcd(etcd, key) => {
+            let _ = writeln!(
+                out,
+                "rules: etcd key {key} at {:?} ({}; not read: --check does not contact etcd)",
+                etcd.client.endpoints(),
+                crate::rules_format(key),
+            );
+        }
+        _ => {
+            let _ = writeln!(
+                out,
+                "rules: none (requests are baseline unless a trusted client stains them)"
+            );
+        }
+    }
+
+    let registry = match &config.discovery {
+        Discovery::File(path) => {
+            let _ = writeln!(out, "instances: {}", path.display());
+            Some(Registry::start(InstanceFile::new(path)).await?)
+        }
+        Discovery::Embedded => {
+            let _ = writeln!(out, "instances: the embedded default file");
+            let dir =
+                std::env::temp_dir().join(format!("gray-gateway-check-{}", std::process::id()));
+            let file = dir.with_extension("toml");
+            std::fs::write(&file, DEFAULT_INSTANCES)?;
+            let registry = Registry::start(InstanceFile::new(&file)).await;
+            let _ = std::fs::remove_file(&file);
+            Some(registry?)
+        }
+        #[cfg(feature = "etcd")]
+        Discovery::Etcd(etcd) => {
+            let _ = writeln!(
+                out,
+                "instances: etcd prefix {} at {:?} (not read: --check validates the [etcd] table only)",
+                etcd.prefix,
+                etcd.client.endpoints(),
+            );
+            None
+        }
+    };
+
+    let _ = writeln!(out, "services:");
+    for service in &config.services {
+        let _ = write!(out, "  {}: ", service.name);
+        if let Some(registry) = &registry {
+            let n = registry.service(&service.name)?.instances().len();
+            let _ = write!(out, "{n} instance{}, ", plural(n));
+        }
+        let _ = writeln!(
+            out,
+            "policy `{}`, pick {}",
+            service.policy.name(),
+            pick_name(service.pick)
+        );
+        let _ = writeln!(
+            out,
+            "    {}",
+            settings(&PolicyConfig::from(&service.policy))
+        );
+    }
+    Ok(out)
+}
+
+fn plural(n: usize) -> &'static str {
+    if n == 1 { "" } else { "s" }
+}
+
+/// `fallback = "baseline", lane_key = "lane", …`: every setting of a policy.
+fn settings(policy: &PolicyConfig) -> String {
+    let value = serde_json::to_value(policy).unwrap_or_default();
+    let Some(map) = value.as_object() else {
+        return String::new();
+    };
+    map.iter()
+        .filter(|(key, _)| *key != "name")
+        .map(|(key, value)| match value {
+            serde_json::Value::Null => format!("{key} = false"),
+            value => format!("{key} = {value}"),
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+fn pick_name(pick: Pick) -> &'static str {
+    match pick {
+        Pick::RoundRobin => "round-robin",
+        Pick::PendingRequests => "pending-requests",
+        _ => "peak-ewma",
+    }
+}
+
+fn carrier(c: &CarrierConfig) -> String {
+    let kind = match c {
+        CarrierConfig::Flag { .. } => "flag",
+        CarrierConfig::Lane { .. } => "lane",
+        CarrierConfig::Version { .. } => "version",
+        CarrierConfig::Route { .. } => "route",
+        CarrierConfig::Baggage { .. } => "baggage member",
+        _ => "carrier",
+    };
+    format!("{kind} {}", c.header())
+}

@@ -1,0 +1,77 @@
+//! The configuration file as serde reads it: every table rejects unknown keys.
+
+use std::{collections::BTreeMap, net::SocketAddr, path::PathBuf};
+
+use gray_balance::Pick;
+use gray_core::{CarrierConfig, matching::WithPolicy};
+use gray_tower::edge::ForwardedHeader;
+use serde::Deserialize;
+
+use super::defaults;
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct File {
+    pub(super) listen: SocketAddr,
+    pub(super) admin: Option<SocketAddr>,
+    #[serde(default)]
+    pub(super) workers: usize,
+    #[serde(default)]
+    pub(super) trusted_clients: Vec<String>,
+    #[serde(default)]
+    pub(super) trusted_proxies: Vec<String>,
+    #[serde(default)]
+    pub(super) forwarded_header: ForwardedHeader,
+    pub(super) carriers: Option<Vec<CarrierConfig>>,
+    #[serde(default)]
+    pub(super) strip: Vec<String>,
+    #[serde(default = "yes")]
+    pub(super) reject_prefix_escape: bool,
+    pub(super) rules: Option<PathBuf>,
+    pub(super) instances: Option<PathBuf>,
+    pub(super) etcd: Option<Etcd>,
+    #[serde(default = "defaults::upstream_timeout_ms")]
+    pub(super) upstream_timeout_ms: u64,
+    #[serde(default = "defaults::header_read_timeout_ms")]
+    pub(super) header_read_timeout_ms: u64,
+    #[serde(default = "defaults::max_header_bytes")]
+    pub(super) max_header_bytes: usize,
+    #[serde(default = "defaults::idle_timeout_ms")]
+    pub(super) idle_timeout_ms: u64,
+    #[serde(default = "defaults::max_connections")]
+    pub(super) max_connections: usize,
+    #[serde(default = "defaults::metrics_max_lanes")]
+    pub(super) metrics_max_lanes: usize,
+    #[serde(default)]
+    pub(super) seed003_headers: bool,
+    #[serde(default)]
+    pub(super) services: BTreeMap<String, WithPolicy<ServiceKeys>>,
+}
+
+fn yes() -> bool {
+    true
+}
+
+/// The gateway's own keys of a `[services.<name>]` table, beside the policy's.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct ServiceKeys {
+    pub(super) pick: Option<Pick>,
+}
+
+/// The `[etcd]` table: etcd's client settings (gray-source's `EtcdConfig`, flattened) and
+/// where the gateway's data lives.
+#[cfg(feature = "etcd")]
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct Etcd {
+    #[serde(default = "defaults::etcd_prefix")]
+    pub(super) prefix: String,
+    pub(super) rules_key: Option<String>,
+    #[serde(flatten)]
+    pub(super) client: gray_tower::edge::EtcdConfig,
+}
+
+/// Without the `etcd` feature, an `[etcd]` table is read whole and rejected by the checks.
+#[cfg(not(feature = "etcd"))]
+pub(super) type Etcd = serde::de::IgnoredAny;

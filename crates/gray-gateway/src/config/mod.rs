@@ -1,0 +1,450 @@
+//! The gateway's configuration file (TOML): [`Config::load`] reads and checks it.
+//!
+//! Every table rejects unknown keys, enumerations are read by serde, and every mistake is
+//! reported with the file, the line, the column and the field, the way compilers do:
+//!
+//! ```text
+//! gateway.toml:12:1: field `services.orders.falback`: unknown field `falback`, expected one of `pick`, `name`, `preset`, …
+//! ```
+//!
+//! The keys, their defaults and their meaning are in the [crate docs](crate#configuration).
+//! Relative paths are relative to the configuration file's folder.
+//!
+//! ```
+//! use std::{path::Path, time::Duration};
+//! use gray_gateway::config::{Config, Discovery};
+//!
+//! let config = Config::parse(
+//!     r#"
+//! listen = "127.0.0.1:8080"
+//! instances = "instances.toml"
+//! header_read_timeout_ms = 2000
+//!
+//! [services.orders]
+//! preset = "seed-000"
+//! pick = "round-robin"
+//! "#,
+//!     Path::new("/etc/gray/gateway.toml"),
+//! )?;
+//! assert!(matches!(&config.discovery, Discovery::File(p) if p == Path::new("/etc/gray/instances.toml")));
+//! assert_eq!(config.limits.header_read_timeout, Some(Duration::from_secs(2)));
+//! // A policy is named after its preset; without one it is `default` (or its `name`).
+//! assert_eq!(config.services[0].policy.name(), "seed-000");
+//!
+//! let typo = Config::parse(
+//!     "listen = \"127.0.0.1:8080\"\n[services.orders]\nfalback = \"any\"\n",
+//!     Path::new("gateway.toml"),
+//! )
+//! .unwrap_err();
+//! assert_eq!((typo.line(), typo.field()), (Some(3), Some("services.orders.falback")));
+//! # Ok::<(), gray_gateway::config::ConfigError>(())
+//! ```
+
+mod file;
+#[cfg(test)]
+mod tests;
+
+use std::{
+    net::SocketAddr,
+    path::{Path, PathBuf},
+    time::Duration,
+};
+
+use gray_balance::Pick;
+use gray_core::{
+    CarrierConfig, Policy,
+    config::{Document, Format},
+    rules::CidrList,
+};
+use gray_tower::edge::ForwardedHeader;
+use http::HeaderName;
+
+/// A configuration error: the file, the line, the field, and what was wrong.
+pub use gray_core::config::ConfigError;
+
+/// The embedded default instance file, used when the configuration names no source of
+/// instances (two services on loopback ports, for trying the gateway out).
+pub const DEFAULT_INSTANCES: &str = include_str!("../../instances.toml");
+
+/// The defaults of the configuration's keys.
+pub(crate) mod defaults {
+    pub(crate) fn upstream_timeout_ms() -> u64 {
+        10_000
+    }
+    pub(crate) fn header_read_timeout_ms() -> u64 {
+        10_000
+    }
+    pub(crate) fn max_header_bytes() -> usize {
+        64 * 1024
+    }
+    pub(crate) fn idle_timeout_ms() -> u64 {
+        60_000
+    }
+    pub(crate) fn max_connections() -> usize {
+        10_000
+    }
+    pub(crate) fn metrics_max_lanes() -> usize {
+        32
+    }
+    #[cfg(feature = "etcd")]
+    pub(crate) fn etcd_prefix() -> String {
+        "/gray".into()
+    }
+}
+
+/// The smallest `max_header_bytes`: hyper's smallest read buffer.
+const MIN_HEADER_BYTES: usize = 8 * 1024;
+
+/// The whole, checked configuration.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct Config {
+    /// The file it was read from.
+    pub source: PathBuf,
+    /// The proxy's address.
+    pub listen: SocketAddr,
+    /// The admin endpoint's address, if any.
+    pub admin: Option<SocketAddr>,
+    /// Runtime worker threads (0: one per core; 1: tokio's current-thread scheduler).
+    pub workers: usize,
+    /// Clients whose own stain is honoured.
+    pub trusted_clients: CidrList,
+    /// Proxies whose `X-Forwarded-For` / `Forwarded` entries are looked through.
+    pub trusted_proxies: CidrList,
+    /// The header the trusted proxies write the client address chain in.
+    pub forwarded_header: ForwardedHeader,
+    /// The carriers read from trusted clients and written for the upstreams.
+    pub carriers: Vec<CarrierConfig>,
+    /// Extra headers stripped from untrusted clients.
+    pub strip: Vec<HeaderName>,
+    /// Whether a path whose normalised form leaves its `/{service}` prefix gets a 400.
+    pub reject_prefix_escape: bool,
+    /// Where the staining rules come from.
+    pub rules: Rules,
+    /// Where the instances come from.
+    pub discovery: Discovery,
+    /// The time allowed until an upstream's response headers (then 504).
+    pub upstream_timeout: Duration,
+    /// Limits on clients' connections.
+    pub limits: Limits,
+    /// How many distinct lanes get series of their own in `/metrics`; the others are
+    /// counted under `lane="other"`.
+    pub metrics_max_lanes: usize,
+    /// Whether to write seed 003's `X-Gray-Flag` / `X-Gray-Ip` too.
+    pub seed003_headers: bool,
+    /// The routed services, sorted by name.
+    pub services: Vec<ServiceConfig>,
+}
+
+/// One routed service.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct ServiceConfig {
+    /// The service name: the first path segment routed to it.
+    pub name: String,
+    /// Its routing policy.
+    pub policy: Policy,
+    /// How its balancer picks among ready instances.
+    pub pick: Pick,
+}
+
+/// Where the instances come from.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub enum Discovery {
+    /// A watched file (gray-discovery's format).
+    File(PathBuf),
+    /// The embedded default file ([`DEFAULT_INSTANCES`]).
+    Embedded,
+    /// An etcd prefix (feature `etcd`).
+    #[cfg(feature = "etcd")]
+    Etcd(Box<EtcdSettings>),
+}
+
+/// Where the staining rules come from.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub enum Rules {
+    /// No rules: every request is baseline unless a trusted client stains it.
+    None,
+    /// A watched file (TOML, YAML or JSON, by its extension).
+    File(PathBuf),
+    /// An etcd key (feature `etcd`), read with the `[etcd]` table's client settings.
+    #[cfg(feature = "etcd")]
+    Etcd(Box<EtcdSettings>, String),
+}
+
+/// The `[etcd]` table (feature `etcd`).
+#[cfg(feature = "etcd")]
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct EtcdSettings {
+    /// How to reach the cluster.
+    pub client: gray_tower::edge::EtcdConfig,
+    /// The key prefix, ending in `/`: instances live under `<prefix><service>/<id>`.
+    pub prefix: String,
+}
+
+/// Limits on clients' connections; see the [crate docs](crate#limits).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Limits {
+    /// The time a connection has to send a complete request head (`None`: no limit).
+    pub header_read_timeout: Option<Duration>,
+    /// The largest request head (request line and headers), in bytes.
+    pub max_header_bytes: usize,
+    /// The time a connection may stay open with no request in flight (`None`: no limit).
+    pub idle_timeout: Option<Duration>,
+    /// The most client connections served at once; more wait to be accepted.
+    pub max_connections: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            header_read_timeout: millis(defaults::header_read_timeout_ms()),
+            max_header_bytes: defaults::max_header_bytes(),
+            idle_timeout: millis(defaults::idle_timeout_ms()),
+            max_connections: defaults::max_connections(),
+        }
+    }
+}
+
+/// `None` for 0.
+fn millis(ms: u64) -> Option<Duration> {
+    (ms > 0).then(|| Duration::from_millis(ms))
+}
+
+/// Why an edge refuses `own_lane`.
+const NO_OWN_LANE: &str = "a gateway has no own lane: every request it routes carries the stain \
+    the edge decided (baseline when no rule fires), so an own lane would never apply; stain \
+    requests with a rule instead";
+
+impl Config {
+    /// Reads and checks the file at `path`.
+    pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|e| {
+            ConfigError::new(
+                &path.display().to_string(),
+                format_args!("cannot read it: {e}"),
+            )
+        })?;
+        Self::parse(&text, path)
+    }
+
+    /// Parses and checks `text`, read from `path` (relative paths are resolved against
+    /// its folder).
+    pub fn parse(text: &str, path: &Path) -> Result<Config, ConfigError> {
+        let source = path.display().to_string();
+        let doc = Document::new(text, Format::Toml, &source);
+        let raw: file::File = doc.parse().map_err(|e| located(&doc, e))?;
+        let err = |field: &str, message: &dyn std::fmt::Display| doc.error(field, message);
+        let base = path.parent().unwrap_or(Path::new("."));
+        let resolve = |p: PathBuf| if p.is_absolute() { p } else { base.join(p) };
+
+        let trusted_clients =
+            CidrList::parse(&raw.trusted_clients).map_err(|e| err("trusted_clients", &e))?;
+        let trusted_proxies =
+            CidrList::parse(&raw.trusted_proxies).map_err(|e| err("trusted_proxies", &e))?;
+        let mut strip = Vec::with_capacity(raw.strip.len());
+        for (i, name) in raw.strip.iter().enumerate() {
+            let header = HeaderName::from_bytes(name.as_bytes()).map_err(|_| {
+                err(
+                    &format!("strip[{i}]"),
+                    &format_args!("expected a valid HTTP header name, found {name:?}"),
+                )
+            })?;
+            strip.push(header);
+        }
+        if raw.max_header_bytes < MIN_HEADER_BYTES {
+            return Err(err(
+                "max_header_bytes",
+                &format_args!(
+                    "expected at least {MIN_HEADER_BYTES} (hyper's smallest read buffer), found {}",
+                    raw.max_header_bytes
+                ),
+            ));
+        }
+        if raw.max_connections == 0 {
+            return Err(err("max_connections", &"expected at least 1"));
+        }
+
+        let (discovery, rules) = sources(&doc, &raw, &resolve)?;
+
+        if raw.services.is_empty() {
+            return Err(err(
+                "services",
+                &"expected at least one `[services.<name>]` table",
+            ));
+        }
+        let mut services = Vec::with_capacity(raw.services.len());
+        for (name, table) in raw.services {
+            let field = |f: &str| format!("services.{name}.{f}");
+            if name.is_empty() || name.contains('/') || name.chars().any(char::is_whitespace) {
+                return Err(err(
+                    &format!("services.{name}"),
+                    &"a service name is one path segment",
+                ));
+            }
+            let policy = Policy::try_from(table.policy).map_err(|e| err(&field(e.field()), &e))?;
+            if policy.own_lane().is_some() {
+                return Err(err(&field("own_lane"), &NO_OWN_LANE));
+            }
+            services.push(ServiceConfig {
+                name,
+                policy,
+                pick: table.extra.pick.unwrap_or_default(),
+            });
+        }
+        Ok(Config {
+            source: path.to_owned(),
+            listen: raw.listen,
+            admin: raw.admin,
+            workers: raw.workers,
+            trusted_clients,
+            trusted_proxies,
+            forwarded_header: raw.forwarded_header,
+            carriers: raw.carriers.unwrap_or_else(default_carriers),
+            strip,
+            reject_prefix_escape: raw.reject_prefix_escape,
+            rules,
+            discovery,
+            upstream_timeout: Duration::from_millis(raw.upstream_timeout_ms.max(1)),
+            limits: Limits {
+                header_read_timeout: millis(raw.header_read_timeout_ms),
+                max_header_bytes: raw.max_header_bytes,
+                idle_timeout: millis(raw.idle_timeout_ms),
+                max_connections: raw.max_connections,
+            },
+            metrics_max_lanes: raw.metrics_max_lanes,
+            seed003_headers: raw.seed003_headers,
+            services,
+        })
+    }
+}
+
+/// The default carriers: `x-gray-lane` and `x-gray-info` ([`gray_core::Carriers::default`]).
+pub fn default_carriers() -> Vec<CarrierConfig> {
+    let text = r#"[{"kind": "lane"}, {"kind": "route"}]"#;
+    serde_json::from_str(text).unwrap_or_default()
+}
+
+/// An error that lost its place on the way is placed again: serde buffers internally
+/// tagged enums (`carriers`) and flattened tables (`[etcd]`), so an unknown key inside them
+/// is reported at the enclosing table, without the key's line.
+fn located(doc: &Document<'_>, e: ConfigError) -> ConfigError {
+    let Some(field) = e.field() else {
+        return e;
+    };
+    // gray-source's etcd settings name a field of their own: `field `user`: …`.
+    if let Some((inner, rest)) = e
+        .message()
+        .strip_prefix("field `")
+        .and_then(|m| m.split_once("`: "))
+    {
+        let placed = doc.error(&format!("{field}.{inner}"), rest);
+        if placed.line().is_some() {
+            return placed;
+        }
+    }
+    let unknown = e
+        .message()
+        .strip_prefix("unknown field `")
+        .and_then(|rest| rest.split_once('`'))
+        .map(|(key, _)| key);
+    if let Some(key) = unknown.filter(|key| !field.ends_with(&format!(".{key}"))) {
+        // The table as a value, to find where under `field` the key is.
+        if let Ok(whole) = doc.parse::<serde_json::Value>() {
+            if let Some(path) = find_key(&whole, field, key) {
+                return doc.error(&path, e.message());
+            }
+        }
+    }
+    match e.line() {
+        None => doc.error(field, e.message()),
+        Some(_) => e,
+    }
+}
+
+/// The dotted path of the first `key` found under `field` in `whole`, depth first.
+fn find_key(whole: &serde_json::Value, field: &str, key: &str) -> Option<String> {
+    fn walk(value: &serde_json::Value, path: String, key: &str) -> Option<String> {
+        match value {
+            serde_json::Value::Object(map) => {
+                if map.contains_key(key) {
+                    return Some(format!("{path}.{key}"));
+                }
+                map.iter()
+                    .find_map(|(k, v)| walk(v, format!("{path}.{k}"), key))
+            }
+            serde_json::Value::Array(items) => items
+                .iter()
+                .enumerate()
+                .find_map(|(i, v)| walk(v, format!("{path}[{i}]"), key)),
+            _ => None,
+        }
+    }
+    let mut value = whole;
+    for part in field.split('.') {
+        let (name, index) = match part.split_once('[') {
+            Some((name, rest)) => (name, rest.trim_end_matches(']').parse::<usize>().ok()),
+            None => (part, None),
+        };
+        value = value.get(name)?;
+        if let Some(i) = index {
+            value = value.get(i)?;
+        }
+    }
+    walk(value, field.to_owned(), key)
+}
+
+/// Where the instances and the rules come from.
+fn sources(
+    doc: &Document<'_>,
+    raw: &file::File,
+    resolve: &dyn Fn(PathBuf) -> PathBuf,
+) -> Result<(Discovery, Rules), ConfigError> {
+    let rules_file = raw.rules.clone().map(resolve);
+    let instances = raw.instances.clone().map(resolve);
+    #[cfg(not(feature = "etcd"))]
+    if raw.etcd.is_some() {
+        return Err(doc.error(
+            "etcd",
+            "the `[etcd]` table needs gray-gateway's `etcd` feature, which this binary was \
+             built without (cargo build -p gray-gateway --features etcd)",
+        ));
+    }
+    #[cfg(feature = "etcd")]
+    if let Some(etcd) = &raw.etcd {
+        if instances.is_some() {
+            return Err(doc.error("etcd", "give either `instances` or `[etcd]`, not both"));
+        }
+        if etcd.client.tls().is_some() && !cfg!(feature = "etcd-tls") {
+            return Err(doc.error(
+                "etcd.tls",
+                "the `[etcd.tls]` table needs gray-gateway's `etcd-tls` feature, which this \
+                 binary was built without (cargo build -p gray-gateway --features etcd-tls)",
+            ));
+        }
+        let settings = EtcdSettings {
+            client: etcd.client.clone(),
+            prefix: format!("{}/", etcd.prefix.trim_end_matches('/')),
+        };
+        let rules = match (rules_file, &etcd.rules_key) {
+            (Some(_), Some(_)) => {
+                return Err(doc.error(
+                    "etcd.rules_key",
+                    "give either `rules` or `etcd.rules_key`, not both",
+                ));
+            }
+            (Some(file), None) => Rules::File(file),
+            (None, Some(key)) => Rules::Etcd(Box::new(settings.clone()), key.clone()),
+            (None, None) => Rules::None,
+        };
+        return Ok((Discovery::Etcd(Box::new(settings)), rules));
+    }
+    let _ = doc;
+    let rules = rules_file.map_or(Rules::None, Rules::File);
+    let discovery = instances.map_or(Discovery::Embedded, Discovery::File);
+    Ok((discovery, rules))
+}

@@ -1,0 +1,103 @@
+use super::*;
+
+fn parse(text: &str) -> Result<Config, ConfigError> {
+    Config::parse(text, Path::new("gw.toml"))
+}
+
+#[test]
+fn a_full_config_parses() {
+    let cfg = Config::parse(
+        r#"
+listen = "127.0.0.1:8080"
+admin = "127.0.0.1:9901"
+trusted_clients = ["127.0.0.1/32"]
+forwarded_header = "forwarded"
+strip = ["x-internal"]
+carriers = [{ kind = "flag" }, { kind = "lane" }]
+rules = "rules.toml"
+instances = "/abs/instances.toml"
+max_connections = 5
+idle_timeout_ms = 0
+[services.orders]
+preset = "seed-000"
+fallback = "baseline"
+pick = "round-robin"
+[services.stock]
+"#,
+        Path::new("/etc/gray/gateway.toml"),
+    )
+    .unwrap();
+    assert!(matches!(&cfg.rules, Rules::File(p) if p == Path::new("/etc/gray/rules.toml")));
+    assert!(
+        matches!(cfg.discovery, Discovery::File(ref p) if p == Path::new("/abs/instances.toml"))
+    );
+    assert_eq!(cfg.forwarded_header, ForwardedHeader::Forwarded);
+    assert_eq!(cfg.strip, ["x-internal"]);
+    assert_eq!(cfg.carriers.len(), 2);
+    assert_eq!(cfg.limits.max_connections, 5);
+    assert_eq!(cfg.limits.idle_timeout, None);
+    assert_eq!(
+        cfg.limits.header_read_timeout,
+        Some(Duration::from_secs(10))
+    );
+    let orders = &cfg.services[0];
+    assert_eq!(
+        (orders.name.as_str(), orders.pick),
+        ("orders", Pick::RoundRobin)
+    );
+    // Named after the preset, not the service; without a preset, `default`.
+    assert_eq!(orders.policy.name(), "seed-000");
+    assert_eq!(cfg.services[1].policy.name(), "default");
+}
+
+#[test]
+fn defaults() {
+    let cfg = parse("listen = \"127.0.0.1:1\"\n[services.a]\n").unwrap();
+    assert_eq!(cfg.limits, Limits::default());
+    assert!(cfg.reject_prefix_escape);
+    assert_eq!(cfg.forwarded_header, ForwardedHeader::XForwardedFor);
+    let headers: Vec<&str> = cfg.carriers.iter().map(|c| c.header().as_str()).collect();
+    assert_eq!(headers, ["x-gray-lane", "x-gray-info"]);
+    assert!(matches!(cfg.discovery, Discovery::Embedded));
+    assert!(matches!(cfg.rules, Rules::None));
+}
+
+#[cfg(not(feature = "etcd"))]
+#[test]
+fn an_etcd_table_needs_the_feature() {
+    let e = parse("listen = \"127.0.0.1:1\"\n[services.a]\n[etcd]\nendpoints = [\"x:1\"]\n")
+        .unwrap_err();
+    assert_eq!((e.line(), e.field()), (Some(3), Some("etcd")), "{e}");
+    assert!(e.message().contains("`etcd` feature"), "{e}");
+}
+
+#[cfg(feature = "etcd")]
+#[test]
+fn the_etcd_table_maps_onto_etcd_config() {
+    let cfg = parse(
+        r#"listen = "127.0.0.1:1"
+[services.a]
+[etcd]
+endpoints = ["http://127.0.0.1:2379"]
+prefix = "/apps/"
+rules_key = "/apps/rules.yaml"
+keep_alive_interval_ms = 0
+user = "gray"
+password = "secret"
+"#,
+    )
+    .unwrap();
+    let Discovery::Etcd(etcd) = &cfg.discovery else {
+        panic!("{:?}", cfg.discovery)
+    };
+    assert_eq!(etcd.prefix, "/apps/");
+    assert_eq!(etcd.client.user(), Some("gray"));
+    assert_eq!(etcd.client.keep_alive(), None);
+    assert!(matches!(&cfg.rules, Rules::Etcd(_, key) if key == "/apps/rules.yaml"));
+
+    let both = parse(
+        "listen = \"127.0.0.1:1\"\ninstances = \"i.toml\"\n[services.a]\n[etcd]\nendpoints = [\"x:1\"]\n",
+    )
+    .unwrap_err();
+    assert_eq!(both.field(), Some("etcd"), "{both}");
+}

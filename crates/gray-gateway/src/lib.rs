@@ -1,0 +1,235 @@
+#![doc = include_str!("../docs/gateway.md")]
+
+pub mod check;
+pub mod config;
+pub mod metrics;
+
+mod admin;
+mod drain;
+mod proxy;
+mod serve;
+mod upstream;
+
+use std::{collections::BTreeMap, net::SocketAddr, path::PathBuf, sync::Arc};
+
+use gray_core::{CarrierConfig, Lane, rules::RuleSet};
+use gray_discovery::{Registry, http::HttpEndpoints, source::file::FileSource as InstanceFile};
+use gray_tower::edge::{EdgeLayer, FileSource, LiveRules, TrustedProxies, WatchHandle};
+use tokio::{net::TcpListener, sync::watch, task::JoinHandle};
+use tower::{BoxError, Layer};
+
+pub use crate::upstream::X_GRAY_INSTANCE;
+use crate::{
+    config::{Config, DEFAULT_INSTANCES, Discovery, Rules},
+    metrics::{Freshness, Metrics},
+    proxy::{Proxy, Routes},
+    upstream::Upstream,
+};
+
+/// A running gateway: [`Gateway::start`] it, [`Gateway::shutdown`] it.
+#[derive(Debug)]
+pub struct Gateway {
+    addr: SocketAddr,
+    admin: Option<SocketAddr>,
+    rules: LiveRules,
+    stop: watch::Sender<bool>,
+    tasks: Vec<JoinHandle<()>>,
+    _watches: Vec<WatchHandle>,
+    registry: Registry,
+    _embedded: Option<TempFile>,
+}
+
+/// A file removed when dropped (the embedded instance file, written out to be watched).
+#[derive(Debug)]
+struct TempFile(PathBuf);
+
+impl Drop for TempFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+impl Gateway {
+    /// Starts the gateway described by `config`: loads the rules and the instances (a
+    /// source that cannot be read, or holds an invalid file, is an error here), binds its
+    /// listeners (port 0 picks a free one) and serves until [`Gateway::shutdown`].
+    pub async fn start(config: Config) -> Result<Gateway, BoxError> {
+        let mut watches = Vec::new();
+        let rules = start_rules(&config.rules, &mut watches).await?;
+        let (registry, embedded) = start_registry(&config).await?;
+
+        let mut http1 = hyper::client::conn::http1::Builder::new();
+        // One buffer and one `send` per message (see `serve`).
+        http1.writev(false);
+        let pool = HttpEndpoints::new()
+            .http1(http1)
+            .response_timeout(config.upstream_timeout);
+        let metrics = Metrics::new(config.metrics_max_lanes);
+        metrics.register_collector(Freshness {
+            rules: rules.clone(),
+            registry: registry.clone(),
+        });
+        let mut services = BTreeMap::new();
+        for service in &config.services {
+            services.insert(
+                service.name.clone().into_boxed_str(),
+                Upstream::new(service, registry.service(&service.name)?, &pool, &metrics),
+            );
+        }
+        let routes = Arc::new(Routes {
+            services,
+            timeout: config.upstream_timeout,
+            metrics: metrics.clone(),
+            reject_prefix_escape: config.reject_prefix_escape,
+        });
+
+        let mut edge = EdgeLayer::new(rules.clone())
+            .with_carriers(CarrierConfig::carriers(&config.carriers))
+            .with_strip(config.strip.iter().cloned())
+            .with_trusted_clients(config.trusted_clients.clone())
+            .with_proxies(TrustedProxies::cidrs(config.trusted_proxies.clone()))
+            .with_forwarded_header(config.forwarded_header);
+        if config.seed003_headers {
+            edge = edge.with_seed003_headers(Lane::new("gray")?);
+        }
+
+        let (stop, stopped) = watch::channel(false);
+        let mut tasks = Vec::new();
+        let listener = TcpListener::bind(config.listen)
+            .await
+            .map_err(|e| format!("listen {}: {e}", config.listen))?;
+        let addr = listener.local_addr()?;
+        let per_connection = {
+            // Only the admin's explanations read the decision: not recorded per request.
+            let (edge, routes) = (edge.clone().with_decision_extension(false), routes.clone());
+            move |peer: SocketAddr| {
+                edge.layer(Proxy::for_peer(routes.clone(), peer.ip()))
+                    .with_peer(peer)
+            }
+        };
+        tasks.push(tokio::spawn(serve::serve(
+            listener,
+            per_connection,
+            config.limits,
+            stopped.clone(),
+        )));
+
+        let admin = match config.admin {
+            Some(admin_addr) => {
+                let listener = TcpListener::bind(admin_addr)
+                    .await
+                    .map_err(|e| format!("admin {admin_addr}: {e}"))?;
+                let bound = listener.local_addr()?;
+                let router = admin::router(admin::Admin {
+                    routes: routes.clone(),
+                    rules: rules.clone(),
+                    edge: edge.clone(),
+                    metrics,
+                    registry: registry.clone(),
+                });
+                let mut stopped = stopped.clone();
+                tasks.push(tokio::spawn(async move {
+                    let shutdown = async move { serve::until_stopped(&mut stopped).await };
+                    if let Err(e) = axum::serve(listener, router)
+                        .with_graceful_shutdown(shutdown)
+                        .await
+                    {
+                        tracing::error!(error = %e, "admin server failed");
+                    }
+                }));
+                Some(bound)
+            }
+            None => None,
+        };
+        tracing::info!(%addr, admin = ?admin, services = routes.services.len(), "gateway started");
+        Ok(Gateway {
+            addr,
+            admin,
+            rules,
+            stop,
+            tasks,
+            _watches: watches,
+            registry,
+            _embedded: embedded,
+        })
+    }
+
+    /// The proxy's address.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// The admin endpoint's address.
+    pub fn admin_addr(&self) -> Option<SocketAddr> {
+        self.admin
+    }
+
+    /// The staining rules in force.
+    pub fn rules(&self) -> &LiveRules {
+        &self.rules
+    }
+
+    /// The instances of every service, as discovery has them now.
+    pub fn registry(&self) -> &Registry {
+        &self.registry
+    }
+
+    /// Stops accepting, lets in-flight requests finish (10 s at most), and returns.
+    pub async fn shutdown(self) {
+        let _ = self.stop.send(true);
+        for task in self.tasks {
+            let _ = task.await;
+        }
+    }
+}
+
+/// The staining rules: loaded strictly at start, then followed; an invalid version keeps
+/// the previous one in force.
+async fn start_rules(rules: &Rules, watches: &mut Vec<WatchHandle>) -> Result<LiveRules, BoxError> {
+    Ok(match rules {
+        Rules::File(path) => {
+            let source = FileSource::new(path);
+            let live = LiveRules::from_source(&source, None).await?;
+            watches.push(live.follow(&source, None));
+            live
+        }
+        #[cfg(feature = "etcd")]
+        Rules::Etcd(etcd, key) => {
+            let source = gray_tower::edge::EtcdSource::key(etcd.client.clone(), key);
+            let format = rules_format(key);
+            let live = LiveRules::from_source(&source, format).await?;
+            watches.push(live.follow(&source, format));
+            live
+        }
+        _ => LiveRules::new(RuleSet::default()),
+    })
+}
+
+/// The format of a rule set stored under `key`: by its extension, else TOML.
+#[cfg(feature = "etcd")]
+pub(crate) fn rules_format(key: &str) -> gray_core::config::Format {
+    use gray_core::config::Format;
+    Format::from_path(key.as_ref()).unwrap_or(Format::Toml)
+}
+
+/// Discovery: one registry, followed by its own task whether or not requests flow.
+async fn start_registry(config: &Config) -> Result<(Registry, Option<TempFile>), BoxError> {
+    Ok(match &config.discovery {
+        Discovery::File(path) => (Registry::start(InstanceFile::new(path)).await?, None),
+        Discovery::Embedded => {
+            let path = std::env::temp_dir().join(format!(
+                "gray-gateway-instances-{}-{}.toml",
+                std::process::id(),
+                config.listen.port()
+            ));
+            std::fs::write(&path, DEFAULT_INSTANCES)?;
+            let registry = Registry::start(InstanceFile::new(&path)).await?;
+            (registry, Some(TempFile(path)))
+        }
+        #[cfg(feature = "etcd")]
+        Discovery::Etcd(etcd) => {
+            let source = gray_tower::edge::EtcdSource::prefix(etcd.client.clone(), &etcd.prefix);
+            (Registry::start(source).await?, None)
+        }
+    })
+}

@@ -1,0 +1,442 @@
+//! `/metrics`: Prometheus metrics through `prometheus-client`, with bounded label sets.
+//!
+//! | metric | type | labels |
+//! |---|---|---|
+//! | `gray_gateway_requests_total` | counter | `service`, `lane`, `instance`, `status` |
+//! | `gray_gateway_fallbacks_total` | counter | `service`, `lane`, `subset` |
+//! | `gray_gateway_rules_generation` | gauge | the generation of the rule set in force |
+//! | `gray_gateway_rules_rejected` | gauge | rule-set versions rejected since the start |
+//! | `gray_gateway_discovery_connected` | gauge | 1 while discovery's source is reachable and followed |
+//! | `gray_gateway_discovery_seconds_since_contact` | gauge | seconds since the source last answered (absent before the first answer) |
+//! | `gray_gateway_discovery_revision` | gauge | the etcd revision applied (etcd only) |
+//! | `gray_gateway_discovery_info` | info | `source`, `cluster_id` (etcd's, decimal; empty for a file) |
+//!
+//! Label sets stay bounded whatever the traffic:
+//!
+//! - `instance` is an instance of the registry, or `-` for answers the gateway made itself
+//!   (404, 502, 503, 504). When an instance leaves the registry its series are removed.
+//! - `lane` is `baseline` for unstained requests; the first `metrics_max_lanes` lanes seen
+//!   (32 by default) get their own value, every later one is counted as `other`.
+//! - `subset` is the kind of fallback subset: `lane`, `baseline` or `all`.
+//! - `status` is an HTTP status code.
+//!
+//! Counting a request served by an instance takes no lock: each instance keeps the
+//! counters it has used in a small copy-on-write list, read with one atomic load.
+//!
+//! ```
+//! use gray_gateway::metrics::Metrics;
+//!
+//! let metrics = Metrics::new(8);
+//! let orders = metrics.endpoint("orders", "orders-1");
+//! orders.request(None, 200);
+//! let text = metrics.render();
+//! assert!(text.contains(r#"gray_gateway_requests_total{service="orders",lane="baseline",instance="orders-1",status="200"} 1"#), "{text}");
+//!
+//! // The instance leaves the registry: its series go with it.
+//! metrics.remove_endpoint("orders", "orders-1");
+//! assert!(!metrics.render().contains("orders-1"));
+//! ```
+
+use std::{
+    collections::{HashMap, HashSet},
+    fmt,
+    sync::{
+        Arc, Mutex, MutexGuard,
+        atomic::{AtomicBool, Ordering},
+    },
+};
+
+use arc_swap::ArcSwap;
+use gray_core::{Lane, matching::OwnedSubset};
+use prometheus_client::{
+    collector::Collector,
+    encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric},
+    metrics::{counter::Counter, family::Family, gauge::ConstGauge, info::Info},
+    registry::Registry,
+};
+
+/// The labels of `gray_gateway_requests_total`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct RequestLabels {
+    service: Arc<str>,
+    lane: Arc<str>,
+    instance: Arc<str>,
+    status: u16,
+}
+
+/// The labels of `gray_gateway_fallbacks_total`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct FallbackLabels {
+    service: Arc<str>,
+    lane: Arc<str>,
+    subset: &'static str,
+}
+
+/// An instance, by service and id.
+type InstanceKey = (Arc<str>, Arc<str>);
+
+/// The most `(lane, status)` counters an endpoint keeps at hand; more are found through
+/// the family (a read lock).
+const ENDPOINT_CACHE: usize = 64;
+
+/// The gateway's metrics; see the [module docs](self).
+pub struct Metrics {
+    registry: Mutex<Registry>,
+    requests: Family<RequestLabels, Counter>,
+    fallbacks: Family<FallbackLabels, Counter>,
+    lanes: LaneLabels,
+    /// The instances in the registry, by service and instance id.
+    instances: Mutex<HashMap<InstanceKey, Arc<InstanceSeries>>>,
+}
+
+impl fmt::Debug for Metrics {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Metrics").finish_non_exhaustive()
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+// === impl Metrics ===
+
+impl Metrics {
+    /// Empty metrics, giving at most `max_lanes` lanes a label value of their own.
+    pub fn new(max_lanes: usize) -> Arc<Metrics> {
+        let requests = Family::<RequestLabels, Counter>::default();
+        let fallbacks = Family::<FallbackLabels, Counter>::default();
+        let mut registry = Registry::with_prefix("gray_gateway");
+        registry.register(
+            "requests",
+            "Requests answered, by service, lane, instance (- for the gateway's own answers) and status",
+            requests.clone(),
+        );
+        registry.register(
+            "fallbacks",
+            "Requests served from a fallback subset, by service, lane and kind of subset",
+            fallbacks.clone(),
+        );
+        Arc::new(Metrics {
+            registry: Mutex::new(registry),
+            requests,
+            fallbacks,
+            lanes: LaneLabels::new(max_lanes),
+            instances: Mutex::default(),
+        })
+    }
+
+    /// Adds metrics computed at each scrape (rules, discovery).
+    pub fn register_collector(&self, collector: impl Collector) {
+        lock(&self.registry).register_collector(Box::new(collector));
+    }
+
+    /// The counters of `instance` of `service`, registered so that
+    /// [`remove_endpoint`](Self::remove_endpoint) removes their series. An instance put again
+    /// (relabelled) keeps its series.
+    pub fn endpoint(self: &Arc<Self>, service: &str, instance: &str) -> Arc<EndpointMetrics> {
+        let key: InstanceKey = (service.into(), instance.into());
+        let series = lock(&self.instances)
+            .entry(key.clone())
+            .or_default()
+            .clone();
+        Arc::new(EndpointMetrics {
+            service: key.0,
+            instance: key.1,
+            cache: ArcSwap::default(),
+            series,
+            metrics: self.clone(),
+        })
+    }
+
+    /// `instance` left `service`: its series are removed, and the counters of its
+    /// endpoints count no more.
+    pub fn remove_endpoint(&self, service: &str, instance: &str) {
+        let key: InstanceKey = (service.into(), instance.into());
+        let Some(series) = lock(&self.instances).remove(&key) else {
+            return;
+        };
+        let mut created = lock(&series.created);
+        series.removed.store(true, Ordering::Release);
+        for labels in created.drain() {
+            self.requests.remove(&labels);
+        }
+    }
+
+    /// Counts a request the gateway answered itself (no instance served it).
+    pub fn answered(&self, service: &Arc<str>, lane: Option<&Lane>, status: u16) {
+        let labels = RequestLabels {
+            service: service.clone(),
+            lane: self.lanes.label(lane),
+            instance: Arc::from("-"),
+            status,
+        };
+        self.requests.get_or_create(&labels).inc();
+    }
+
+    /// Counts a request served from the fallback `subset`.
+    pub fn fallback(&self, service: &Arc<str>, lane: Option<&Lane>, subset: &OwnedSubset) {
+        let subset = match subset {
+            OwnedSubset::Lane(_) => "lane",
+            OwnedSubset::Baseline => "baseline",
+            OwnedSubset::Version(_) => "version",
+            _ => "all",
+        };
+        let labels = FallbackLabels {
+            service: service.clone(),
+            lane: self.lanes.label(lane),
+            subset,
+        };
+        self.fallbacks.get_or_create(&labels).inc();
+    }
+
+    /// The metrics in the Prometheus text format (OpenMetrics 1.0).
+    pub fn render(&self) -> String {
+        let mut text = String::new();
+        if let Err(e) = prometheus_client::encoding::text::encode(&mut text, &lock(&self.registry))
+        {
+            tracing::warn!(error = %e, "cannot encode the metrics");
+        }
+        text
+    }
+}
+
+// === impl EndpointMetrics ===
+
+/// The counters of one instance; see [`Metrics::endpoint`].
+pub struct EndpointMetrics {
+    service: Arc<str>,
+    instance: Arc<str>,
+    /// The counters used so far, by lane and status.
+    cache: ArcSwap<Vec<(Option<Lane>, u16, Counter)>>,
+    series: Arc<InstanceSeries>,
+    metrics: Arc<Metrics>,
+}
+
+/// The series of one instance, shared by its endpoints (one per version of its labels).
+#[derive(Default)]
+struct InstanceSeries {
+    /// The label sets created in the family.
+    created: Mutex<HashSet<RequestLabels>>,
+    /// The instance left the registry.
+    removed: AtomicBool,
+}
+
+impl fmt::Debug for EndpointMetrics {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("EndpointMetrics")
+            .field("service", &self.service)
+            .field("instance", &self.instance)
+            .finish_non_exhaustive()
+    }
+}
+
+impl EndpointMetrics {
+    /// Counts one response with `status` to a request of `lane`.
+    pub fn request(&self, lane: Option<&Lane>, status: u16) {
+        if let Some((_, _, counter)) = self
+            .cache
+            .load()
+            .iter()
+            .find(|(l, s, _)| *s == status && l.as_ref() == lane)
+        {
+            counter.inc();
+            return;
+        }
+        self.miss(lane, status);
+    }
+
+    #[cold]
+    fn miss(&self, lane: Option<&Lane>, status: u16) {
+        let labels = RequestLabels {
+            service: self.service.clone(),
+            lane: self.metrics.lanes.label(lane),
+            instance: self.instance.clone(),
+            status,
+        };
+        let counter = {
+            let mut created = lock(&self.series.created);
+            // Gone from the registry: its series are not brought back.
+            if self.series.removed.load(Ordering::Acquire) {
+                return;
+            }
+            created.insert(labels.clone());
+            self.metrics.requests.get_or_create_owned(&labels)
+        };
+        counter.inc();
+        if self.cache.load().len() < ENDPOINT_CACHE {
+            self.cache.rcu(|cache| {
+                let mut cache = Vec::clone(cache);
+                cache.push((lane.cloned(), status, counter.clone()));
+                cache
+            });
+        }
+    }
+}
+
+// === impl LaneLabels ===
+
+/// The lane label values: the first `max` lanes seen each get their own, later ones
+/// `other`.
+struct LaneLabels {
+    max: usize,
+    baseline: Arc<str>,
+    other: Arc<str>,
+    known: Mutex<Vec<(Lane, Arc<str>)>>,
+}
+
+impl LaneLabels {
+    fn new(max: usize) -> Self {
+        LaneLabels {
+            max,
+            baseline: Arc::from("baseline"),
+            other: Arc::from("other"),
+            known: Mutex::default(),
+        }
+    }
+
+    fn label(&self, lane: Option<&Lane>) -> Arc<str> {
+        let Some(lane) = lane else {
+            return self.baseline.clone();
+        };
+        let mut known = lock(&self.known);
+        if let Some((_, label)) = known.iter().find(|(l, _)| l == lane) {
+            return label.clone();
+        }
+        if known.len() >= self.max {
+            return self.other.clone();
+        }
+        let label: Arc<str> = Arc::from(lane.as_str());
+        known.push((lane.clone(), label.clone()));
+        label
+    }
+}
+
+// === Metrics made at each scrape ===
+
+/// The freshness of the rules and of discovery, read at each scrape.
+pub(crate) struct Freshness {
+    pub(crate) rules: gray_tower::edge::LiveRules,
+    pub(crate) registry: gray_discovery::Registry,
+}
+
+impl fmt::Debug for Freshness {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Freshness").finish_non_exhaustive()
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct DiscoveryLabels {
+    source: String,
+    cluster_id: String,
+}
+
+fn gauge<N: prometheus_client::encoding::EncodeGaugeValue + fmt::Debug + Send + Sync + 'static>(
+    encoder: &mut DescriptorEncoder<'_>,
+    name: &str,
+    help: &str,
+    value: N,
+) -> fmt::Result {
+    let gauge = ConstGauge::new(value);
+    gauge.encode(encoder.encode_descriptor(name, help, None, gauge.metric_type())?)
+}
+
+impl Collector for Freshness {
+    fn encode(&self, mut encoder: DescriptorEncoder<'_>) -> fmt::Result {
+        let rules = self.rules.status();
+        gauge(
+            &mut encoder,
+            "rules_generation",
+            "Generation of the staining rule set in force",
+            rules.generation as i64,
+        )?;
+        gauge(
+            &mut encoder,
+            "rules_rejected",
+            "Rule-set versions rejected since the start (the previous one stayed in force)",
+            rules.rejected as i64,
+        )?;
+        let status = self.registry.status();
+        gauge(
+            &mut encoder,
+            "discovery_connected",
+            "Whether the discovery source is reachable and followed now",
+            i64::from(status.connected),
+        )?;
+        if let Some(since) = status.since_last_contact() {
+            gauge(
+                &mut encoder,
+                "discovery_seconds_since_contact",
+                "Seconds since the discovery source last answered",
+                since.as_secs_f64(),
+            )?;
+        }
+        if let Some(revision) = status.revision {
+            gauge(
+                &mut encoder,
+                "discovery_revision",
+                "The etcd revision discovery has applied",
+                revision,
+            )?;
+        }
+        let info = Info::new(DiscoveryLabels {
+            source: self.registry.source().to_owned(),
+            cluster_id: status
+                .cluster_id
+                .map(|id| id.to_string())
+                .unwrap_or_default(),
+        });
+        info.encode(encoder.encode_descriptor(
+            "discovery",
+            "What discovery follows: its source and the etcd cluster ID",
+            None,
+            info.metric_type(),
+        )?)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counts_and_removes() {
+        let m = Metrics::new(1);
+        let svc: Arc<str> = "orders".into();
+        let gray = Lane::new("gray").unwrap();
+        let blue = Lane::new("blue").unwrap();
+        let endpoint = m.endpoint("orders", "o-1");
+        endpoint.request(Some(&gray), 200);
+        endpoint.request(Some(&gray), 200);
+        endpoint.request(None, 200);
+        // Past the lane cap: `other`.
+        endpoint.request(Some(&blue), 200);
+        m.answered(&svc, None, 503);
+        m.fallback(&svc, Some(&gray), &OwnedSubset::Baseline);
+        let text = m.render();
+        for line in [
+            r#"gray_gateway_requests_total{service="orders",lane="gray",instance="o-1",status="200"} 2"#,
+            r#"gray_gateway_requests_total{service="orders",lane="baseline",instance="o-1",status="200"} 1"#,
+            r#"gray_gateway_requests_total{service="orders",lane="other",instance="o-1",status="200"} 1"#,
+            r#"gray_gateway_requests_total{service="orders",lane="baseline",instance="-",status="503"} 1"#,
+            r#"gray_gateway_fallbacks_total{service="orders",lane="gray",subset="baseline"} 1"#,
+        ] {
+            assert!(text.contains(line), "{line} in {text}");
+        }
+
+        // Relabelled: the same series go on.
+        let again = m.endpoint("orders", "o-1");
+        again.request(Some(&gray), 200);
+        assert!(m.render().contains(
+            r#"gray_gateway_requests_total{service="orders",lane="gray",instance="o-1",status="200"} 3"#
+        ));
+        // Gone: every series of the instance goes, and late answers bring none back.
+        m.remove_endpoint("orders", "o-1");
+        again.request(Some(&gray), 404);
+        endpoint.request(Some(&gray), 500);
+        let text = m.render();
+        assert!(!text.contains("o-1"), "{text}");
+        assert!(text.contains(r#"instance="-""#), "{text}");
+    }
+}

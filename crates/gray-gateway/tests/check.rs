@@ -1,0 +1,135 @@
+//! `gray-gateway --check CONFIG`, run as a user would: the real binary, real files.
+
+use std::{path::Path, process::Command};
+
+use gray_test_support::TempDir;
+
+/// Runs `gray-gateway --check <config>`: exit code, stdout, stderr.
+fn check(config: &Path) -> (i32, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_gray-gateway"))
+        .arg("--check")
+        .arg(config)
+        .output()
+        .expect("run gray-gateway");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+const CONFIG: &str = r#"listen = "127.0.0.1:8080"
+admin = "127.0.0.1:9901"
+rules = "rules.toml"
+instances = "instances.yaml"
+max_connections = 100
+
+[services.orders]
+preset = "seed-000"
+fallback = "any"
+
+[services.stock]
+pick = "round-robin"
+"#;
+
+const RULES: &str = r#"[[rules]]
+name = "testers"
+when = { header = { name = "x-tester", present = true } }
+lane = "gray"
+
+[[rules]]
+name = "10% of users"
+when = { sticky = { by = { cookie = "uid" }, percent = 10 } }
+lane = "gray"
+"#;
+
+const INSTANCES: &str = "services:
+  orders:
+    - id: orders-1
+      address: 127.0.0.1:9001
+    - id: orders-2
+      address: 127.0.0.1:9002
+      labels: { gray: \"true\" }
+";
+
+fn write(dir: &TempDir, config: &str, rules: &str, instances: &str) -> std::path::PathBuf {
+    std::fs::write(dir.path().join("rules.toml"), rules).unwrap();
+    std::fs::write(dir.path().join("instances.yaml"), instances).unwrap();
+    let path = dir.path().join("gateway.toml");
+    std::fs::write(&path, config).unwrap();
+    path
+}
+
+#[test]
+fn a_good_config_exits_0_and_says_what_would_run() {
+    let dir = TempDir::new("check-good");
+    let (code, out, err) = check(&write(&dir, CONFIG, RULES, INSTANCES));
+    assert_eq!(code, 0, "{out}{err}");
+    for expected in [
+        "the configuration is valid",
+        "listen 127.0.0.1:8080, admin 127.0.0.1:9901",
+        "max_connections 100",
+        "carriers: lane x-gray-lane, route x-gray-info",
+        "rules.toml: 2 rules",
+        "instances.yaml",
+        // Effective policies: the preset's settings spelled out, with the table's overrides.
+        "orders: 2 instances, policy `seed-000`, pick peak-ewma",
+        "fallback = \"any\"",
+        "lane_key = false",
+        "stock: 0 instances, policy `default`, pick round-robin",
+    ] {
+        assert!(out.contains(expected), "`{expected}` in:\n{out}");
+    }
+}
+
+#[test]
+fn each_bad_file_exits_non_zero_with_its_error() {
+    for (what, config, rules, instances, expected) in [
+        (
+            "config",
+            CONFIG.replace("fallback = \"any\"", "falback = \"any\""),
+            RULES.to_owned(),
+            INSTANCES.to_owned(),
+            "gateway.toml:9:1: field `services.orders.falback`: unknown field `falback`",
+        ),
+        (
+            "rules",
+            CONFIG.to_owned(),
+            RULES.replace("percent = 10", "percent = 150"),
+            INSTANCES.to_owned(),
+            "rules.toml:8:",
+        ),
+        (
+            "instances",
+            CONFIG.to_owned(),
+            RULES.to_owned(),
+            INSTANCES.replace("address: 127.0.0.1:9002", "adress: 127.0.0.1:9002"),
+            "instances.yaml:",
+        ),
+        (
+            "an empty instances file",
+            CONFIG.to_owned(),
+            RULES.to_owned(),
+            String::new(),
+            "instances.yaml",
+        ),
+    ] {
+        let dir = TempDir::new("check-bad");
+        let (code, out, err) = check(&write(&dir, &config, &rules, &instances));
+        assert_eq!(code, 1, "{what}: {out}{err}");
+        assert!(out.is_empty(), "{what}: {out}");
+        assert!(err.contains(expected), "{what}: `{expected}` in:\n{err}");
+        assert!(
+            err.contains("the configuration is invalid"),
+            "{what}: {err}"
+        );
+    }
+}
+
+#[test]
+fn a_missing_file_is_an_error_too() {
+    let dir = TempDir::new("check-missing");
+    let (code, _, err) = check(&dir.path().join("nope.toml"));
+    assert_eq!(code, 1);
+    assert!(err.contains("nope.toml: cannot read it"), "{err}");
+}

@@ -1,0 +1,168 @@
+//! Limits on the gateway's clients (issue 13): slow request heads, idle keep-alive
+//! connections, oversized heads and the connection cap, on real loopback connections.
+//! Timeouts are set short here; nothing asserts a time beyond "before a generous deadline".
+
+use std::{net::SocketAddr, time::Duration};
+
+use axum::{Router, routing::any};
+use gray_gateway::{Gateway, config::Config};
+use gray_test_support::{TempDir, WAIT};
+use gray_tests::{Server, serve};
+use tokio::{
+    io::{AsyncReadExt, AsyncWriteExt},
+    net::TcpStream,
+};
+
+async fn start(limits: &str) -> (Gateway, TempDir, Server) {
+    let dir = TempDir::new("gateway-limits");
+    let upstream = serve(Router::new().fallback(any(|| async { "ok" }))).await;
+    std::fs::write(
+        dir.path().join("instances.toml"),
+        format!(
+            "[[services.svc]]\nid = \"svc-1\"\naddress = \"{}\"\n",
+            upstream.addr()
+        ),
+    )
+    .unwrap();
+    std::fs::write(
+        dir.path().join("gateway.toml"),
+        format!(
+            "listen = \"127.0.0.1:0\"\ninstances = \"instances.toml\"\n{limits}\n[services.svc]\n"
+        ),
+    )
+    .unwrap();
+    let config = Config::load(&dir.path().join("gateway.toml")).expect("valid config");
+    let gateway = Gateway::start(config).await.expect("gateway starts");
+    (gateway, dir, upstream)
+}
+
+/// Sends one keep-alive request on `stream` and reads its answer (status and body `ok`).
+async fn request(stream: &mut TcpStream) -> u16 {
+    stream
+        .write_all(b"GET /svc/x HTTP/1.1\r\nhost: gw\r\n\r\n")
+        .await
+        .unwrap();
+    let mut raw = Vec::new();
+    let mut buf = [0u8; 4096];
+    loop {
+        let n = tokio::time::timeout(WAIT, stream.read(&mut buf))
+            .await
+            .expect("answered in time")
+            .unwrap();
+        assert!(
+            n > 0,
+            "closed before the answer: {:?}",
+            String::from_utf8_lossy(&raw)
+        );
+        raw.extend_from_slice(&buf[..n]);
+        let text = String::from_utf8_lossy(&raw);
+        if let Some((head, body)) = text.split_once("\r\n\r\n") {
+            let length: usize = head
+                .lines()
+                .find_map(|l| l.strip_prefix("content-length: "))
+                .and_then(|l| l.trim().parse().ok())
+                .unwrap_or(0);
+            if body.len() >= length {
+                return head[9..12].parse().unwrap();
+            }
+        }
+    }
+}
+
+/// Whether the gateway closes `stream` (EOF or reset) before the generous deadline.
+async fn closed(stream: &mut TcpStream) -> bool {
+    let mut buf = [0u8; 1024];
+    loop {
+        match tokio::time::timeout(WAIT, stream.read(&mut buf)).await {
+            Err(_) => return false,
+            Ok(Ok(0) | Err(_)) => return true,
+            Ok(Ok(_)) => continue,
+        }
+    }
+}
+
+async fn one_answer(gw: SocketAddr) -> u16 {
+    let mut c = TcpStream::connect(gw).await.unwrap();
+    request(&mut c).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_head_is_cut_off_while_others_are_served() {
+    let (gateway, _dir, _upstream) =
+        start("header_read_timeout_ms = 300\nidle_timeout_ms = 60000").await;
+    let gw = gateway.addr();
+    // Half a head, then nothing; and a connection that sends nothing at all.
+    let mut slow = TcpStream::connect(gw).await.unwrap();
+    slow.write_all(b"GET /svc/x HTTP/1.1\r\nhost: gw\r\nx-slow: ")
+        .await
+        .unwrap();
+    let mut silent = TcpStream::connect(gw).await.unwrap();
+    // Meanwhile, other clients are served.
+    for _ in 0..5 {
+        assert_eq!(one_answer(gw).await, 200);
+    }
+    assert!(
+        closed(&mut slow).await,
+        "a half-sent head kept its connection"
+    );
+    assert!(closed(&mut silent).await, "a silent connection stayed open");
+    // A keep-alive client that starts its next head and stalls is cut off too.
+    let mut keep = TcpStream::connect(gw).await.unwrap();
+    assert_eq!(request(&mut keep).await, 200);
+    keep.write_all(b"GET /svc/x HT").await.unwrap();
+    assert!(closed(&mut keep).await);
+    gateway.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_keep_alive_connection_is_closed() {
+    let (gateway, _dir, _upstream) =
+        start("idle_timeout_ms = 300\nheader_read_timeout_ms = 0").await;
+    let mut c = TcpStream::connect(gateway.addr()).await.unwrap();
+    assert_eq!(request(&mut c).await, 200);
+    assert_eq!(request(&mut c).await, 200);
+    assert!(closed(&mut c).await, "an idle connection stayed open");
+    gateway.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_oversized_head_gets_431() {
+    let (gateway, _dir, _upstream) = start("max_header_bytes = 8192").await;
+    let mut c = TcpStream::connect(gateway.addr()).await.unwrap();
+    let big = "a".repeat(16 * 1024);
+    c.write_all(format!("GET /svc/x HTTP/1.1\r\nhost: gw\r\nx-big: {big}\r\n\r\n").as_bytes())
+        .await
+        .unwrap();
+    let mut answer = Vec::new();
+    let _ = tokio::time::timeout(WAIT, c.read_to_end(&mut answer)).await;
+    let answer = String::from_utf8_lossy(&answer);
+    assert!(answer.starts_with("HTTP/1.1 431"), "{answer}");
+    // A head within the limit is served.
+    assert_eq!(one_answer(gateway.addr()).await, 200);
+    gateway.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connections_past_the_cap_wait_until_one_closes() {
+    let (gateway, _dir, _upstream) = start("max_connections = 2").await;
+    let gw = gateway.addr();
+    let mut first = TcpStream::connect(gw).await.unwrap();
+    let mut second = TcpStream::connect(gw).await.unwrap();
+    assert_eq!(request(&mut first).await, 200);
+    assert_eq!(request(&mut second).await, 200);
+    // The third connects (the kernel's backlog) but is not served while two are open.
+    let third = tokio::spawn(async move {
+        let mut third = TcpStream::connect(gw).await.unwrap();
+        request(&mut third).await
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(!third.is_finished(), "served past the cap");
+    drop(first);
+    let status = tokio::time::timeout(WAIT, third)
+        .await
+        .expect("served once one closed")
+        .unwrap();
+    assert_eq!(status, 200);
+    drop(second);
+    gateway.shutdown().await;
+}
