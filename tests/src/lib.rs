@@ -125,3 +125,20 @@ impl Server {
         Server { addr, handle }
     }
 }
+
+/// Polls `check` every 10 ms, without sending anything, until it holds; fails the test,
+/// naming `what`, when it does not within `within`. Returns how long it took.
+pub async fn until(
+    within: std::time::Duration,
+    what: &str,
+    mut check: impl FnMut() -> bool,
+) -> std::time::Duration {
+    let start = tokio::time::Instant::now();
+    loop {
+        if check() {
+            return start.elapsed();
+        }
+        assert!(start.elapsed() < within, "{what}: not within {within:?}");
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+}
