@@ -142,3 +142,29 @@ pub async fn until(
         tokio::time::sleep(std::time::Duration::from_millis(10)).await;
     }
 }
+
+/// Writes `instances` of `service`, each `(id, address, gray)`, as gray-discovery's TOML
+/// instance file at `path`, atomically (a temporary file renamed over it). No instance
+/// writes `services = {}`: the file's explicit "none".
+pub fn write_instances(
+    path: &std::path::Path,
+    service: &str,
+    instances: &[(&str, SocketAddr, bool)],
+) {
+    let mut toml = String::new();
+    for (id, address, gray) in instances {
+        let labels = if *gray {
+            "labels = { gray = true }\n"
+        } else {
+            ""
+        };
+        toml +=
+            &format!("[[services.{service}]]\nid = \"{id}\"\naddress = \"{address}\"\n{labels}\n");
+    }
+    if instances.is_empty() {
+        toml = "services = {}\n".to_owned();
+    }
+    let tmp = path.with_extension("tmp");
+    std::fs::write(&tmp, toml).expect("write the instance file");
+    std::fs::rename(&tmp, path).expect("rename the instance file");
+}

@@ -5,7 +5,7 @@
 //! `ServiceInstances::instances`, `Balance::len`, `Balance::ready_len` and
 //! `Balance::explain` for a gray and an unstained request.
 
-use std::{path::Path, time::Duration};
+use std::{net::SocketAddr, path::Path, time::Duration};
 
 use bytes::Bytes;
 use gray_balance::{Balance, BalanceLayer};
@@ -20,7 +20,7 @@ use gray_discovery::{
     },
 };
 use gray_test_support::{TempDir, etcd::Etcd};
-use gray_tests::until;
+use gray_tests::{until, write_instances};
 use http_body_util::Empty;
 
 /// The bound gray promises for a change to show without traffic.
@@ -136,25 +136,13 @@ async fn the_balancer_follows_etcd_with_no_traffic_at_all() {
     fresh(&stock, &balance, &[]).await;
 }
 
-/// Writes `state` as the instance file, atomically (a temporary file renamed over it).
+/// Writes `state` as the instance file.
 fn write(path: &Path, state: State) {
-    let mut toml = String::from("services = {}\n");
-    if !state.is_empty() {
-        toml.clear();
-        for (id, port, gray) in state {
-            let labels = if *gray {
-                "\nlabels = { gray = true }"
-            } else {
-                ""
-            };
-            toml += &format!(
-                "[[services.stock]]\nid = \"{id}\"\naddress = \"127.0.0.1:{port}\"{labels}\n\n"
-            );
-        }
-    }
-    let tmp = path.with_extension("tmp");
-    std::fs::write(&tmp, toml).expect("write the instance file");
-    std::fs::rename(&tmp, path).expect("rename the instance file");
+    let instances: Vec<_> = state
+        .iter()
+        .map(|&(id, port, gray)| (id, SocketAddr::from(([127, 0, 0, 1], port)), gray))
+        .collect();
+    write_instances(path, "stock", &instances);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
