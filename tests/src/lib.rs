@@ -124,6 +124,31 @@ impl Server {
     pub fn running(addr: SocketAddr, handle: JoinHandle<()>) -> Server {
         Server { addr, handle }
     }
+
+    /// This server as the instance `id` of a registry, labelled `labels`.
+    pub fn instance(&self, id: &str, labels: &[(&str, &str)]) -> gray_discovery::Instance {
+        gray_discovery::Instance::new(
+            id.parse().expect("an instance id"),
+            self.addr.to_string().parse().expect("an address"),
+            gray_core::Labels::from_iter(labels.iter().copied()),
+        )
+    }
+}
+
+/// Serves `hop` (the gRPC test protocol) on a free loopback port, behind
+/// `ExtractStainLayer`.
+pub async fn serve_hop(hop: impl proto::hop_server::Hop) -> Server {
+    let listener = loopback_listener().await;
+    let addr = listener.local_addr().expect("local address");
+    let handle = tokio::spawn(async move {
+        tonic::transport::Server::builder()
+            .layer(gray_tower::ExtractStainLayer::new())
+            .add_service(proto::hop_server::HopServer::new(hop))
+            .serve_with_incoming(tonic::transport::server::TcpIncoming::from(listener))
+            .await
+            .expect("serve gRPC");
+    });
+    Server::running(addr, handle)
 }
 
 /// Polls `check` every 10 ms, without sending anything, until it holds; fails the test,

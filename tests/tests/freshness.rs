@@ -103,37 +103,23 @@ async fn the_balancer_follows_etcd_with_no_traffic_at_all() {
         .register("stock", &me)
         .await
         .expect("registered");
-    fresh(&stock, &balance, &[("s-1", 7001, false)]).await;
-    // An operator adds a gray instance by hand.
+    let fresh = |state| fresh(&stock, &balance, state);
+    fresh(&[("s-1", 7001, false)]).await;
+    // An operator adds a gray instance by hand,
     etcd.put("/gray/stock/s-2", record(7002, true)).await;
-    fresh(
-        &stock,
-        &balance,
-        &[("s-1", 7001, false), ("s-2", 7002, true)],
-    )
-    .await;
-    // ... relabels it: gray requests have nowhere to go now.
+    fresh(&[("s-1", 7001, false), ("s-2", 7002, true)]).await;
+    // relabels it (gray requests have nowhere to go now),
     etcd.put("/gray/stock/s-2", record(7002, false)).await;
-    fresh(
-        &stock,
-        &balance,
-        &[("s-1", 7001, false), ("s-2", 7002, false)],
-    )
-    .await;
-    // ... and back.
+    fresh(&[("s-1", 7001, false), ("s-2", 7002, false)]).await;
+    // and back.
     etcd.put("/gray/stock/s-2", record(7002, true)).await;
-    fresh(
-        &stock,
-        &balance,
-        &[("s-1", 7001, false), ("s-2", 7002, true)],
-    )
-    .await;
+    fresh(&[("s-1", 7001, false), ("s-2", 7002, true)]).await;
     // The process deregisters (its lease is revoked, which deletes its key).
     registration.deregister().await.expect("deregistered");
-    fresh(&stock, &balance, &[("s-2", 7002, true)]).await;
+    fresh(&[("s-2", 7002, true)]).await;
     // The operator deletes the last one.
     etcd.delete("/gray/stock/s-2").await;
-    fresh(&stock, &balance, &[]).await;
+    fresh(&[]).await;
 }
 
 /// Writes `state` as the instance file.

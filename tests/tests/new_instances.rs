@@ -18,7 +18,7 @@ use std::{net::SocketAddr, time::Duration};
 
 use axum::{Router, extract::State, routing::get};
 use bytes::Bytes;
-use gray_balance::{BalanceLayer, reqwest::RouteMiddleware};
+use gray_balance::{Balance, BalanceLayer, reqwest::RouteMiddleware};
 use gray_core::{Lane, Policy, Stain};
 use gray_discovery::{Registry, http::HttpEndpoints, source::file::FileSource};
 use gray_test_support::{TempDir, WAIT};
@@ -45,6 +45,17 @@ async fn registry(dir: &TempDir, instances: &[(&str, SocketAddr, bool)]) -> Regi
     write_instances(&path, "stock", instances);
     let source = FileSource::new(&path).with_interval(Duration::from_millis(50));
     Registry::start(source).await.expect("the registry starts")
+}
+
+/// Lists `instances` in the instance file in `dir`, then waits until `balance` has them.
+async fn list<K, S>(
+    dir: &TempDir,
+    instances: &[(&str, SocketAddr, bool)],
+    balance: &Balance<K, S>,
+) {
+    write_instances(&dir.path().join("instances.toml"), "stock", instances);
+    let what = "the new instance in the balancer";
+    until(WAIT, what, || balance.len() == instances.len()).await;
 }
 
 /// Waits one second (the request rate under test), then sends.
@@ -75,12 +86,11 @@ async fn a_new_baseline_instance_beside_a_warm_one_gets_the_next_request() {
     for _ in 0..PROBES + 2 {
         assert_eq!(send().await, "old");
     }
-    let path = dir.path().join("instances.toml");
-    let both = [("old", old.addr(), false), ("new", new.addr(), false)];
-    write_instances(&path, "stock", &both);
-    until(WAIT, "the new instance in the balancer", || {
-        balance.len() == 2
-    })
+    list(
+        &dir,
+        &[("old", old.addr(), false), ("new", new.addr(), false)],
+        &balance,
+    )
     .await;
 
     let mut served = Vec::new();
@@ -121,17 +131,12 @@ async fn a_new_gray_instance_beside_another_gets_the_next_gray_request() {
         assert_eq!(send(Some(gray.clone())).await, "gray-1");
         assert_eq!(send(None).await, "base");
     }
-    let path = dir.path().join("instances.toml");
     let all = [
         ("base", base.addr(), false),
         ("gray-1", gray_1.addr(), true),
         ("gray-2", gray_2.addr(), true),
     ];
-    write_instances(&path, "stock", &all);
-    until(WAIT, "the new instance in the balancer", || {
-        balance.len() == 3
-    })
-    .await;
+    list(&dir, &all, &balance).await;
 
     let mut served = Vec::new();
     for _ in 0..PROBES {

@@ -12,24 +12,17 @@
 use std::time::Duration;
 
 use gray_balance::{Balance, BalanceLayer, error::Unroutable};
-use gray_core::{Labels, Policy};
-use gray_discovery::{Endpoint, Instance, InstanceId, Registry, grpc::GrpcChannels};
+use gray_core::Policy;
+use gray_discovery::{Endpoint, InstanceId, Registry, grpc::GrpcChannels};
 use gray_tests::{
-    Server, loopback_listener,
-    proto::{
-        HopReply, HopRequest,
-        hop_client::HopClient,
-        hop_server::{Hop, HopServer},
-    },
+    Server,
+    proto::{HopReply, HopRequest, hop_client::HopClient, hop_server::Hop},
     route::current_lane,
+    serve_hop,
 };
-use gray_tower::{ExtractStainLayer, PropagateStain, PropagateStainLayer};
+use gray_tower::{PropagateStain, PropagateStainLayer};
 use tokio::task::JoinSet;
-use tonic::{
-    Code, Request, Response, Status,
-    metadata::MetadataValue,
-    transport::{Channel, server::TcpIncoming},
-};
+use tonic::{Code, Request, Response, Status, metadata::MetadataValue, transport::Channel};
 use tower::ServiceBuilder;
 
 /// The balancer of one service's channels.
@@ -95,28 +88,6 @@ impl Hop for Node {
     }
 }
 
-async fn serve(node: Node) -> Server {
-    let listener = loopback_listener().await;
-    let addr = listener.local_addr().expect("local address");
-    let handle = tokio::spawn(async move {
-        tonic::transport::Server::builder()
-            .layer(ExtractStainLayer::new())
-            .add_service(HopServer::new(node))
-            .serve_with_incoming(TcpIncoming::from(listener))
-            .await
-            .expect("serve gRPC");
-    });
-    Server::running(addr, handle)
-}
-
-fn instance(id: &str, server: &Server, labels: &[(&str, &str)]) -> Instance {
-    Instance::new(
-        id.parse().expect("an instance id"),
-        server.addr().to_string().parse().expect("an address"),
-        Labels::from_iter(labels.iter().copied()),
-    )
-}
-
 /// The chain, running; everything stops when it is dropped.
 struct Chain {
     a: Server,
@@ -125,12 +96,12 @@ struct Chain {
 
 async fn chain() -> Chain {
     let gray: &[(&str, &str)] = &[("gray", "true")];
-    let c_base = serve(Node {
+    let c_base = serve_hop(Node {
         id: "c-base",
         next: None,
     })
     .await;
-    let c_gray = serve(Node {
+    let c_gray = serve_hop(Node {
         id: "c-gray",
         next: None,
     })
@@ -138,8 +109,8 @@ async fn chain() -> Chain {
     let to_c = Registry::from_static([(
         "svc-c",
         [
-            instance("c-base", &c_base, &[]),
-            instance("c-gray", &c_gray, gray),
+            c_base.instance("c-base", &[]),
+            c_gray.instance("c-gray", gray),
         ],
     )])
     .expect("a registry");
@@ -149,7 +120,7 @@ async fn chain() -> Chain {
         let (client, balance) = routed(&to_c, "svc-c");
         assert_eq!(balance.len(), 2, "a static list is applied at once");
         b.push(
-            serve(Node {
+            serve_hop(Node {
                 id,
                 next: Some(client),
             })
@@ -158,13 +129,10 @@ async fn chain() -> Chain {
     }
     let to_b = Registry::from_static([(
         "svc-b",
-        [
-            instance("b-base", &b[0], &[]),
-            instance("b-gray", &b[1], gray),
-        ],
+        [b[0].instance("b-base", &[]), b[1].instance("b-gray", gray)],
     )])
     .expect("a registry");
-    let a = serve(Node {
+    let a = serve_hop(Node {
         id: "a",
         next: Some(routed(&to_b, "svc-b").0),
     })

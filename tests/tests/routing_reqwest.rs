@@ -11,7 +11,7 @@
 
 use axum::{Router, extract::State, http::StatusCode, routing::get};
 use gray_balance::{Balance, BalanceLayer, reqwest::RouteMiddleware};
-use gray_core::{Labels, Policy};
+use gray_core::Policy;
 use gray_discovery::{
     Instance, InstanceId, Registry,
     etcd::{Registrar, Registration},
@@ -80,14 +80,6 @@ async fn client_to(etcd: &Etcd, service: &str) -> (ClientWithMiddleware, Instanc
     (client, balance)
 }
 
-fn instance(id: &str, server: &Server, labels: &[(&str, &str)]) -> Instance {
-    Instance::new(
-        id.parse().expect("an instance id"),
-        server.addr().to_string().parse().expect("an address"),
-        Labels::from_iter(labels.iter().copied()),
-    )
-}
-
 /// The chain, running; everything stops when it is dropped.
 struct Chain {
     a: Server,
@@ -133,7 +125,7 @@ async fn chain() -> Chain {
         })
         .await;
         let registration = registrar
-            .register("svc-b", &instance(id, &b, labels))
+            .register("svc-b", &b.instance(id, labels))
             .await
             .expect("B registers itself");
         servers.push(b);
