@@ -1,5 +1,7 @@
-//! Shared pieces of the real-network test suite: servers on 127.0.0.1 ports, the echo
-//! handler that reports the stain a service saw, and the gRPC test protocol.
+//! Shared pieces of the real-network test suite: servers on 127.0.0.1 ports (axum, and
+//! the gRPC test protocol's with [`serve_hop`]) and the registry instances they are, the
+//! echo handler that reports the stain a service saw, instance files, and [`until`], the
+//! bounded poll that replaces fixed sleeps.
 
 use std::net::SocketAddr;
 
