@@ -1,5 +1,7 @@
-//! Shared pieces of the real-network test suite: servers on 127.0.0.1 ports, the echo
-//! handler that reports the stain a service saw, and the gRPC test protocol.
+//! Shared pieces of the real-network test suite: servers on 127.0.0.1 ports (axum, and
+//! the gRPC test protocol's with [`serve_hop`]) and the registry instances they are, the
+//! echo handler that reports the stain a service saw, instance files, and [`until`], the
+//! bounded poll that replaces fixed sleeps.
 
 use std::net::SocketAddr;
 
@@ -124,4 +126,72 @@ impl Server {
     pub fn running(addr: SocketAddr, handle: JoinHandle<()>) -> Server {
         Server { addr, handle }
     }
+
+    /// This server as the instance `id` of a registry, labelled `labels`.
+    pub fn instance(&self, id: &str, labels: &[(&str, &str)]) -> gray_discovery::Instance {
+        gray_discovery::Instance::new(
+            id.parse().expect("an instance id"),
+            self.addr.to_string().parse().expect("an address"),
+            gray_core::Labels::from_iter(labels.iter().copied()),
+        )
+    }
+}
+
+/// Serves `hop` (the gRPC test protocol) on a free loopback port, behind
+/// `ExtractStainLayer`.
+pub async fn serve_hop(hop: impl proto::hop_server::Hop) -> Server {
+    let listener = loopback_listener().await;
+    let addr = listener.local_addr().expect("local address");
+    let handle = tokio::spawn(async move {
+        tonic::transport::Server::builder()
+            .layer(gray_tower::ExtractStainLayer::new())
+            .add_service(proto::hop_server::HopServer::new(hop))
+            .serve_with_incoming(tonic::transport::server::TcpIncoming::from(listener))
+            .await
+            .expect("serve gRPC");
+    });
+    Server::running(addr, handle)
+}
+
+/// Polls `check` every 10 ms, without sending anything, until it holds; fails the test,
+/// naming `what`, when it does not within `within`. Returns how long it took.
+pub async fn until(
+    within: std::time::Duration,
+    what: &str,
+    mut check: impl FnMut() -> bool,
+) -> std::time::Duration {
+    let start = tokio::time::Instant::now();
+    loop {
+        if check() {
+            return start.elapsed();
+        }
+        assert!(start.elapsed() < within, "{what}: not within {within:?}");
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+}
+
+/// Writes `instances` of `service`, each `(id, address, gray)`, as gray-discovery's TOML
+/// instance file at `path`, atomically (a temporary file renamed over it). No instance
+/// writes `services = {}`: the file's explicit "none".
+pub fn write_instances(
+    path: &std::path::Path,
+    service: &str,
+    instances: &[(&str, SocketAddr, bool)],
+) {
+    let mut toml = String::new();
+    for (id, address, gray) in instances {
+        let labels = if *gray {
+            "labels = { gray = true }\n"
+        } else {
+            ""
+        };
+        toml +=
+            &format!("[[services.{service}]]\nid = \"{id}\"\naddress = \"{address}\"\n{labels}\n");
+    }
+    if instances.is_empty() {
+        toml = "services = {}\n".to_owned();
+    }
+    let tmp = path.with_extension("tmp");
+    std::fs::write(&tmp, toml).expect("write the instance file");
+    std::fs::rename(&tmp, path).expect("rename the instance file");
 }

@@ -10,19 +10,16 @@ use std::{future::Future, pin::Pin, sync::Arc, time::Duration};
 
 use gray_core::Stain;
 use gray_tests::{
-    Server, loopback_listener,
-    proto::{
-        HopReply, HopRequest,
-        hop_client::HopClient,
-        hop_server::{Hop, HopServer},
-    },
+    Server,
+    proto::{HopReply, HopRequest, hop_client::HopClient, hop_server::Hop},
+    serve_hop,
 };
-use gray_tower::{CaptureStainLayer, ExtractStainLayer, PropagateStain, PropagateStainLayer, task};
+use gray_tower::{CaptureStainLayer, PropagateStain, PropagateStainLayer, task};
 use tokio::{sync::Semaphore, task::JoinSet};
 use tonic::{
     Request, Response, Status,
     metadata::MetadataValue,
-    transport::{Channel, Endpoint, server::TcpIncoming},
+    transport::{Channel, Endpoint},
 };
 use tower::{ServiceBuilder, buffer::Buffer};
 
@@ -72,21 +69,6 @@ impl Hop for Node {
         reply.trail.insert(0, self.name.to_string());
         Ok(Response::new(reply))
     }
-}
-
-/// Serves `node` on a free loopback port, behind `ExtractStainLayer`.
-async fn serve(node: Node) -> Server {
-    let listener = loopback_listener().await;
-    let addr = listener.local_addr().expect("local address");
-    let handle = tokio::spawn(async move {
-        tonic::transport::Server::builder()
-            .layer(ExtractStainLayer::new())
-            .add_service(HopServer::new(node))
-            .serve_with_incoming(TcpIncoming::from(listener))
-            .await
-            .expect("serve gRPC");
-    });
-    Server::running(addr, handle)
 }
 
 /// A channel to `server`. The request timeout turns a hang into a failed request.
@@ -145,17 +127,17 @@ struct Chain {
 
 /// A → B → C, where B reaches C through `b_to_c` (A always uses the recommended client).
 async fn chain(b_to_c: impl FnOnce(Channel) -> Forward) -> Chain {
-    let c = serve(Node {
+    let c = serve_hop(Node {
         name: "c",
         next: None,
     })
     .await;
-    let b = serve(Node {
+    let b = serve_hop(Node {
         name: "b",
         next: Some(b_to_c(channel(&c).await)),
     })
     .await;
-    let a = serve(Node {
+    let a = serve_hop(Node {
         name: "a",
         next: Some(propagate_outside(channel(&b).await)),
     })

@@ -1,14 +1,17 @@
 //! Run with: cargo run -p example-reqwest-client
 //!
 //! A reqwest client with `PropagateMiddleware`, used outside any server: a batch job that
-//! stains its own calls. The stain comes from the task-local context (set here with
+//! stains its own calls. The stain comes from the task-local (set here with
 //! `StainExt::with_stain`), or from the middleware extensions of one request. A small
-//! axum server on a loopback port answers with the lane it received.
+//! axum server on a loopback port answers with the lane it received. To also *route* by
+//! the stain (`http://stock/…` to a gray instance), see `example-reqwest-routing`.
 
 use axum::{Router, http::HeaderMap, routing::get};
-use gray_core::{Lane, Stain};
-use gray_tower::{StainExt, reqwest::PropagateMiddleware, task};
-use reqwest_middleware::ClientBuilder;
+use gray_tower::{
+    Lane, Stain, StainExt,
+    reqwest::{ClientBuilder, PropagateMiddleware},
+    task,
+};
 use tokio::net::TcpListener;
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -33,7 +36,7 @@ async fn main() -> Result<(), BoxError> {
         .with(PropagateMiddleware::new())
         .build();
 
-    // 1. No context anywhere: the request goes out unstained.
+    // 1. No stain anywhere: the request goes out unstained.
     let plain = client.get(&url).send().await?.text().await?;
 
     // 2. The job runs in the `canary` lane: every call it makes, in this task or in tasks
@@ -53,8 +56,8 @@ async fn main() -> Result<(), BoxError> {
     .with_stain(canary)
     .await?;
 
-    // 3. One request with its own context, in the middleware extensions: it wins over the
-    //    task-local context.
+    // 3. One request with its own stain, in the middleware extensions: it wins over the
+    //    task-local stain.
     let blue = Stain::in_lane(Lane::new("blue")?);
     let explicit = client
         .get(&url)
@@ -64,7 +67,7 @@ async fn main() -> Result<(), BoxError> {
         .text()
         .await?;
 
-    println!("no context           -> {plain}");
+    println!("no stain             -> {plain}");
     println!("job in lane canary   -> {direct}");
     println!("task::spawn from job -> {spawned}");
     println!("request extension    -> {explicit}");

@@ -1,17 +1,27 @@
 //! Run with: cargo run -p example-tonic-chain
 //!
-//! Three tonic services A → B → C on loopback ports (seed 003's nested RPC propagation).
-//! Each server reads the stain with `Server::builder().layer(ExtractStainLayer::new())`;
-//! each client is a tonic `Channel` wrapped in `PropagateStainLayer`. The handlers never
-//! touch the stain. The program calls A once unstained and once with `x-gray-lane: gray`
-//! metadata, prints the lane every hop saw, and exits.
+//! Routing by the stain with tonic: a gRPC chain A → B → C on loopback ports, where C runs
+//! a baseline instance `c-base` and a gray instance `c-gray` (seed 003's nested calls, now
+//! routed rather than only propagated).
+//!
+//! - Every server reads the stain with `Server::builder().layer(ExtractStainLayer::new())`.
+//! - A calls B, and B calls C, with the generated `GreeterClient` over one shared `Balance`
+//!   of per-instance HTTP/2 channels (`GrpcChannels`: a lazily connected `Channel` for each
+//!   instance in the registry), wrapped in `PropagateStainLayer`: each call goes to an
+//!   instance whose labels fit the stain, and carries the stain on. No adapter is needed:
+//!   the balancer is a `tonic::client::GrpcService` as it is.
+//!
+//! The handlers never touch the stain. The program calls A unstained, with
+//! `x-gray-lane: gray`, and with a lane no instance of C serves, prints the path of each
+//! call, checks it and exits.
 
-use std::net::SocketAddr;
-
+use gray_balance::{Balance, BalanceLayer, error::Unroutable};
+use gray_core::{Fallback, Labels, Policy};
+use gray_discovery::{Endpoint, Instance, InstanceId, Registry, grpc::GrpcChannels};
 use gray_tower::{ExtractStainLayer, PropagateStain, PropagateStainLayer};
 use tokio::net::TcpListener;
 use tonic::{
-    Request, Response, Status,
+    Code, Request, Response, Status,
     transport::{Channel, Server, server::TcpIncoming},
 };
 use tower::ServiceBuilder;
@@ -30,16 +40,40 @@ use proto::{
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
-/// One hop: records the lane it saw, then calls the next hop if there is one.
+/// A client of the next service: the generated client over the balancer of its channels;
+/// the stain is written outside the balancer, in the caller's task.
+type Client = GreeterClient<PropagateStain<Balance<InstanceId, Endpoint<Channel>>>>;
+
+/// A client of `service` that routes by the stain over the registry's instances of it.
+fn client(registry: &Registry, service: &str, policy: Policy) -> Result<Client, BoxError> {
+    let channels = registry.service(service)?.endpoints(GrpcChannels::new());
+    let balance = BalanceLayer::new(service, policy).build(channels);
+    let stained = ServiceBuilder::new()
+        .layer(PropagateStainLayer::new())
+        .service(balance);
+    Ok(GreeterClient::new(stained))
+}
+
+/// One hop: records its name and the lane it saw, then calls the next hop if any.
 struct Hop {
     name: &'static str,
-    next: Option<GreeterClient<PropagateStain<Channel>>>,
+    next: Option<Client>,
 }
 
 fn seen_lane() -> String {
     gray_tower::current()
-        .and_then(|ctx| ctx.lane().map(ToString::to_string))
+        .and_then(|stain| stain.lane().map(ToString::to_string))
         .unwrap_or_else(|| "baseline".into())
+}
+
+/// tonic reports any client error as `Unknown`; a call the balancer could not route (an
+/// `Unroutable`, which names the service, the lane and the policy) is `Unavailable`.
+fn unavailable(status: Status) -> Status {
+    let source = std::error::Error::source(&status);
+    match source.and_then(|e| e.downcast_ref::<Unroutable>()) {
+        Some(unroutable) => Status::unavailable(unroutable.to_string()),
+        None => status,
+    }
 }
 
 #[tonic::async_trait]
@@ -48,83 +82,88 @@ impl Greeter for Hop {
         let mut hops = vec![format!("{}:{}", self.name, seen_lane())];
         if let Some(next) = &self.next {
             // A fresh request: no metadata copied by hand, the layer writes the stain.
-            let reply = next
-                .clone()
-                .greet(GreetRequest {
-                    name: request.into_inner().name,
-                })
-                .await?;
-            hops.extend(reply.into_inner().hops);
+            let name = request.into_inner().name;
+            let reply = next.clone().greet(GreetRequest { name }).await;
+            hops.extend(reply.map_err(unavailable)?.into_inner().hops);
         }
         Ok(Response::new(GreetReply { hops }))
     }
 }
 
-async fn start(hop: Hop) -> Result<SocketAddr, BoxError> {
+/// Serves the hop `name`, which calls `next`, on a loopback port; returns it as an
+/// instance labelled `labels`.
+async fn start(
+    name: &'static str,
+    next: Option<Client>,
+    labels: Labels,
+) -> Result<Instance, BoxError> {
     let listener = TcpListener::bind("127.0.0.1:0").await?;
     let addr = listener.local_addr()?;
-    let incoming = TcpIncoming::from(listener);
     tokio::spawn(
         Server::builder()
             .layer(ExtractStainLayer::new())
-            .add_service(GreeterServer::new(hop))
-            .serve_with_incoming(incoming),
+            .add_service(GreeterServer::new(Hop { name, next }))
+            .serve_with_incoming(TcpIncoming::from(listener)),
     );
-    Ok(addr)
-}
-
-async fn client(addr: SocketAddr) -> Result<GreeterClient<PropagateStain<Channel>>, BoxError> {
-    let channel = Channel::from_shared(format!("http://{addr}"))?
-        .connect()
-        .await?;
-    // The layer sits outside the Channel (a Buffer), in the caller's task.
-    let svc = ServiceBuilder::new()
-        .layer(PropagateStainLayer::new())
-        .service(channel);
-    Ok(GreeterClient::new(svc))
+    Ok(Instance::new(
+        name.parse()?,
+        addr.to_string().parse()?,
+        labels,
+    ))
 }
 
 #[tokio::main]
 async fn main() -> Result<(), BoxError> {
-    let c = start(Hop {
-        name: "C",
-        next: None,
-    })
-    .await?;
-    let b = start(Hop {
-        name: "B",
-        next: Some(client(c).await?),
-    })
-    .await?;
-    let a = start(Hop {
-        name: "A",
-        next: Some(client(b).await?),
-    })
-    .await?;
+    let gray = || Labels::from_iter([("gray", "true")]);
+    // The registries: fixed lists here; a file or etcd in a deployment.
+    let c = Registry::from_static([(
+        "svc-c",
+        [
+            start("c-base", None, Labels::new()).await?,
+            start("c-gray", None, gray()).await?,
+        ],
+    )])?;
+    // Policy::new(): the `gray` label puts an instance in lane `gray`, unlabelled
+    // instances are baseline, no fallback.
+    let to_c = client(&c, "svc-c", Policy::new())?;
+    let b = Registry::from_static([("svc-b", [start("B", Some(to_c), Labels::new()).await?])])?;
+    // B has no gray instance: a gray call falls back to a baseline one, and stays gray.
+    let to_b = client(&b, "svc-b", Policy::new().with_fallback(Fallback::Baseline))?;
+    let a = start("A", Some(to_b), Labels::new()).await?;
 
-    let mut entry = GreeterClient::new(
-        Channel::from_shared(format!("http://{a}"))?
-            .connect()
-            .await?,
-    );
-    let unstained = entry
-        .greet(GreetRequest {
-            name: "plain".into(),
-        })
-        .await?
-        .into_inner()
-        .hops;
-    let mut stained = Request::new(GreetRequest {
-        name: "gray".into(),
-    });
-    stained
-        .metadata_mut()
-        .insert("x-gray-lane", "gray".parse()?);
-    let stained = entry.greet(stained).await?.into_inner().hops;
+    // A client without any gray layer calls A.
+    let mut entry = GreeterClient::new(Channel::builder(a.address().uri()).connect().await?);
+    let mut call = async |lane: Option<&str>| {
+        let mut request = Request::new(GreetRequest { name: "hi".into() });
+        if let Some(lane) = lane {
+            request
+                .metadata_mut()
+                .insert("x-gray-lane", lane.parse().expect("ASCII"));
+        }
+        entry
+            .greet(request)
+            .await
+            .map(|reply| reply.into_inner().hops)
+    };
+    let unstained = call(None).await?;
+    let stained = call(Some("gray")).await?;
+    let blue = call(Some("blue")).await.unwrap_err();
 
     println!("unstained          -> {}", unstained.join(" -> "));
     println!("x-gray-lane: gray  -> {}", stained.join(" -> "));
-    assert_eq!(unstained, ["A:baseline", "B:baseline", "C:baseline"]);
-    assert_eq!(stained, ["A:gray", "B:gray", "C:gray"]);
+    println!(
+        "x-gray-lane: blue  -> {:?}: {}",
+        blue.code(),
+        blue.message()
+    );
+    assert_eq!(unstained, ["A:baseline", "B:baseline", "c-base:baseline"]);
+    assert_eq!(stained, ["A:gray", "B:gray", "c-gray:gray"]);
+    assert_eq!(
+        (blue.code(), blue.message()),
+        (
+            Code::Unavailable,
+            "no instance of `svc-c` fits lane `blue` (policy `default`, fallback `none`)"
+        )
+    );
     Ok(())
 }
