@@ -41,6 +41,7 @@
 //! ```
 
 use std::{
+    borrow::Cow,
     future::Future,
     pin::Pin,
     task::{Context, Poll},
@@ -59,6 +60,28 @@ tokio::task_local! {
 /// Cloning a context costs at most two `Arc` increments.
 pub fn current() -> Option<Stain> {
     CURRENT.try_with(Stain::clone).ok()
+}
+
+/// `stain` when there is one (the request's own, from its extensions), else the stain of
+/// the current task: where every layer and balancer looks for the stain of a request.
+/// Borrows the request's stain; clones the task-local one (at most a few `Arc` increments).
+///
+/// ```
+/// use gray_core::{Lane, Stain, task};
+///
+/// let gray = Stain::in_lane(Lane::new("gray").unwrap());
+/// let blue = Stain::in_lane(Lane::new("blue").unwrap());
+/// task::sync_scope(blue.clone(), || {
+///     assert_eq!(task::or_current(Some(&gray)).as_deref(), Some(&gray));
+///     assert_eq!(task::or_current(None).as_deref(), Some(&blue));
+/// });
+/// assert_eq!(task::or_current(None), None);
+/// ```
+pub fn or_current(stain: Option<&Stain>) -> Option<Cow<'_, Stain>> {
+    match stain {
+        Some(stain) => Some(Cow::Borrowed(stain)),
+        None => current().map(Cow::Owned),
+    }
 }
 
 /// Runs `fut` with `ctx` as the current context.
