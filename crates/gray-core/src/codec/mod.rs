@@ -275,9 +275,12 @@ impl Carrier {
     ///
     /// `Ok(None)` means the carrier is absent; an error means it is present but unusable.
     pub fn decode(&self, headers: &HeaderMap, names: &Names) -> Result<Option<Decoded>, Rejection> {
+        // A plain or route header: its first value, within the cap, decoded.
         match self {
-            Carrier::Plain(c) => c.decode(headers, names),
-            Carrier::Route(c) => c.decode(headers, names),
+            Carrier::Plain(c) => single_value(headers, c.header_name(), c.max_len())?
+                .map_or(Ok(None), |value| c.decode_value(value, names)),
+            Carrier::Route(c) => single_value(headers, c.header_name(), c.max_len())?
+                .map_or(Ok(None), |value| c.decode_value(value, names)),
             Carrier::Baggage(c) => c.decode(headers, names),
         }
     }

@@ -1,6 +1,6 @@
 use http::{HeaderMap, HeaderName, HeaderValue};
 
-use super::{DEFAULT_PLAIN_MAX_LEN, Decoded, Reason, Rejection, single_value};
+use super::{DEFAULT_PLAIN_MAX_LEN, Decoded, Reason, Rejection};
 use crate::{
     name::{Lane, Names},
     stain::{Pins, Stain},
@@ -90,14 +90,17 @@ impl PlainHeader {
         }
     }
 
-    pub(super) fn decode(
+    /// The cap on the value's length, in bytes.
+    pub(super) fn max_len(&self) -> usize {
+        self.max_len
+    }
+
+    /// Decodes the header's (first) value.
+    pub(super) fn decode_value(
         &self,
-        headers: &HeaderMap,
+        value: &HeaderValue,
         names: &Names,
     ) -> Result<Option<Decoded>, Rejection> {
-        let Some(value) = single_value(headers, &self.name, self.max_len)? else {
-            return Ok(None);
-        };
         let bytes = value.as_bytes();
         let stain = match &self.form {
             Form::Flag(lane) => {

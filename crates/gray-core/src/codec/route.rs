@@ -1,8 +1,8 @@
 use std::collections::BTreeMap;
 
-use http::{HeaderMap, HeaderName};
+use http::{HeaderMap, HeaderName, HeaderValue};
 
-use super::{DEFAULT_ROUTE_MAX_LEN, Decoded, Reason, Rejection, single_value};
+use super::{DEFAULT_ROUTE_MAX_LEN, Decoded, Reason, Rejection};
 use crate::{
     name::Names,
     stain::{Pins, Stain, validate_service},
@@ -62,14 +62,17 @@ impl RouteHeader {
         &self.name
     }
 
-    pub(super) fn decode(
+    /// The cap on the value's length, in bytes.
+    pub(super) fn max_len(&self) -> usize {
+        self.max_len
+    }
+
+    /// Decodes the header's (first) value.
+    pub(super) fn decode_value(
         &self,
-        headers: &HeaderMap,
+        value: &HeaderValue,
         names: &Names,
     ) -> Result<Option<Decoded>, Rejection> {
-        let Some(value) = single_value(headers, &self.name, self.max_len)? else {
-            return Ok(None);
-        };
         let reject = |reason| Rejection::new(&self.name, reason);
         if value.as_bytes().trim_ascii_start().first() != Some(&b'{') {
             return Err(reject(Reason::InvalidJson("expected a JSON object".into())));

@@ -187,7 +187,13 @@ fn one_line(s: &str) -> String {
     s.split_whitespace().collect::<Vec<_>>().join(" ")
 }
 
-fn non_empty(at: &At<'_>, field: &str, name: &str, what: &'static str) -> Result<(), RulesError> {
+/// Checks that `name` (the value of `field`) is not empty; `what` it should be otherwise.
+pub(crate) fn non_empty(
+    at: &At<'_>,
+    field: &str,
+    name: &str,
+    what: &'static str,
+) -> Result<(), RulesError> {
     if name.is_empty() {
         Err(at.expected(field, what, Some("an empty string".into())))
     } else {
@@ -196,23 +202,16 @@ fn non_empty(at: &At<'_>, field: &str, name: &str, what: &'static str) -> Result
 }
 
 fn compile_value(at: &At<'_>, field: &str, c: &FieldMatchConfig) -> Result<ValueMatch, RulesError> {
-    let set = [
-        c.exact.is_some(),
-        c.one_of.is_some(),
-        c.prefix.is_some(),
-        c.regex.is_some(),
-        c.present.is_some(),
-    ]
-    .iter()
-    .filter(|b| **b)
-    .count();
-    if set != 1 {
-        return Err(at.expected(
-            field,
-            "exactly one of `exact`, `one_of`, `prefix`, `regex` or `present`",
-            Some(format!("{set} of them")),
-        ));
-    }
+    at.exactly_one(
+        field,
+        &[
+            ("exact", c.exact.is_some()),
+            ("one_of", c.one_of.is_some()),
+            ("prefix", c.prefix.is_some()),
+            ("regex", c.regex.is_some()),
+            ("present", c.present.is_some()),
+        ],
+    )?;
     let ic = c.ignore_case;
     let bytes = |s: &str| Box::<[u8]>::from(s.as_bytes());
     Ok(if let Some(e) = &c.exact {
@@ -236,22 +235,15 @@ fn compile_value(at: &At<'_>, field: &str, c: &FieldMatchConfig) -> Result<Value
 }
 
 fn compile_path(at: &At<'_>, field: &str, c: &PathMatchConfig) -> Result<PathMatch, RulesError> {
-    let set = [
-        c.exact.is_some(),
-        c.prefix.is_some(),
-        c.segment.is_some(),
-        c.regex.is_some(),
-    ]
-    .iter()
-    .filter(|b| **b)
-    .count();
-    if set != 1 {
-        return Err(at.expected(
-            field,
-            "exactly one of `exact`, `prefix`, `segment` or `regex`",
-            Some(format!("{set} of them")),
-        ));
-    }
+    at.exactly_one(
+        field,
+        &[
+            ("exact", c.exact.is_some()),
+            ("prefix", c.prefix.is_some()),
+            ("segment", c.segment.is_some()),
+            ("regex", c.regex.is_some()),
+        ],
+    )?;
     Ok(if let Some(e) = &c.exact {
         PathMatch::Exact(e.as_str().into())
     } else if let Some(p) = &c.prefix {

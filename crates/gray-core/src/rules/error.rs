@@ -198,6 +198,25 @@ impl At<'_> {
             },
         }))
     }
+
+    /// Checks that exactly one of the `keys` of `field` is set (each with whether it is);
+    /// the error lists them: "exactly one of `a`, `b` or `c`", found "2 of them".
+    pub(crate) fn exactly_one(&self, field: &str, keys: &[(&str, bool)]) -> Result<(), RulesError> {
+        let set = keys.iter().filter(|(_, set)| *set).count();
+        if set == 1 {
+            return Ok(());
+        }
+        let mut expected = String::from("exactly one of ");
+        for (i, (key, _)) in keys.iter().enumerate() {
+            let sep = match i {
+                0 => "",
+                i if i + 1 == keys.len() => " or ",
+                _ => ", ",
+            };
+            expected.push_str(&format!("{sep}`{key}`"));
+        }
+        Err(self.expected(field, expected, Some(format!("{set} of them"))))
+    }
 }
 
 // Documents in all three formats, each with its line.
