@@ -193,24 +193,37 @@ impl std::error::Error for Rejection {
     }
 }
 
-/// Reads the value of `name` a carrier decodes: its **first** value when the header appears
-/// more than once (as the seeds' `request.getHeader` does), enforcing the cap.
-pub(crate) fn single_value<'a>(
-    headers: &'a HeaderMap,
-    name: &HeaderName,
+/// The header a plain or route carrier lives in, and the cap on its value.
+#[derive(Debug, Clone)]
+struct OneHeader {
+    name: HeaderName,
     max_len: usize,
-) -> Result<Option<&'a HeaderValue>, Rejection> {
-    let Some(value) = headers.get(name) else {
-        return Ok(None);
-    };
-    let len = value.len();
-    if len > max_len {
-        return Err(Rejection::new(name, Reason::TooLong { len, max: max_len }));
+}
+
+impl OneHeader {
+    fn new(name: HeaderName, max_len: usize) -> Self {
+        OneHeader { name, max_len }
     }
-    if len == 0 {
-        return Err(Rejection::new(name, Reason::Empty));
+
+    /// The value a carrier decodes: the **first** one when the header appears more than
+    /// once (as the seeds' `request.getHeader` does), within the cap.
+    fn first_value<'a>(
+        &self,
+        headers: &'a HeaderMap,
+    ) -> Result<Option<&'a HeaderValue>, Rejection> {
+        let Some(value) = headers.get(&self.name) else {
+            return Ok(None);
+        };
+        let len = value.len();
+        if len > self.max_len {
+            let max = self.max_len;
+            return Err(Rejection::new(&self.name, Reason::TooLong { len, max }));
+        }
+        if len == 0 {
+            return Err(Rejection::new(&self.name, Reason::Empty));
+        }
+        Ok(Some(value))
     }
-    Ok(Some(value))
 }
 
 /// The member keys of the `baggage` carriers among some carriers: members no carrier
@@ -275,11 +288,14 @@ impl Carrier {
     ///
     /// `Ok(None)` means the carrier is absent; an error means it is present but unusable.
     pub fn decode(&self, headers: &HeaderMap, names: &Names) -> Result<Option<Decoded>, Rejection> {
-        // A plain or route header: its first value, within the cap, decoded.
         match self {
-            Carrier::Plain(c) => single_value(headers, c.header_name(), c.max_len())?
+            Carrier::Plain(c) => c
+                .header
+                .first_value(headers)?
                 .map_or(Ok(None), |value| c.decode_value(value, names)),
-            Carrier::Route(c) => single_value(headers, c.header_name(), c.max_len())?
+            Carrier::Route(c) => c
+                .header
+                .first_value(headers)?
                 .map_or(Ok(None), |value| c.decode_value(value, names)),
             Carrier::Baggage(c) => c.decode(headers, names),
         }
