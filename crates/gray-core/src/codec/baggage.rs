@@ -41,8 +41,9 @@ impl std::error::Error for InvalidBaggageKey {}
 /// The lane carried as one member of the W3C `baggage` header, beside other members.
 ///
 /// **Reading** scans every `baggage` header line (the W3C format allows several). The
-/// stain's member decides the lane; when it appears twice, is empty or is not a valid lane
-/// (`gray.lane=%%`), the carrier yields no lane. Every *other* well-formed member is kept,
+/// stain's member decides the lane; when it appears more than once, the first one decides
+/// (as the first value of a duplicated header does, see [the codec docs](super)); when it is
+/// empty or is not a valid lane (`gray.lane=%%`), the carrier yields no lane. Every *other* well-formed member is kept,
 /// byte for byte (properties such as `;ttl=5` and percent-encoded values untouched), as
 /// the stain's [`InheritedBaggage`]; malformed members are dropped with a debug event
 /// (target `gray::codec`).
@@ -519,7 +520,6 @@ impl BaggageMember {
             return (Ok(None), None);
         }
         let mut found: Option<&[u8]> = None;
-        let mut duplicated = false;
         let mut others = Builder {
             out: Vec::new(),
             kept: 0,
@@ -540,8 +540,8 @@ impl BaggageMember {
                 }
             };
             if self.is_key(member.key) {
-                duplicated |= found.is_some();
-                found = Some(member.value);
+                // The first member decides, as the first value of a duplicated header does.
+                found = found.or(Some(member.value));
             } else if inherit && !stain_keys.contains(member.key) {
                 others.push(member.text);
             }
@@ -556,8 +556,6 @@ impl BaggageMember {
                     max: self.max_bytes,
                 },
             ))
-        } else if duplicated {
-            Err(Rejection::new(&BAGGAGE, Reason::DuplicatedMember))
         } else {
             found.map_or(Ok(None), |value| self.decode_value(value, names))
         };
@@ -805,13 +803,26 @@ mod tests {
     }
 
     #[test]
-    fn duplicate_or_bad_member_is_unstained() {
+    fn a_duplicated_member_is_read_as_its_first_one() {
+        let lane_of = |values: &[&str]| {
+            let stain = carriers().extract(&headers(values)).unwrap();
+            stain.lane().map(ToString::to_string)
+        };
+        assert_eq!(lane_of(&["gray.lane=a,gray.lane=b"]).as_deref(), Some("a"));
+        assert_eq!(lane_of(&["gray.lane=a", "gray.lane=b"]).as_deref(), Some("a"));
+        assert_eq!(lane_of(&["x=1,gray.lane=a,gray.lane=a"]).as_deref(), Some("a"));
+        // The first one decides even when it is bad and a later one is good.
+        assert_eq!(lane_of(&["gray.lane=%%,gray.lane=b"]), None);
+        // Members are read after the malformed ones are skipped.
+        assert_eq!(lane_of(&["gray.lane,gray.lane=b"]).as_deref(), Some("b"));
+    }
+
+    #[test]
+    fn a_bad_member_is_unstained() {
         let unstained = |values: &[&str]| {
             let ctx = carriers().extract(&headers(values));
             ctx.is_some_and(|c| c.is_baseline())
         };
-        assert!(unstained(&["gray.lane=a,gray.lane=b"]));
-        assert!(unstained(&["gray.lane=a,gray.lane=a"]));
         assert!(unstained(&["gray.lane=a%2"]));
         assert!(unstained(&["gray.lane=%%"]));
         assert!(unstained(&["gray.lane="]));

@@ -29,7 +29,9 @@
 //! level, target `gray::codec`, says why. Nothing on this path panics or fails the request.
 //!
 //! **Duplicates:** a header that appears more than once is read as its first value, as the
-//! seeds' `request.getHeader` does; the later values are ignored.
+//! seeds' `request.getHeader` does; the later values are ignored. The same holds for the
+//! stain's member of `baggage`: `gray.lane=gray,gray.lane=blue` is read as `gray` (the first
+//! well-formed member of that key, across every `baggage` line).
 //!
 //! When several carriers are present, the first one in the list that yields a lane
 //! (or an explicit baseline, such as `gray: false`) decides the lane, and the first one
@@ -115,7 +117,11 @@ pub struct Rejection {
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Reason {
-    /// The header appeared more than once, so the stain is ambiguous.
+    /// No longer produced: a header that appears more than once is read as its first value.
+    #[deprecated(
+        since = "0.2.0",
+        note = "never produced: a header that appears more than once is read as its first value"
+    )]
     Duplicated,
     /// The value is longer than the configured cap.
     TooLong {
@@ -136,7 +142,12 @@ pub enum Reason {
     InvalidService(InvalidService),
     /// The JSON route header does not parse.
     InvalidJson(String),
-    /// The `baggage` header holds the stain's member more than once.
+    /// No longer produced: a `baggage` member that appears more than once is read as its
+    /// first one.
+    #[deprecated(
+        since = "0.2.0",
+        note = "never produced: the stain's `baggage` member is read as its first one"
+    )]
     DuplicatedMember,
 }
 
@@ -160,6 +171,7 @@ impl Rejection {
 }
 
 impl fmt::Display for Reason {
+    #[allow(deprecated)] // Displays the variants kept for compatibility as well.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Reason::Duplicated => f.write_str("it appears more than once"),
