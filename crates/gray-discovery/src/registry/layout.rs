@@ -149,6 +149,7 @@ impl Layout {
                         entries: Vec::new(),
                         revision,
                     },
+                    other => return ignored(other),
                 };
                 match document(*format, &snapshot) {
                     Ok(services) => {
@@ -201,9 +202,17 @@ impl Layout {
                     Some((service, id)) => Effect::Remove(service.to_owned(), id),
                     None => Effect::None,
                 },
+                other => ignored(other),
             },
         }
     }
+}
+
+/// An update of a kind this crate does not know yet ([`Update`] is non-exhaustive): changes
+/// nothing, with a debug event.
+fn ignored(update: Update) -> Effect {
+    tracing::debug!(target: "gray::discovery", ?update, "update of an unknown kind ignored");
+    Effect::None
 }
 
 /// The instances of the document in `snapshot`'s one entry.

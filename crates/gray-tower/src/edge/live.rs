@@ -463,6 +463,8 @@ impl Follower {
                 "{key} was deleted from {}; the rules in force stay",
                 self.reader.name
             )),
+            other => tracing::debug!(target: "gray::edge", update = ?other,
+                "update of a kind the rules do not follow ignored"),
         }
     }
 
