@@ -277,7 +277,10 @@ impl<K, S> Balance<K, S> {
         let inner = &*self.inner;
         let snapshot = inner.snapshot.load();
         let stain = gray_core::task::or_current(stain);
-        let key = inner.router.policy.key(&inner.router.service, stain.as_deref());
+        let key = inner
+            .router
+            .policy
+            .key(&inner.router.service, stain.as_deref());
         let choice = inner.router.choose(&snapshot, &key)?;
         Ok(Picked::new(&choice))
     }
@@ -314,7 +317,10 @@ where
         let snapshot = inner.snapshot.load();
         let chosen = {
             let stain = gray_core::task::or_current(req.gray_stain());
-            let key = inner.router.policy.key(&inner.router.service, stain.as_deref());
+            let key = inner
+                .router
+                .policy
+                .key(&inner.router.service, stain.as_deref());
             inner.router.choose(&snapshot, &key).map(|c| {
                 let service = c.slot.entry.service.clone();
                 (service, c.ticket(), c.routed(inner.router.record))

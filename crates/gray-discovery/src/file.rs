@@ -207,7 +207,11 @@ struct FileInstance {
 
 /// Parses an instance file through gray-core's config loader (`source` names it in errors:
 /// a file path, an etcd key).
-pub(crate) fn parse(source: &str, format: Format, content: &[u8]) -> Result<Catalogue, ConfigError> {
+pub(crate) fn parse(
+    source: &str,
+    format: Format,
+    content: &[u8],
+) -> Result<Catalogue, ConfigError> {
     let empty = || ConfigError::new(source, empty_message(format));
     if content.iter().all(u8::is_ascii_whitespace) {
         return Err(empty());

@@ -18,10 +18,10 @@ use gray_core::{Labelled, Origin};
 use gray_discovery::{Registry, grpc::GrpcChannels};
 use gray_test_support::net::{closed_port, is_refused, serve};
 use http::{Request, Response};
-use support::instance;
 use http_body_util::{BodyExt, Full};
 use hyper::{server::conn::http2, service::service_fn};
 use hyper_util::rt::{TokioExecutor, TokioIo};
+use support::instance;
 use tower::{ServiceExt, discover::Change};
 
 /// An HTTP/2 server that answers `NAME PATH VERSION` and counts its connections.
@@ -94,8 +94,7 @@ async fn one_lazy_http2_channel_per_instance() {
 #[tokio::test]
 async fn an_unreachable_instance_fails_on_use_not_on_discovery() {
     let gone = closed_port();
-    let registry =
-        Registry::from_static([("stock", [instance("gone", gone, &[])])]).unwrap();
+    let registry = Registry::from_static([("stock", [instance("gone", gone, &[])])]).unwrap();
     let mut endpoints = registry
         .service("stock")
         .unwrap()

@@ -80,10 +80,11 @@ impl ExtractStainLayer {
         self
     }
 
-    /// Uses `ctx` for requests that carry no stain at all (an explicit `gray: false` still
-    /// means baseline). Seed 000 sets this to the instance's own lane on gray instances.
-    pub fn with_default(mut self, ctx: Stain) -> Self {
-        Arc::make_mut(&mut self.config).default = ctx;
+    /// Uses `stain` for requests that carry no stain at all (an explicit `gray: false`
+    /// still means baseline). Seed 000 sets this to the instance's own lane on gray
+    /// instances.
+    pub fn with_default(mut self, stain: Stain) -> Self {
+        Arc::make_mut(&mut self.config).default = stain;
         self
     }
 
@@ -101,7 +102,7 @@ impl<S> Layer<S> for ExtractStainLayer {
     }
 }
 
-/// Reads the stain of each inbound request into its extensions and the task-local context.
+/// Reads the stain of each inbound request into its extensions and the task-local stain.
 ///
 /// Built by [`ExtractStainLayer`].
 #[derive(Debug, Clone)]

@@ -809,8 +809,14 @@ mod tests {
             stain.lane().map(ToString::to_string)
         };
         assert_eq!(lane_of(&["gray.lane=a,gray.lane=b"]).as_deref(), Some("a"));
-        assert_eq!(lane_of(&["gray.lane=a", "gray.lane=b"]).as_deref(), Some("a"));
-        assert_eq!(lane_of(&["x=1,gray.lane=a,gray.lane=a"]).as_deref(), Some("a"));
+        assert_eq!(
+            lane_of(&["gray.lane=a", "gray.lane=b"]).as_deref(),
+            Some("a")
+        );
+        assert_eq!(
+            lane_of(&["x=1,gray.lane=a,gray.lane=a"]).as_deref(),
+            Some("a")
+        );
         // The first one decides even when it is bad and a later one is good.
         assert_eq!(lane_of(&["gray.lane=%%,gray.lane=b"]), None);
         // Members are read after the malformed ones are skipped.

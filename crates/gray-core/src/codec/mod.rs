@@ -313,15 +313,15 @@ impl Carrier {
         }
     }
 
-    /// Writes `ctx` into `headers` (replacing this carrier's previous value).
+    /// Writes `stain` into `headers` (replacing this carrier's previous value).
     ///
-    /// A baseline context writes nothing; the carrier's previous value is removed. A
+    /// A baseline stain writes nothing; the carrier's previous value is removed. A
     /// `baggage` member also writes the stain's inherited members.
-    pub fn encode(&self, ctx: &Stain, headers: &mut HeaderMap) {
+    pub fn encode(&self, stain: &Stain, headers: &mut HeaderMap) {
         match self {
-            Carrier::Plain(c) => c.encode(ctx, headers),
-            Carrier::Route(c) => c.encode(ctx, headers),
-            Carrier::Baggage(c) => c.encode(ctx, &StainKeys(std::slice::from_ref(self)), headers),
+            Carrier::Plain(c) => c.encode(stain, headers),
+            Carrier::Route(c) => c.encode(stain, headers),
+            Carrier::Baggage(c) => c.encode(stain, &StainKeys(std::slice::from_ref(self)), headers),
         }
     }
 
@@ -442,7 +442,7 @@ impl Carriers {
         StainKeys(&self.list)
     }
 
-    /// Reads the context from `headers`.
+    /// Reads the stain from `headers`.
     ///
     /// Returns `None` when no carrier is present at all, so the caller can apply its own
     /// default. A carrier that is present but malformed counts as present and unstained
@@ -464,7 +464,7 @@ impl Carriers {
         stain.map(|s| s.with_baggage(inherited))
     }
 
-    /// Reads the context from `headers`, or takes `default` when no carrier is present;
+    /// Reads the stain from `headers`, or takes `default` when no carrier is present;
     /// either way with the request's other `baggage` members (with a `baggage` carrier).
     /// This is what gray-tower's `ExtractStain` does for every request.
     pub fn extract_or(&self, headers: &HeaderMap, default: &Stain) -> Stain {
@@ -539,26 +539,26 @@ impl Carriers {
         (stain, inherited)
     }
 
-    /// States `ctx` on every carrier, replacing whatever they held (stale, duplicated,
-    /// malformed or conflicting copies included); a baseline context removes them. A
-    /// `baggage` carrier also writes the context's inherited members, after the members
+    /// States `stain` on every carrier, replacing whatever they held (stale, duplicated,
+    /// malformed or conflicting copies included); a baseline stain removes them. A
+    /// `baggage` carrier also writes the stain's inherited members, after the members
     /// `headers` already has (which win over inherited ones of the same key).
-    pub fn inject(&self, ctx: &Stain, headers: &mut HeaderMap) {
+    pub fn inject(&self, stain: &Stain, headers: &mut HeaderMap) {
         let stain_keys = self.stain_keys();
         for carrier in &self.list {
             match carrier {
-                Carrier::Baggage(c) => c.encode(ctx, &stain_keys, headers),
-                other => other.encode(ctx, headers),
+                Carrier::Baggage(c) => c.encode(stain, &stain_keys, headers),
+                other => other.encode(stain, headers),
             }
         }
     }
 
-    /// Writes only the context's inherited `baggage` members (merged as by
+    /// Writes only the stain's inherited `baggage` members (merged as by
     /// [`Carriers::inject`]), leaving every stain carrier as `headers` has it: for a
     /// request whose pre-set stain is kept on purpose.
-    pub fn merge_baggage(&self, ctx: &Stain, headers: &mut HeaderMap) {
+    pub fn merge_baggage(&self, stain: &Stain, headers: &mut HeaderMap) {
         if let Some(carrier) = self.baggage() {
-            carrier.rewrite(Own::Keep, ctx.baggage(), &self.stain_keys(), headers);
+            carrier.rewrite(Own::Keep, stain.baggage(), &self.stain_keys(), headers);
         }
     }
 

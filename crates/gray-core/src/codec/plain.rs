@@ -42,7 +42,7 @@ impl PlainHeader {
     /// A boolean flag (seed 000, seed 003's `X-Gray-Flag`): `true` puts the request in `lane`,
     /// `false` marks it baseline explicitly, both case-insensitive; any other value is ignored.
     ///
-    /// Writing puts `true` when the context is in `lane` and nothing otherwise.
+    /// Writing puts `true` when the stain is in `lane` and nothing otherwise.
     pub fn flag(name: HeaderName, lane: Lane) -> Self {
         PlainHeader {
             header: OneHeader::new(name, DEFAULT_PLAIN_MAX_LEN),
@@ -60,7 +60,7 @@ impl PlainHeader {
 
     /// A version pinned for every service (seed 001's `version: 2.0`).
     ///
-    /// Writing puts the context's `all` pin; per-service pins need a [`super::RouteHeader`].
+    /// Writing puts the stain's `all` pin; per-service pins need a [`super::RouteHeader`].
     pub fn version(name: HeaderName) -> Self {
         PlainHeader {
             header: OneHeader::new(name, DEFAULT_PLAIN_MAX_LEN),
