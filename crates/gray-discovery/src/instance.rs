@@ -354,6 +354,7 @@ impl Origin for Instance {
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
+#[non_exhaustive]
 pub struct Record {
     /// Where the instance listens.
     pub address: Address,
@@ -363,6 +364,11 @@ pub struct Record {
 }
 
 impl Record {
+    /// The record of an instance at `address` with `labels`.
+    pub fn new(address: Address, labels: Labels) -> Self {
+        Record { address, labels }
+    }
+
     /// The instance `id` with this record.
     pub fn into_instance(self, id: InstanceId) -> Instance {
         Instance::new(id, self.address, self.labels)

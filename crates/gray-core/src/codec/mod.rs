@@ -97,6 +97,7 @@ pub const DEFAULT_ROUTE_MAX_LEN: usize = 4096;
 
 /// What one carrier found on a request.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Decoded {
     /// The request is in this lane.
     Lane(Lane),
@@ -268,6 +269,7 @@ impl<'a> StainKeys<'a> {
 
 /// One way of carrying the stain in headers.
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub enum Carrier {
     /// A plain header: a boolean flag, a lane name or a version.
     Plain(PlainHeader),
