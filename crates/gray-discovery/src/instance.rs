@@ -38,6 +38,8 @@ pub const MAX_ID_LEN: usize = 253;
 #[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct InstanceId(Arc<str>);
 
+// === impl InstanceId ===
+
 impl InstanceId {
     /// Validates `id`.
     pub fn new(id: &str) -> Result<Self, Error> {
@@ -147,6 +149,8 @@ pub struct Address {
     scheme: Scheme,
     authority: Authority,
 }
+
+// === impl Address ===
 
 impl Address {
     /// `http://{authority}`.
@@ -267,6 +271,8 @@ struct Parts {
     labels: Labels,
 }
 
+// === impl Instance ===
+
 impl Instance {
     /// An instance.
     pub fn new(id: InstanceId, address: Address, labels: Labels) -> Self {
@@ -363,6 +369,8 @@ pub struct Record {
     pub labels: Labels,
 }
 
+// === impl Record ===
+
 impl Record {
     /// The record of an instance at `address` with `labels`.
     pub fn new(address: Address, labels: Labels) -> Self {
@@ -405,6 +413,8 @@ pub(crate) fn lenient_labels<'de, D: Deserializer<'de>>(
 }
 
 struct LabelValue(String);
+
+// === impl LabelValue ===
 
 impl<'de> Deserialize<'de> for LabelValue {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {

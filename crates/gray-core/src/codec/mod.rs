@@ -152,6 +152,8 @@ pub enum Reason {
     DuplicatedMember,
 }
 
+// === impl Rejection ===
+
 impl Rejection {
     pub(crate) fn new(header: &HeaderName, reason: Reason) -> Self {
         Rejection {
@@ -170,6 +172,8 @@ impl Rejection {
         &self.reason
     }
 }
+
+// === impl Reason ===
 
 impl fmt::Display for Reason {
     #[allow(deprecated)] // Displays the variants kept for compatibility as well.
@@ -213,6 +217,8 @@ struct OneHeader {
     max_len: usize,
 }
 
+// === impl OneHeader ===
+
 impl OneHeader {
     fn new(name: HeaderName, max_len: usize) -> Self {
         OneHeader { name, max_len }
@@ -242,6 +248,8 @@ impl OneHeader {
 /// The member keys of the `baggage` carriers among some carriers: members no carrier
 /// inherits, since they state the stain.
 pub(crate) struct StainKeys<'a>(&'a [Carrier]);
+
+// === impl StainKeys ===
 
 impl<'a> StainKeys<'a> {
     /// No stain key at all.
@@ -278,6 +286,8 @@ pub enum Carrier {
     /// A member of the W3C `baggage` header.
     Baggage(BaggageMember),
 }
+
+// === impl Carrier ===
 
 impl From<PlainHeader> for Carrier {
     fn from(c: PlainHeader) -> Self {
@@ -374,6 +384,8 @@ pub struct Carriers {
 pub const X_GRAY_LANE: HeaderName = HeaderName::from_static("x-gray-lane");
 /// Seed 002's route header, `x-gray-info`.
 pub const X_GRAY_INFO: HeaderName = HeaderName::from_static("x-gray-info");
+
+// === impl Carriers ===
 
 impl Default for Carriers {
     fn default() -> Self {

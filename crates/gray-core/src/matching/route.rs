@@ -199,6 +199,8 @@ pub struct Class {
     versions: Vec<Version>,
 }
 
+// === impl Class ===
+
 impl Class {
     /// A class with this lane and these versions.
     pub fn new(lane: Option<Lane>, versions: impl IntoIterator<Item = Version>) -> Self {
@@ -231,6 +233,8 @@ pub struct Key<'a> {
     pin: Option<&'a Version>,
     own_lane: bool,
 }
+
+// === impl Key ===
 
 impl<'a> Key<'a> {
     /// The request's lane, `None` for baseline.
@@ -267,6 +271,8 @@ pub enum Subset<'a> {
     /// Every instance.
     All,
 }
+
+// === impl Subset ===
 
 impl Subset<'_> {
     /// The owned form, for reports and errors.
@@ -309,6 +315,8 @@ pub enum OwnedSubset {
     All,
 }
 
+// === impl OwnedSubset ===
+
 impl OwnedSubset {
     /// The borrowed form.
     #[doc(hidden)] // Used by gray-balance; not part of the stable API.
@@ -336,6 +344,8 @@ pub struct Chain<'a> {
     subsets: [Option<Subset<'a>>; 4],
     len: usize,
 }
+
+// === impl Chain ===
 
 impl<'a> Chain<'a> {
     fn push(&mut self, subset: Subset<'a>) {

@@ -69,6 +69,8 @@ fn starts_with(a: &[u8], prefix: &[u8], ignore_case: bool) -> bool {
     a.len() >= prefix.len() && eq(&a[..prefix.len()], prefix, ignore_case)
 }
 
+// === impl ValueMatch ===
+
 impl ValueMatch {
     /// Matches raw values (headers, cookies). `Present` is handled by the caller.
     fn raw(&self, value: &[u8]) -> bool {
@@ -104,6 +106,8 @@ impl ValueMatch {
     }
 }
 
+// === impl Condition ===
+
 impl Condition {
     pub(crate) fn eval(&self, req: &RequestView<'_>, dice: &mut Option<Dice>) -> bool {
         match self {
@@ -136,6 +140,8 @@ impl Condition {
         }
     }
 }
+
+// === impl Key ===
 
 impl Key {
     /// The user's bucket, or `None` when the key is missing (the user is not in).

@@ -41,6 +41,8 @@ pub enum Problem {
     FormatDisabled(&'static str),
 }
 
+// === impl RulesError ===
+
 impl RulesError {
     /// A document that did not deserialize: its field path is made relative to its rule,
     /// whose name is read from the document.
@@ -178,6 +180,8 @@ pub(crate) struct At<'a> {
     pub(crate) source_name: &'a Arc<str>,
     pub(crate) rule: Option<(usize, Option<&'a str>)>,
 }
+
+// === impl At ===
 
 impl At<'_> {
     pub(crate) fn expected(

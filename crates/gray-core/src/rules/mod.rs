@@ -47,6 +47,8 @@ pub struct RuleSet {
     names: Names,
 }
 
+// === impl RuleSet ===
+
 impl Default for RuleSet {
     /// An enabled rule set without rules: nothing matches.
     fn default() -> Self {
@@ -91,6 +93,8 @@ enum VersionSource {
     Header(HeaderName),
 }
 
+// === impl Rule ===
+
 impl Rule {
     /// The rule's 0-based position in the set.
     pub fn index(&self) -> usize {
@@ -134,6 +138,8 @@ impl Rule {
     }
 }
 
+// === impl VersionFrom ===
+
 impl VersionFrom {
     fn stain(&self, req: &RequestView<'_>) -> Option<Stain> {
         let decoded;
@@ -166,6 +172,8 @@ pub struct Decision<'a> {
     rule: &'a Rule,
     stain: Stain,
 }
+
+// === impl Decision ===
 
 impl<'a> Decision<'a> {
     /// The rule that fired.

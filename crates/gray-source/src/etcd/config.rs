@@ -74,6 +74,8 @@ pub struct EtcdConfig {
     tls: Option<EtcdTls>,
 }
 
+// === impl EtcdConfig ===
+
 impl fmt::Debug for EtcdConfig {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("EtcdConfig")
