@@ -51,6 +51,7 @@
 #![forbid(unsafe_code)]
 
 pub mod backoff;
+mod baggage;
 pub mod carriers_config;
 pub mod codec;
 pub mod config;

@@ -26,7 +26,7 @@ use std::{collections::BTreeMap, fmt, sync::Arc};
 use http::HeaderValue;
 
 use crate::{
-    codec::InheritedBaggage,
+    baggage::InheritedBaggage,
     name::{Lane, Version},
 };
 

@@ -1,9 +1,9 @@
-//! The W3C `baggage` carrier: [`BaggageMember`] (reading, in this file), the members it
-//! carries onward ([`InheritedBaggage`], `inherited.rs`), the one-pass member scanner
-//! (`scan.rs`) and the rewrite of an outbound `baggage` header (`write.rs`).
+//! The W3C `baggage` carrier: [`BaggageMember`] (reading, in this file), the members of a
+//! request's `baggage` lines and a capped list (`list.rs`), and the rewrite of an outbound
+//! `baggage` header (`write.rs`). The member grammar and [`InheritedBaggage`] sit below,
+//! in `crate::baggage`, since the stain holds the members.
 
-mod inherited;
-mod scan;
+mod list;
 #[cfg(test)]
 mod tests;
 mod write;
@@ -13,10 +13,11 @@ use std::{collections::HashMap, fmt, sync::Arc};
 use arc_swap::ArcSwap;
 use http::{HeaderMap, HeaderName, HeaderValue};
 
-pub use self::inherited::InheritedBaggage;
-use self::scan::{Builder, is_token_byte, malformed, members, percent_decode, scan_all, total_len};
+use self::list::{Builder, members, scan_all, total_len};
 pub(super) use self::write::Own;
 use super::{Decoded, Reason, Rejection, StainKeys};
+pub use crate::baggage::InheritedBaggage;
+use crate::baggage::grammar::{is_token_byte, malformed, percent_decode};
 use crate::{
     name::{Lane, MAX_NAME_LEN, Names},
     stain::Stain,

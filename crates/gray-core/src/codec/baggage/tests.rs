@@ -1,10 +1,10 @@
 //! Tests of the `baggage` carrier.
 
-use super::{
-    scan::{Scan, is_token_byte, is_value_byte, trim_ows},
-    *,
+use super::*;
+use crate::{
+    Carriers,
+    baggage::grammar::{Scan, is_token_byte, is_value_byte, trim_ows},
 };
-use crate::Carriers;
 
 fn carriers() -> Carriers {
     Carriers::new().with(BaggageMember::default())

@@ -8,9 +8,13 @@ use http::{HeaderMap, HeaderValue};
 
 use super::{
     BAGGAGE, BaggageMember, ENCODED_CAP, InheritedBaggage,
-    scan::{Builder, key_of, malformed, scan_all, total_len},
+    list::{Builder, scan_all, total_len},
 };
-use crate::{codec::StainKeys, name::Lane};
+use crate::{
+    baggage::grammar::{key_of, malformed},
+    codec::StainKeys,
+    name::Lane,
+};
 
 /// What a rewrite does with the stain's own member.
 #[derive(Clone, Copy)]

@@ -1,8 +1,5 @@
-//! The `baggage` member grammar, scanned in one pass, and the builder of a capped list.
+//! The W3C baggage grammar (a member: `key=value;properties`), scanned in one pass.
 
-use http::{HeaderMap, HeaderValue};
-
-use super::BAGGAGE;
 use crate::name::MAX_NAME_LEN;
 
 /// What a byte may be in a `baggage` member, one table lookup per byte.
@@ -52,24 +49,24 @@ static CLASS: [u8; 256] = {
     class
 };
 
-pub(super) fn is_token_byte(b: u8) -> bool {
+pub(crate) fn is_token_byte(b: u8) -> bool {
     CLASS[usize::from(b)] & TOKEN != 0
 }
 
-pub(super) fn is_value_byte(b: u8) -> bool {
+pub(crate) fn is_value_byte(b: u8) -> bool {
     CLASS[usize::from(b)] & VALUE != 0
 }
 
 /// What the properties after a value may hold: value bytes, `;` and whitespace.
-pub(super) fn is_property_byte(b: u8) -> bool {
+pub(crate) fn is_property_byte(b: u8) -> bool {
     CLASS[usize::from(b)] & PROPERTY != 0
 }
 
-pub(super) fn is_ows(b: u8) -> bool {
+pub(crate) fn is_ows(b: u8) -> bool {
     CLASS[usize::from(b)] & OWS != 0
 }
 
-pub(super) fn trim_ows(s: &[u8]) -> &[u8] {
+pub(crate) fn trim_ows(s: &[u8]) -> &[u8] {
     let start = s
         .iter()
         .position(|b| !matches!(b, b' ' | b'\t'))
@@ -82,14 +79,14 @@ pub(super) fn trim_ows(s: &[u8]) -> &[u8] {
 }
 
 /// One well-formed member: its trimmed text, key and value.
-pub(super) struct Member<'a> {
-    pub(super) text: &'a [u8],
-    pub(super) key: &'a [u8],
-    pub(super) value: &'a [u8],
+pub(crate) struct Member<'a> {
+    pub(crate) text: &'a [u8],
+    pub(crate) key: &'a [u8],
+    pub(crate) value: &'a [u8],
 }
 
 /// The key of a member already known to be well-formed (an inherited one).
-pub(super) fn key_of(text: &[u8]) -> &[u8] {
+pub(crate) fn key_of(text: &[u8]) -> &[u8] {
     let eq = text.iter().position(|&b| b == b'=').unwrap_or(text.len());
     trim_ows(&text[..eq])
 }
@@ -100,13 +97,13 @@ pub(super) fn key_of(text: &[u8]) -> &[u8] {
 /// A member is a key (a token), optional whitespace, `=`, optional whitespace, a value
 /// (baggage octets), optional whitespace, then properties (`;`-separated, each a token or
 /// `token=value`) that hold no byte which could not be propagated as it is.
-pub(super) struct Scan<'a> {
+pub(crate) struct Scan<'a> {
     line: &'a [u8],
     pos: usize,
 }
 
 impl<'a> Scan<'a> {
-    pub(super) fn new(line: &'a [u8]) -> Self {
+    pub(crate) fn new(line: &'a [u8]) -> Self {
         Scan { line, pos: 0 }
     }
 
@@ -183,25 +180,8 @@ impl<'a> Iterator for Scan<'a> {
     }
 }
 
-/// The members of every `baggage` line, in order (malformed ones as `Err`).
-pub(super) fn scan_all(headers: &HeaderMap) -> impl Iterator<Item = Result<Member<'_>, &[u8]>> {
-    headers
-        .get_all(&BAGGAGE)
-        .iter()
-        .flat_map(|v| Scan::new(v.as_bytes()))
-}
-
-/// The well-formed members of every `baggage` line, in order.
-pub(super) fn members(headers: &HeaderMap) -> impl Iterator<Item = Member<'_>> {
-    scan_all(headers).filter_map(Result::ok)
-}
-
-pub(super) fn total_len(headers: &HeaderMap) -> usize {
-    headers.get_all(&BAGGAGE).iter().map(HeaderValue::len).sum()
-}
-
 /// The debug event for a member dropped because it is malformed.
-pub(super) fn malformed(raw: &[u8]) {
+pub(crate) fn malformed(raw: &[u8]) {
     let raw = trim_ows(raw);
     if !raw.is_empty() {
         tracing::debug!(
@@ -213,7 +193,7 @@ pub(super) fn malformed(raw: &[u8]) {
 }
 
 /// Percent-decodes `value` into `buf`; `None` when it is malformed or does not fit.
-pub(super) fn percent_decode<'b>(
+pub(crate) fn percent_decode<'b>(
     value: &[u8],
     buf: &'b mut [u8; MAX_NAME_LEN],
 ) -> Option<&'b [u8]> {
@@ -233,71 +213,4 @@ pub(super) fn percent_decode<'b>(
         out += 1;
     }
     Some(&buf[..out])
-}
-
-/// A `baggage` value under construction, within the member and byte caps.
-pub(super) struct Builder {
-    pub(super) out: Vec<u8>,
-    pub(super) kept: usize,
-    pub(super) max_members: usize,
-    pub(super) max_bytes: usize,
-    /// Bytes kept free for the stain's own member (`,key=lane`).
-    pub(super) reserved: usize,
-    pub(super) dropped: usize,
-    /// The capacity to allocate at the first member (one allocation, none without members).
-    pub(super) hint: usize,
-}
-
-impl Builder {
-    /// An empty list that keeps at most `max_members` members and `max_bytes` bytes, of
-    /// which `reserved` stay free.
-    pub(super) fn new(max_members: usize, max_bytes: usize, reserved: usize) -> Self {
-        Builder {
-            out: Vec::new(),
-            kept: 0,
-            max_members,
-            max_bytes,
-            reserved,
-            dropped: 0,
-            hint: 0,
-        }
-    }
-
-    /// Allocates `hint` bytes at the first member (one allocation, none without members).
-    pub(super) fn with_hint(mut self, hint: usize) -> Self {
-        self.hint = hint;
-        self
-    }
-
-    pub(super) fn push(&mut self, text: &[u8]) {
-        let sep = usize::from(!self.out.is_empty());
-        // Whole members only, within both caps; once one is dropped, every later one is.
-        if self.dropped > 0
-            || self.kept == self.max_members
-            || self.out.len() + sep + text.len() + self.reserved > self.max_bytes
-        {
-            self.dropped += 1;
-            return;
-        }
-        if self.out.capacity() == 0 {
-            self.out.reserve(self.hint.max(text.len()));
-        }
-        if sep == 1 {
-            self.out.push(b',');
-        }
-        self.out.extend_from_slice(text);
-        self.kept += 1;
-    }
-
-    pub(super) fn report_dropped(&self) {
-        if self.dropped > 0 {
-            tracing::debug!(
-                target: "gray::codec",
-                dropped = self.dropped,
-                max_members = self.max_members,
-                max_bytes = self.max_bytes,
-                "baggage members beyond the caps dropped",
-            );
-        }
-    }
 }

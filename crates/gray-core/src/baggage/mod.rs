@@ -1,11 +1,18 @@
-//! [`InheritedBaggage`]: the members a stain carries onward.
+//! W3C baggage as gray's model holds it: the grammar of a member (`grammar`), and
+//! [`InheritedBaggage`], the members a stain carries onward.
+//!
+//! It sits below both the stain ([`crate::stain`]) and the codecs ([`crate::codec`]): the
+//! stain holds an `InheritedBaggage`, the `baggage` codec reads and writes it.
+
+pub(crate) mod grammar;
 
 use std::{fmt, sync::Arc};
 
-use super::scan::{Scan, malformed};
+use self::grammar::{Scan, malformed};
 
 /// The inbound `baggage` members a request carries besides the stain's own, kept with its
-/// [`Stain`] and written onto every outbound call (see [`BaggageMember`]).
+/// [`Stain`](crate::Stain) and written onto every outbound call (see
+/// [`BaggageMember`](crate::codec::BaggageMember)).
 ///
 /// The members are kept as they arrived, in order: properties (`;ttl=5`) and
 /// percent-encoded values are not decoded. Cloning is an `Arc` increment. `Debug` shows the
@@ -45,7 +52,7 @@ impl InheritedBaggage {
     }
 
     /// Builds from a joined list of well-formed members (ASCII by construction).
-    pub(super) fn from_list(list: Vec<u8>) -> Option<Self> {
+    pub(crate) fn from_list(list: Vec<u8>) -> Option<Self> {
         let list = String::from_utf8(list).ok().filter(|s| !s.is_empty())?;
         Some(InheritedBaggage {
             members: list.into(),
