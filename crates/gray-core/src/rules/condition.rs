@@ -304,21 +304,21 @@ pub(crate) fn compile(
         let name = header_name(at, &format!("{f}.name"), &h.name)?;
         parts.push(Condition::Header(name, compile_value(at, &f, h)?));
     }
-    if let Some(k) = &c.cookie {
-        let f = format!("{field}.cookie");
-        non_empty(at, &format!("{f}.name"), &k.name, "a cookie name")?;
-        parts.push(Condition::Cookie(
-            k.name.as_str().into(),
-            compile_value(at, &f, k)?,
-        ));
-    }
-    if let Some(q) = &c.query {
-        let f = format!("{field}.query");
-        non_empty(at, &format!("{f}.name"), &q.name, "a query parameter name")?;
-        parts.push(Condition::Query(
-            q.name.as_str().into(),
-            compile_value(at, &f, q)?,
-        ));
+    type Named = fn(Box<str>, ValueMatch) -> Condition;
+    let named: [(&str, &Option<FieldMatchConfig>, &'static str, Named); 2] = [
+        ("cookie", &c.cookie, "a cookie name", Condition::Cookie),
+        (
+            "query",
+            &c.query,
+            "a query parameter name",
+            Condition::Query,
+        ),
+    ];
+    for (key, config, what, condition) in named {
+        let Some(m) = config else { continue };
+        let f = format!("{field}.{key}");
+        non_empty(at, &format!("{f}.name"), &m.name, what)?;
+        parts.push(condition(m.name.as_str().into(), compile_value(at, &f, m)?));
     }
     if let Some(p) = &c.path {
         parts.push(Condition::Path(compile_path(

@@ -26,14 +26,14 @@ pub(super) fn total_len(headers: &HeaderMap) -> usize {
 /// A `baggage` value under construction, within the member and byte caps.
 pub(super) struct Builder {
     pub(super) out: Vec<u8>,
-    pub(super) kept: usize,
-    pub(super) max_members: usize,
-    pub(super) max_bytes: usize,
+    kept: usize,
+    max_members: usize,
+    max_bytes: usize,
     /// Bytes kept free for the stain's own member (`,key=lane`).
-    pub(super) reserved: usize,
-    pub(super) dropped: usize,
+    reserved: usize,
+    dropped: usize,
     /// The capacity to allocate at the first member (one allocation, none without members).
-    pub(super) hint: usize,
+    hint: usize,
 }
 
 impl Builder {
