@@ -2,7 +2,7 @@
 //! lines never panics; after a strip the stain is gone, after an inject it reads back.
 #![no_main]
 
-use gray_core::{Carriers, codec::BaggageMember};
+use gray_core::{Carriers, Stain, codec::BaggageMember};
 use http::{HeaderMap, HeaderValue};
 use libfuzzer_sys::fuzz_target;
 
@@ -15,10 +15,35 @@ fuzz_target!(|data: &[u8]| {
             headers.append("baggage", v);
         }
     }
-    let ctx = carriers.extract(&headers).unwrap_or_default();
+    // `extract_or`: a request whose other members travel without a stain member keeps them.
+    let stain = carriers.extract_or(&headers, &Stain::baseline());
     let mut out = headers.clone();
     carriers.strip(&mut out);
     assert!(!carriers.is_present(&out));
-    carriers.inject(&ctx, &mut out);
-    assert_eq!(carriers.extract(&out).unwrap_or_default(), ctx);
+    carriers.inject(&stain, &mut out);
+    let back = carriers.extract_or(&out, &Stain::baseline());
+    assert_eq!(
+        back.clone().with_baggage(None),
+        stain.clone().with_baggage(None)
+    );
+    // The other members read back in order; at the member cap, the stain's own member takes
+    // the place of the last one (members are dropped whole, from the end, never ours).
+    let members = |s: &Stain| -> Vec<String> {
+        s.baggage()
+            .into_iter()
+            .flat_map(|b| b.iter())
+            .map(str::to_owned)
+            .collect()
+    };
+    let (sent, read) = (members(&stain), members(&back));
+    assert!(
+        sent.starts_with(&read),
+        "{read:?} is not a prefix of {sent:?}"
+    );
+    assert!(
+        sent.len() - read.len() <= 1,
+        "{} of {} members lost",
+        sent.len() - read.len(),
+        sent.len()
+    );
 });

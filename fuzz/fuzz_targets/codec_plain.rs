@@ -1,5 +1,5 @@
 //! Plain header carriers (flag, lane, version): decoding arbitrary values never panics,
-//! and re-encoding what was decoded decodes to the same context.
+//! and re-encoding what was decoded decodes to the same stain.
 #![no_main]
 
 use gray_core::{Carriers, Lane, codec::PlainHeader};

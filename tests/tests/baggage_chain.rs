@@ -238,13 +238,18 @@ async fn stale_duplicated_malformed_and_conflicting_stains_never_misroute() {
     const ROUNDS: usize = 25;
     let chain = Arc::new(Chain::start().await);
     // (case, what the client sends, A's decision)
-    let cases: [(&str, Headers<'_>, &str); 6] = [
+    let cases: [(&str, Headers<'_>, &str); 7] = [
         (
             "duplicated member",
             &[
                 ("x-gray-lane", "gray"),
                 ("baggage", "userId=42,gray.lane=gray,gray.lane=gray"),
             ],
+            "gray",
+        ),
+        (
+            "duplicated member alone, read as its first one",
+            &[("baggage", "userId=42,gray.lane=gray,gray.lane=blue")],
             "gray",
         ),
         (
@@ -272,10 +277,10 @@ async fn stale_duplicated_malformed_and_conflicting_stains_never_misroute() {
             "gray",
         ),
         (
-            "forged lane header, baseline decision",
+            "forged lane header and a malformed first member, baseline decision",
             &[
                 ("x-gray-lane", "not a lane"),
-                ("baggage", "userId=42,gray.lane=gray,gray.lane=gray"),
+                ("baggage", "userId=42,gray.lane=%%,gray.lane=gray"),
             ],
             "",
         ),
@@ -321,7 +326,7 @@ async fn stale_duplicated_malformed_and_conflicting_stains_never_misroute() {
             misroutes.push(format!("{case}, copy {copy}: {seen:?}"));
         }
     }
-    assert_eq!(requests, 6 * 2 * ROUNDS);
+    assert_eq!(requests, 7 * 2 * ROUNDS);
     assert!(
         misroutes.is_empty(),
         "{} misroutes, first: {:?}",

@@ -308,10 +308,10 @@ async fn malformed_stains_get_a_normal_response_and_count_as_unstained() {
             client.get(&url).header("x-gray-info", r#"{"all":["v2"]}"#),
         ),
         (
-            "duplicated baggage member",
+            "duplicated baggage member, the first one malformed",
             client
                 .get(&url)
-                .header("baggage", "gray.lane=a,gray.lane=b"),
+                .header("baggage", "gray.lane=%zz,gray.lane=b"),
         ),
         (
             "bad percent-encoding in baggage",
@@ -332,4 +332,10 @@ async fn malformed_stains_get_a_normal_response_and_count_as_unstained() {
         .header("x-gray-lane", "blue");
     let seen = get_seen(&client, duplicated).await;
     assert_eq!(seen.lane.as_deref(), Some("gray"), "duplicated lane");
+    // The same rule for the stain's `baggage` member: the first one decides.
+    let duplicated = client
+        .get(&url)
+        .header("baggage", "gray.lane=a,gray.lane=b");
+    let seen = get_seen(&client, duplicated).await;
+    assert_eq!(seen.lane.as_deref(), Some("a"), "duplicated baggage member");
 }

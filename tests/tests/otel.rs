@@ -247,11 +247,12 @@ async fn behind_extract_stain_the_lane_is_in_the_otel_baggage() {
             "gray",
             "gray.lane=gray,userId=42",
         ),
-        // A duplicated member is no stain: baseline, and the stale member is removed.
+        // A duplicated member is read as its first one, as a duplicated header is: gray's
+        // reading is what OpenTelemetry sees, whichever copy its own propagator kept.
         (
-            &[("baggage", "userId=42,gray.lane=gray,gray.lane=gray")],
-            "",
-            "userId=42",
+            &[("baggage", "userId=42,gray.lane=gray,gray.lane=blue")],
+            "gray",
+            "gray.lane=gray,userId=42",
         ),
     ];
     for (headers, lane, injected) in cases {

@@ -47,6 +47,8 @@ pub(crate) struct Closing {
 #[derive(Debug)]
 pub(crate) struct Close(Arc<Closing>);
 
+// === impl Close ===
+
 impl Drop for Close {
     fn drop(&mut self) {
         self.0.closed.store(true, Ordering::Release);
@@ -83,6 +85,8 @@ pub struct Driver<D: Discover> {
 }
 
 // The driver is never pinned in place: the stream it polls is boxed.
+// === impl Driver ===
+
 impl<D: Discover> Unpin for Driver<D> {}
 
 impl<D: Discover> fmt::Debug for Driver<D> {

@@ -56,6 +56,8 @@ pub(crate) enum Completion {
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Clock(Instant);
 
+// === impl Clock ===
+
 impl Clock {
     pub(crate) fn new() -> Self {
         Clock(Instant::now())
@@ -81,6 +83,8 @@ pub(crate) struct Feedback {
     consecutive: u32,
     pub(crate) classify: Classifier,
 }
+
+// === impl Feedback ===
 
 impl Feedback {
     /// `decay_ns`: Peak-EWMA's decay, when round trips are measured.
@@ -111,6 +115,8 @@ impl Feedback {
 pub(crate) trait Metered: Send + Sync {
     fn meter(&self) -> &Meter;
 }
+
+// === impl Meter ===
 
 impl Metered for Meter {
     fn meter(&self) -> &Meter {
@@ -277,6 +283,8 @@ pub(crate) struct Ticket<O: ?Sized + Metered = dyn Metered> {
     probe: bool,
     open: bool,
 }
+
+// === impl Ticket ===
 
 impl<O: ?Sized + Metered> std::fmt::Debug for Ticket<O> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

@@ -178,6 +178,21 @@ impl<K, S> Choice<'_, '_, K, S> {
     }
 }
 
+/// A debug event (target `gray::balance`) about routing a request: the service and the
+/// request's key (lane, pin, own lane), then the fields and message given.
+macro_rules! route_event {
+    ($router:expr, $key:expr, $($fields:tt)+) => {
+        tracing::debug!(
+            target: "gray::balance",
+            service = %$router.service,
+            lane = $key.lane().map(|l| l.as_str()),
+            pin = $key.pin().map(|v| v.as_str()),
+            own_lane = $key.is_own_lane(),
+            $($fields)+
+        )
+    };
+}
+
 impl Router {
     /// Walks the policy's chain for `key` over `snapshot` and picks an endpoint of the
     /// subset it ends at.
@@ -194,12 +209,9 @@ impl Router {
         let route = match walked {
             Ok(route) => route,
             Err(miss) => {
-                tracing::debug!(
-                    target: "gray::balance",
-                    service = %self.service,
-                    lane = key.lane().map(|l| l.as_str()),
-                    pin = key.pin().map(|v| v.as_str()),
-                    own_lane = key.is_own_lane(),
+                route_event!(
+                    self,
+                    key,
                     policy = self.policy.name(),
                     fallback_policy = %self.policy.fallback(),
                     reason = ?miss,
@@ -233,12 +245,9 @@ impl Router {
             };
             return Err(self.policy.unroutable(&self.service, key, &miss));
         };
-        tracing::debug!(
-            target: "gray::balance",
-            service = %self.service,
-            lane = key.lane().map(|l| l.as_str()),
-            pin = key.pin().map(|v| v.as_str()),
-            own_lane = key.is_own_lane(),
+        route_event!(
+            self,
+            key,
             subset = %route.subset,
             subset_size = route.counts.present,
             ready = route.counts.ready,

@@ -276,15 +276,11 @@ impl<K, S> Balance<K, S> {
     {
         let inner = &*self.inner;
         let snapshot = inner.snapshot.load();
-        let local;
-        let stain = match stain {
-            Some(stain) => Some(stain),
-            None => {
-                local = gray_core::task::current();
-                local.as_ref()
-            }
-        };
-        let key = inner.router.policy.key(&inner.router.service, stain);
+        let stain = gray_core::task::or_current(stain);
+        let key = inner
+            .router
+            .policy
+            .key(&inner.router.service, stain.as_deref());
         let choice = inner.router.choose(&snapshot, &key)?;
         Ok(Picked::new(&choice))
     }
@@ -320,15 +316,11 @@ where
         let inner = &*self.inner;
         let snapshot = inner.snapshot.load();
         let chosen = {
-            let local;
-            let stain = match req.gray_stain() {
-                Some(stain) => Some(stain),
-                None => {
-                    local = gray_core::task::current();
-                    local.as_ref()
-                }
-            };
-            let key = inner.router.policy.key(&inner.router.service, stain);
+            let stain = gray_core::task::or_current(req.gray_stain());
+            let key = inner
+                .router
+                .policy
+                .key(&inner.router.service, stain.as_deref());
             inner.router.choose(&snapshot, &key).map(|c| {
                 let service = c.slot.entry.service.clone();
                 (service, c.ticket(), c.routed(inner.router.record))

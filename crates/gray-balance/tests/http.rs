@@ -140,7 +140,7 @@ async fn routes_real_http_by_lane_and_ejects_a_dead_gray_instance() {
     );
     assert_eq!(decision.candidates().unwrap().len(), 1);
 
-    // No context at all and no own lane: baseline.
+    // No stain at all and no own lane: baseline.
     let name = send(&mut balance, None).await.unwrap();
     assert!(name.starts_with("base-"), "{name}");
 }

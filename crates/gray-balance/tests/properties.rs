@@ -104,7 +104,7 @@ fn policy() -> impl Strategy<Value = Policy> {
     })
 }
 
-/// A context: `None` (no context at all), or a lane (or none) and a pin (or none).
+/// A stain: `None` (no stain at all), or a lane (or none) and a pin (or none).
 fn context() -> impl Strategy<Value = Option<(Option<usize>, Option<usize>)>> {
     prop::option::weighted(
         0.9,

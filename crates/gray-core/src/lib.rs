@@ -51,11 +51,10 @@
 #![forbid(unsafe_code)]
 
 pub mod backoff;
+mod baggage;
 pub mod carriers_config;
 pub mod codec;
 pub mod config;
-#[doc(hidden)] // Kept for code that names `gray_core::format::Format`; use `config::Format`.
-pub mod format;
 pub mod labels;
 pub mod matching;
 pub mod name;

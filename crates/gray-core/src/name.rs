@@ -48,6 +48,8 @@ pub struct InvalidName {
     reason: &'static str,
 }
 
+// === impl InvalidName ===
+
 impl fmt::Display for InvalidName {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "invalid {} name: {}", self.kind, self.reason)
@@ -97,6 +99,8 @@ enum Case {
     /// Kept as given (versions).
     Sensitive,
 }
+
+// === impl Token ===
 
 impl Token {
     fn new(kind: &'static str, case: Case, bytes: &[u8]) -> Result<Self, InvalidName> {
@@ -286,6 +290,8 @@ struct Learned {
     versions: ArcSwap<HashMap<Box<str>, Version>>,
 }
 
+// === impl Learned ===
+
 impl Learned {
     fn new(cap: usize) -> Self {
         Learned {
@@ -326,6 +332,8 @@ fn intern<T: Clone>(
     }
     Ok(built)
 }
+
+// === impl Names ===
 
 impl Default for Names {
     fn default() -> Self {

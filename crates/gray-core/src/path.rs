@@ -71,6 +71,8 @@ pub enum PathErrorKind {
     Unparsable,
 }
 
+// === impl PathErrorKind ===
+
 impl PathErrorKind {
     /// A short, stable name (`encoded_slash`, `above_root`, …), for logs and JSON bodies.
     pub fn as_str(self) -> &'static str {
@@ -110,6 +112,8 @@ pub struct PathError {
     kind: PathErrorKind,
     offset: usize,
 }
+
+// === impl PathError ===
 
 impl PathError {
     fn new(kind: PathErrorKind, offset: usize) -> Self {

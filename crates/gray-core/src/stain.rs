@@ -1,4 +1,4 @@
-//! The gray context a request carries: an optional lane plus optional version pins, and
+//! The gray stain a request carries: an optional lane plus optional version pins, and
 //! the inbound `baggage` members it carries onward.
 //!
 //! No lane means *baseline*. Version pins follow seed 002's route header: `all` pins one
@@ -26,7 +26,7 @@ use std::{collections::BTreeMap, fmt, sync::Arc};
 use http::HeaderValue;
 
 use crate::{
-    codec::InheritedBaggage,
+    baggage::InheritedBaggage,
     name::{Lane, Version},
 };
 
@@ -42,7 +42,7 @@ pub struct Stain {
 }
 
 impl Stain {
-    /// An unstained context: baseline traffic.
+    /// An unstained request: baseline traffic.
     pub const fn baseline() -> Self {
         Stain {
             lane: None,
@@ -51,7 +51,7 @@ impl Stain {
         }
     }
 
-    /// A context in `lane`, without version pins.
+    /// A stain in `lane`, without version pins.
     pub fn in_lane(lane: Lane) -> Self {
         Stain {
             lane: Some(lane),
@@ -60,36 +60,36 @@ impl Stain {
         }
     }
 
-    /// A context with only version pins.
+    /// A stain with only version pins.
     pub fn pinned(pins: Pins) -> Self {
         Stain::baseline().with_pins(pins)
     }
 
-    /// This context with its lane replaced.
+    /// This stain with its lane replaced.
     pub fn with_lane(mut self, lane: Option<Lane>) -> Self {
         self.lane = lane;
         self
     }
 
-    /// This context with its version pins replaced. Empty pins are dropped.
+    /// This stain with its version pins replaced. Empty pins are dropped.
     pub fn with_pins(mut self, pins: Pins) -> Self {
         self.pins = (!pins.is_empty()).then(|| Arc::new(pins));
         self
     }
 
-    /// This context with shared version pins replaced.
+    /// This stain with shared version pins replaced.
     pub fn with_shared_pins(mut self, pins: Option<Arc<Pins>>) -> Self {
         self.pins = pins.filter(|p| !p.is_empty());
         self
     }
 
-    /// This context with its inherited `baggage` members replaced.
+    /// This stain with its inherited `baggage` members replaced.
     pub fn with_baggage(mut self, baggage: Option<InheritedBaggage>) -> Self {
         self.baggage = baggage;
         self
     }
 
-    /// The inbound `baggage` members (other than the stain's own) this context carries
+    /// The inbound `baggage` members (other than the stain's own) this stain carries
     /// onward; `None` when the request had none or no `baggage` carrier is configured.
     pub fn baggage(&self) -> Option<&InheritedBaggage> {
         self.baggage.as_ref()
@@ -110,7 +110,7 @@ impl Stain {
         self.pins.as_ref()
     }
 
-    /// `true` when the context carries neither a lane nor a version pin (inherited
+    /// `true` when the stain carries neither a lane nor a version pin (inherited
     /// `baggage` members do not count).
     pub fn is_baseline(&self) -> bool {
         self.lane.is_none() && self.pins.is_none()

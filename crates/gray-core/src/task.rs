@@ -26,7 +26,7 @@
 //! # async fn main() {
 //! let ctx = Stain::in_lane(Lane::new("gray").unwrap());
 //! async {
-//!     // A bare tokio::spawn loses the context...
+//!     // A bare tokio::spawn loses the stain...
 //!     let lost = tokio::spawn(async { task::current() }).await.unwrap();
 //!     assert_eq!(lost, None);
 //!     // ...the carriers keep it.
@@ -41,6 +41,7 @@
 //! ```
 
 use std::{
+    borrow::Cow,
     future::Future,
     pin::Pin,
     task::{Context, Poll},
@@ -54,25 +55,47 @@ tokio::task_local! {
     static CURRENT: Stain;
 }
 
-/// The context of the current task, if one was set.
+/// The stain of the current task, if one was set.
 ///
-/// Cloning a context costs at most two `Arc` increments.
+/// Cloning a stain costs at most two `Arc` increments.
 pub fn current() -> Option<Stain> {
     CURRENT.try_with(Stain::clone).ok()
 }
 
-/// Runs `fut` with `ctx` as the current context.
-pub fn scope<F: Future>(ctx: Stain, fut: F) -> TaskLocalFuture<Stain, F> {
-    CURRENT.scope(ctx, fut)
+/// `stain` when there is one (the request's own, from its extensions), else the stain of
+/// the current task: where every layer and balancer looks for the stain of a request.
+/// Borrows the request's stain; clones the task-local one (at most a few `Arc` increments).
+///
+/// ```
+/// use gray_core::{Lane, Stain, task};
+///
+/// let gray = Stain::in_lane(Lane::new("gray").unwrap());
+/// let blue = Stain::in_lane(Lane::new("blue").unwrap());
+/// task::sync_scope(blue.clone(), || {
+///     assert_eq!(task::or_current(Some(&gray)).as_deref(), Some(&gray));
+///     assert_eq!(task::or_current(None).as_deref(), Some(&blue));
+/// });
+/// assert_eq!(task::or_current(None), None);
+/// ```
+pub fn or_current(stain: Option<&Stain>) -> Option<Cow<'_, Stain>> {
+    match stain {
+        Some(stain) => Some(Cow::Borrowed(stain)),
+        None => current().map(Cow::Owned),
+    }
 }
 
-/// Runs the closure `f` with `ctx` as the current context (for synchronous code and
+/// Runs `fut` with `stain` as the current stain.
+pub fn scope<F: Future>(stain: Stain, fut: F) -> TaskLocalFuture<Stain, F> {
+    CURRENT.scope(stain, fut)
+}
+
+/// Runs the closure `f` with `stain` as the current stain (for synchronous code and
 /// plain threads).
-pub fn sync_scope<R>(ctx: Stain, f: impl FnOnce() -> R) -> R {
-    CURRENT.sync_scope(ctx, f)
+pub fn sync_scope<R>(stain: Stain, f: impl FnOnce() -> R) -> R {
+    CURRENT.sync_scope(stain, f)
 }
 
-/// `tokio::spawn`, carrying the current context into the new task.
+/// `tokio::spawn`, carrying the current stain into the new task.
 pub fn spawn<F>(fut: F) -> JoinHandle<F::Output>
 where
     F: Future + Send + 'static,
@@ -81,36 +104,36 @@ where
     tokio::spawn(fut.in_current_stain())
 }
 
-/// `tokio::task::spawn_blocking`, carrying the current context to the blocking thread.
+/// `tokio::task::spawn_blocking`, carrying the current stain to the blocking thread.
 pub fn spawn_blocking<F, R>(f: F) -> JoinHandle<R>
 where
     F: FnOnce() -> R + Send + 'static,
     R: Send + 'static,
 {
     match current() {
-        Some(ctx) => tokio::task::spawn_blocking(move || sync_scope(ctx, f)),
+        Some(stain) => tokio::task::spawn_blocking(move || sync_scope(stain, f)),
         None => tokio::task::spawn_blocking(f),
     }
 }
 
-/// Attaches a context to any future, so that it travels into `spawn`, `JoinSet`, a
+/// Attaches a stain to any future, so that it travels into `spawn`, `JoinSet`, a
 /// `select!` arm or a stream combinator.
 pub trait StainExt: Future + Sized {
-    /// Runs this future with `ctx` as its current context.
-    fn with_stain(self, ctx: Stain) -> WithContext<Self> {
-        WithContext {
+    /// Runs this future with `stain` as its current stain.
+    fn with_stain(self, stain: Stain) -> WithStain<Self> {
+        WithStain {
             inner: Inner::Scoped {
-                fut: CURRENT.scope(ctx, self),
+                fut: CURRENT.scope(stain, self),
             },
         }
     }
 
-    /// Runs this future with the context that is current *now*, when this is called
+    /// Runs this future with the stain that is current *now*, when this is called
     /// (or without one, if none is set).
-    fn in_current_stain(self) -> WithContext<Self> {
+    fn in_current_stain(self) -> WithStain<Self> {
         match current() {
-            Some(ctx) => self.with_stain(ctx),
-            None => WithContext {
+            Some(stain) => self.with_stain(stain),
+            None => WithStain {
                 inner: Inner::Bare { fut: self },
             },
         }
@@ -120,10 +143,10 @@ pub trait StainExt: Future + Sized {
 impl<F: Future> StainExt for F {}
 
 pin_project! {
-    /// A future that runs with a captured context; see [`StainExt`].
+    /// A future that runs with a captured stain; see [`StainExt`].
     #[derive(Debug)]
     #[must_use = "futures do nothing unless polled"]
-    pub struct WithContext<F: Future> {
+    pub struct WithStain<F: Future> {
         #[pin]
         inner: Inner<F>,
     }
@@ -138,7 +161,11 @@ pin_project! {
     }
 }
 
-impl<F: Future> Future for WithContext<F> {
+/// The former name of [`WithStain`].
+#[deprecated(since = "0.2.0", note = "renamed `WithStain`")]
+pub type WithContext<F> = WithStain<F>;
+
+impl<F: Future> Future for WithStain<F> {
     type Output = F::Output;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
@@ -160,7 +187,7 @@ mod tests {
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn carriers_keep_the_context_and_bare_spawn_does_not() {
+    async fn carriers_keep_the_stain_and_bare_spawn_does_not() {
         async {
             assert_eq!(current(), Some(gray()));
             assert_eq!(tokio::spawn(async { current() }).await.unwrap(), None);

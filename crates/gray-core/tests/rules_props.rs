@@ -110,7 +110,7 @@ proptest! {
         prop_assert_eq!(again, ctx);
     }
 
-    /// Valid contexts survive a round trip through every carrier.
+    /// Valid stains survive a round trip through every carrier.
     #[test]
     fn contexts_round_trip(
         lane in proptest::option::of("[a-z][a-z0-9.-]{0,20}"),

@@ -194,7 +194,7 @@ fn registry_changes(c: &mut Criterion) {
         };
         let (registry, tx) = rt.block_on(start(
             file(false),
-            Layout::document(gray_core::format::Format::Json),
+            Layout::document(gray_core::config::Format::Json),
         ));
         group.bench_with_input(BenchmarkId::new("file_edit", n), &n, |b, _| {
             b.iter_custom(|iters| {
@@ -230,7 +230,7 @@ fn registry_changes(c: &mut Criterion) {
             |file| {
                 rt.block_on(start(
                     file,
-                    Layout::document(gray_core::format::Format::Json),
+                    Layout::document(gray_core::config::Format::Json),
                 ))
             },
             BatchSize::LargeInput,

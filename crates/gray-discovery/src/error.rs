@@ -1,5 +1,6 @@
-//! The errors of this crate: [`Error`], and [`ParseError`] for an instance file that was
-//! rejected, which names the file, the line, the column and the field.
+//! The errors of this crate: [`Error`]; an instance file that was rejected is an
+//! [`Error::Parse`] holding gray-core's [`ConfigError`], which names the file (or etcd key),
+//! the line, the column and the field.
 //!
 //! ```
 //! use gray_discovery::{Error, InstanceId};
@@ -9,8 +10,9 @@
 //! assert_eq!(err.to_string(), "invalid instance id `orders/1`: it contains `/`");
 //! ```
 
-use std::{fmt, path::PathBuf};
+use std::fmt;
 
+pub use gray_core::config::ConfigError;
 use gray_source::SourceError;
 
 /// What went wrong in a registry, a registration or an endpoint.
@@ -30,8 +32,9 @@ pub enum Error {
     },
     /// The source could not be read (a file that is missing, etcd unreachable).
     Source(SourceError),
-    /// An instance file could not be parsed, or was empty.
-    Parse(ParseError),
+    /// An instance file could not be parsed, or was empty: gray-core's config loader says
+    /// where (file, line, column, field) and why.
+    Parse(ConfigError),
     /// A request to etcd failed.
     #[cfg(feature = "etcd")]
     Etcd {
@@ -89,66 +92,17 @@ impl std::error::Error for Error {
     }
 }
 
-impl From<ParseError> for Error {
-    fn from(e: ParseError) -> Self {
+impl From<ConfigError> for Error {
+    fn from(e: ConfigError) -> Self {
         Error::Parse(e)
     }
 }
 
-/// An instance file whose content was rejected: where, which field, and why.
-///
-/// Its `Display` reads `FILE:LINE:COLUMN: field `FIELD`: MESSAGE`, the way compilers
-/// report errors, so editors can jump to it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ParseError {
-    pub(crate) path: PathBuf,
-    pub(crate) line: Option<usize>,
-    pub(crate) column: Option<usize>,
-    pub(crate) field: Option<String>,
-    pub(crate) message: String,
-}
-
-impl ParseError {
-    /// The file.
-    pub fn path(&self) -> &std::path::Path {
-        &self.path
-    }
-
-    /// The line of the error, from 1, when the parser knows it.
-    pub fn line(&self) -> Option<usize> {
-        self.line
-    }
-
-    /// The column of the error, from 1, when the parser knows it.
-    pub fn column(&self) -> Option<usize> {
-        self.column
-    }
-
-    /// The path of the field in error, for example `services.orders[1].address`.
-    pub fn field(&self) -> Option<&str> {
-        self.field.as_deref()
-    }
-
-    /// What is wrong with it.
-    pub fn message(&self) -> &str {
-        &self.message
-    }
-}
-
-impl fmt::Display for ParseError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}", self.path.display())?;
-        if let Some(line) = self.line {
-            write!(f, ":{line}")?;
-            if let Some(column) = self.column {
-                write!(f, ":{column}")?;
-            }
-        }
-        if let Some(field) = &self.field {
-            write!(f, ": field `{field}`")?;
-        }
-        write!(f, ": {}", self.message)
-    }
-}
-
-impl std::error::Error for ParseError {}
+/// The former error of a rejected instance file, now gray-core's one configuration error,
+/// [`ConfigError`]: the same `FILE:LINE:COLUMN: field `FIELD`: MESSAGE` display, with
+/// [`ConfigError::source_name`] (the file path or etcd key) in place of `path()`.
+#[deprecated(
+    since = "0.2.0",
+    note = "instance files are read by gray-core's config loader: use `gray_core::config::ConfigError`"
+)]
+pub type ParseError = ConfigError;

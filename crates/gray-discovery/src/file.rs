@@ -106,13 +106,15 @@
 use std::{
     collections::{BTreeMap, HashMap},
     fmt,
-    path::Path,
 };
 
-use gray_core::Labels;
+use gray_core::{
+    Labels,
+    config::{ConfigError, Document},
+};
 use serde::{Deserialize, Deserializer, de};
 
-use crate::{Address, Instance, InstanceId, ParseError, instance::check_service};
+use crate::{Address, Instance, InstanceId, instance::check_service};
 
 /// The format of an instance file (the one enum all gray crates share).
 pub use gray_core::config::Format;
@@ -133,10 +135,10 @@ fn empty_message(format: Format) -> String {
     )
 }
 
-/// The document: `services` → lists of instances.
+/// The instance file: `services` → lists of instances.
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
-struct Document {
+struct InstanceFile {
     // Not defaulted: a document without it is rejected as empty.
     services: Option<BTreeMap<ServiceName, InstanceList>>,
 }
@@ -203,90 +205,24 @@ struct FileInstance {
     labels: Labels,
 }
 
-/// Parses an instance file (`path` names it in errors).
-pub(crate) fn parse(path: &Path, format: Format, content: &[u8]) -> Result<Catalogue, ParseError> {
-    let error = |line, column, field: Option<String>, message: String| ParseError {
-        path: path.to_path_buf(),
-        line,
-        column,
-        field: field.filter(|f| !f.is_empty() && f != "."),
-        message,
-    };
-    let empty = || error(None, None, None, empty_message(format));
+/// Parses an instance file through gray-core's config loader (`source` names it in errors:
+/// a file path, an etcd key).
+pub(crate) fn parse(
+    source: &str,
+    format: Format,
+    content: &[u8],
+) -> Result<Catalogue, ConfigError> {
+    let empty = || ConfigError::new(source, empty_message(format));
     if content.iter().all(u8::is_ascii_whitespace) {
         return Err(empty());
     }
-    let text = std::str::from_utf8(content).map_err(|e| {
-        let (line, column) = line_column(content, e.valid_up_to());
-        error(Some(line), Some(column), None, format!("not UTF-8: {e}"))
-    })?;
-    let document: Document = match format {
-        Format::Json => {
-            let mut de = serde_json::Deserializer::from_str(text);
-            let json_error = |inner: &serde_json::Error, field: Option<String>| {
-                let (line, column) = (inner.line(), inner.column());
-                error(
-                    (line > 0).then_some(line),
-                    (column > 0).then_some(column),
-                    field,
-                    strip_position(&inner.to_string()),
-                )
-            };
-            let document = serde_path_to_error::deserialize(&mut de)
-                .map_err(|e| json_error(e.inner(), Some(e.path().to_string())))?;
-            de.end().map_err(|e| json_error(&e, None))?;
-            document
-        }
-        // A YAML file of comments only is an empty document.
-        Format::Yaml if is_blank_yaml(text) => return Err(empty()),
-        Format::Yaml => {
-            let de = serde_norway::Deserializer::from_str(text);
-            serde_path_to_error::deserialize(de).map_err(|e| {
-                let location = e.inner().location();
-                let message = strip_position(&e.inner().to_string());
-                // serde_norway prefixes its own path; ours is in `field`.
-                let message = match message.split_once(": ") {
-                    Some((prefix, rest)) if !prefix.contains(' ') => rest.to_owned(),
-                    _ => message,
-                };
-                error(
-                    location.as_ref().map(|l| l.line()),
-                    location.as_ref().map(|l| l.column()),
-                    Some(e.path().to_string()),
-                    message,
-                )
-            })?
-        }
-        Format::Toml => {
-            let de = toml::Deserializer::parse(text).map_err(|e| {
-                let (line, column) = e.span().map(|s| line_column(content, s.start)).unzip();
-                error(line, column, None, e.message().to_owned())
-            })?;
-            serde_path_to_error::deserialize(de).map_err(|e| {
-                let (line, column) = e
-                    .inner()
-                    .span()
-                    .map(|s| line_column(content, s.start))
-                    .unzip();
-                error(
-                    line,
-                    column,
-                    Some(e.path().to_string()),
-                    e.inner().message().to_owned(),
-                )
-            })?
-        }
-        // `Format` is non-exhaustive: a format added to gray-core is not read here yet.
-        other => {
-            return Err(error(
-                None,
-                None,
-                None,
-                format!("{other} instance files are not supported"),
-            ));
-        }
-    };
-    let services = document.services.ok_or_else(empty)?;
+    let document = Document::from_slice(content, format, source)?;
+    // A YAML file of comments only is an empty document.
+    if format == Format::Yaml && is_blank_yaml(document.text()) {
+        return Err(empty());
+    }
+    let file: InstanceFile = document.parse()?;
+    let services = file.services.ok_or_else(empty)?;
     Ok(services
         .into_iter()
         .map(|(name, list)| (name.0, list.0))
@@ -300,36 +236,12 @@ fn is_blank_yaml(text: &str) -> bool {
         .all(|line| line.is_empty() || line.starts_with('#') || line == "---" || line == "...")
 }
 
-/// The 1-based line and column (in characters) of byte `offset`.
-fn line_column(content: &[u8], offset: usize) -> (usize, usize) {
-    let before = &content[..offset.min(content.len())];
-    let line = before.iter().filter(|&&b| b == b'\n').count() + 1;
-    let line_start = before
-        .iter()
-        .rposition(|&b| b == b'\n')
-        .map_or(0, |i| i + 1);
-    let column = String::from_utf8_lossy(&before[line_start..])
-        .chars()
-        .count()
-        + 1;
-    (line, column)
-}
-
-/// Drops the ` at line L column C` that serde_json and serde_norway append: the position is
-/// reported on its own.
-fn strip_position(message: &str) -> String {
-    match message.rfind(" at line ") {
-        Some(i) if message[i..].contains(" column ") => message[..i].to_owned(),
-        _ => message.to_owned(),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn parse_str(format: Format, text: &str) -> Result<Catalogue, ParseError> {
-        parse(Path::new("instances"), format, text.as_bytes())
+    fn parse_str(format: Format, text: &str) -> Result<Catalogue, ConfigError> {
+        parse("instances", format, text.as_bytes())
     }
 
     #[test]
@@ -462,14 +374,5 @@ services:
             let err = parse_str(format, text).unwrap_err();
             assert!(err.line().is_some(), "{format:?}: {err}");
         }
-    }
-
-    #[test]
-    fn positions() {
-        assert_eq!(line_column(b"ab\ncd", 4), (2, 2));
-        assert_eq!(line_column(b"ab", 0), (1, 1));
-        assert_eq!(line_column(b"ab", 99), (1, 3));
-        assert_eq!(strip_position("bad at line 3 column 4"), "bad");
-        assert_eq!(strip_position("bad"), "bad");
     }
 }

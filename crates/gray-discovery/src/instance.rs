@@ -38,6 +38,8 @@ pub const MAX_ID_LEN: usize = 253;
 #[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct InstanceId(Arc<str>);
 
+// === impl InstanceId ===
+
 impl InstanceId {
     /// Validates `id`.
     pub fn new(id: &str) -> Result<Self, Error> {
@@ -147,6 +149,8 @@ pub struct Address {
     scheme: Scheme,
     authority: Authority,
 }
+
+// === impl Address ===
 
 impl Address {
     /// `http://{authority}`.
@@ -267,6 +271,8 @@ struct Parts {
     labels: Labels,
 }
 
+// === impl Instance ===
+
 impl Instance {
     /// An instance.
     pub fn new(id: InstanceId, address: Address, labels: Labels) -> Self {
@@ -354,6 +360,7 @@ impl Origin for Instance {
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
+#[non_exhaustive]
 pub struct Record {
     /// Where the instance listens.
     pub address: Address,
@@ -362,7 +369,14 @@ pub struct Record {
     pub labels: Labels,
 }
 
+// === impl Record ===
+
 impl Record {
+    /// The record of an instance at `address` with `labels`.
+    pub fn new(address: Address, labels: Labels) -> Self {
+        Record { address, labels }
+    }
+
     /// The instance `id` with this record.
     pub fn into_instance(self, id: InstanceId) -> Instance {
         Instance::new(id, self.address, self.labels)
@@ -399,6 +413,8 @@ pub(crate) fn lenient_labels<'de, D: Deserializer<'de>>(
 }
 
 struct LabelValue(String);
+
+// === impl LabelValue ===
 
 impl<'de> Deserialize<'de> for LabelValue {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {

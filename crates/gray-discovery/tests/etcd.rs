@@ -6,19 +6,20 @@ mod support;
 use std::time::Duration;
 
 use etcd_client::{Client, CompactionOptions};
-use gray_core::{Labels, backoff::Backoff};
+use gray_core::backoff::Backoff;
 use gray_discovery::{
-    Instance, InstanceDiscover, Registry,
+    InstanceDiscover, Registry,
     etcd::Registrar,
     source::etcd::{EtcdConfig, EtcdSource},
 };
 use support::{
     assert_quiet,
     etcd::{Etcd, Proxy},
-    instances, next, take, until_instances,
+    instance, instances, next, take, until_instances,
 };
 
 const PREFIX: &str = "/gray";
+const GRAY: &[(&str, &str)] = &[("gray", "true")];
 
 /// The cluster at `endpoint`, with short timeouts and a quick backoff.
 fn config(endpoint: &str) -> EtcdConfig {
@@ -80,6 +81,26 @@ async fn until_watching(client: &mut Client, stream: &mut InstanceDiscover) {
     assert_eq!(next(stream).await, "+w 127.0.0.1:23 {}");
 }
 
+/// Puts a, b and c through `client`, starts a registry on `endpoint` and waits until its
+/// `orders` stream has yielded them and is watching.
+async fn watching_abc(client: &mut Client, endpoint: &str) -> (Registry, InstanceDiscover) {
+    put_abc(client).await;
+    let (registry, mut orders) = orders(endpoint).await;
+    assert_eq!(take(&mut orders, 3).await, ABC);
+    until_watching(client, &mut orders).await;
+    (registry, orders)
+}
+
+/// The changes of the disconnection tests: d put, a made gray, b deleted, e put and
+/// deleted. Returns the revision of the last one.
+async fn change_while_cut(writer: &mut Client) -> i64 {
+    put(writer, "d", &record(4, "")).await;
+    put(writer, "a", &record(1, r#""gray": "true""#)).await;
+    del(writer, "b").await;
+    put(writer, "e", &record(5, "")).await;
+    del(writer, "e").await
+}
+
 const ABC: [&str; 3] = [
     "+a 127.0.0.1:1 {}",
     "+b 127.0.0.1:2 {version=1.0}",
@@ -113,9 +134,7 @@ async fn three_registered_instances_appear() {
 async fn label_change_is_one_insert_that_replaces() {
     let etcd = Etcd::start().await;
     let mut client = etcd.client().await;
-    put_abc(&mut client).await;
-    let (_registry, mut orders) = orders(&etcd.endpoint()).await;
-    assert_eq!(take(&mut orders, 3).await, ABC);
+    let (_registry, mut orders) = watching_abc(&mut client, &etcd.endpoint()).await;
 
     put(
         &mut client,
@@ -143,9 +162,7 @@ async fn label_change_is_one_insert_that_replaces() {
 async fn delete_is_a_remove() {
     let etcd = Etcd::start().await;
     let mut client = etcd.client().await;
-    put_abc(&mut client).await;
-    let (_registry, mut orders) = orders(&etcd.endpoint()).await;
-    assert_eq!(take(&mut orders, 3).await, ABC);
+    let (_registry, mut orders) = watching_abc(&mut client, &etcd.endpoint()).await;
 
     del(&mut client, "b").await;
     assert_eq!(next(&mut orders).await, "-b");
@@ -191,10 +208,7 @@ async fn malformed_values_are_skipped() {
 async fn etcd_killed_mid_watch_and_restarted() {
     let mut etcd = Etcd::start().await;
     let mut client = etcd.client().await;
-    put_abc(&mut client).await;
-    let (_registry, mut orders) = orders(&etcd.endpoint()).await;
-    assert_eq!(take(&mut orders, 3).await, ABC);
-    until_watching(&mut client, &mut orders).await;
+    let (_registry, mut orders) = watching_abc(&mut client, &etcd.endpoint()).await;
 
     etcd.kill().await;
     // While etcd is down, the stream yields nothing: no error, no Remove. The balancer keeps
@@ -221,18 +235,11 @@ async fn changes_made_while_disconnected_arrive_in_order() {
     let etcd = Etcd::start().await;
     let proxy = Proxy::start(etcd.addr()).await;
     let mut writer = etcd.client().await;
-    put_abc(&mut writer).await;
-    let (_registry, mut orders) = orders(&proxy.endpoint()).await;
-    assert_eq!(take(&mut orders, 3).await, ABC);
-    until_watching(&mut writer, &mut orders).await;
+    let (_registry, mut orders) = watching_abc(&mut writer, &proxy.endpoint()).await;
 
     // The source's connection is closed; these writes cannot reach it by a live watch.
     proxy.cut();
-    put(&mut writer, "d", &record(4, "")).await;
-    put(&mut writer, "a", &record(1, r#""gray": "true""#)).await;
-    del(&mut writer, "b").await;
-    put(&mut writer, "e", &record(5, "")).await;
-    del(&mut writer, "e").await;
+    change_while_cut(&mut writer).await;
     assert_quiet(&mut orders, Duration::from_millis(500)).await;
 
     proxy.restore();
@@ -251,17 +258,10 @@ async fn compacted_revision_forces_a_relist_with_the_difference() {
     let etcd = Etcd::start().await;
     let proxy = Proxy::start(etcd.addr()).await;
     let mut writer = etcd.client().await;
-    put_abc(&mut writer).await;
-    let (_registry, mut orders) = orders(&proxy.endpoint()).await;
-    assert_eq!(take(&mut orders, 3).await, ABC);
-    until_watching(&mut writer, &mut orders).await;
+    let (_registry, mut orders) = watching_abc(&mut writer, &proxy.endpoint()).await;
 
     proxy.cut();
-    put(&mut writer, "d", &record(4, "")).await;
-    put(&mut writer, "a", &record(1, r#""gray": "true""#)).await;
-    del(&mut writer, "b").await;
-    put(&mut writer, "e", &record(5, "")).await;
-    let revision = del(&mut writer, "e").await;
+    let revision = change_while_cut(&mut writer).await;
     writer
         .compact(revision, Some(CompactionOptions::new().with_physical()))
         .await
@@ -277,19 +277,6 @@ async fn compacted_revision_forces_a_relist_with_the_difference() {
     // And then it watches from the listed revision.
     put(&mut writer, "z", &record(26, "")).await;
     assert_eq!(next(&mut orders).await, "+z 127.0.0.1:26 {}");
-}
-
-fn instance(id: &str, port: u16, gray: bool) -> Instance {
-    let labels = if gray {
-        Labels::from_iter([("gray", "true")])
-    } else {
-        Labels::new()
-    };
-    Instance::new(
-        id.parse().unwrap(),
-        format!("http://127.0.0.1:{port}").parse().unwrap(),
-        labels,
-    )
 }
 
 #[tokio::test]
@@ -319,7 +306,7 @@ async fn instances_follow_etcd_with_no_traffic_at_all() {
     // Registered under a lease by a process, which then stops: the key expires.
     let registration = Registrar::new(config(&etcd.endpoint()), PREFIX)
         .with_ttl(Duration::from_secs(1))
-        .register("orders", &instance("r", 7, false))
+        .register("orders", &instance("r", "127.0.0.1:7", &[]))
         .await
         .expect("register");
     until_instances(&orders, &["b 127.0.0.1:2 {gray=true}", "r 127.0.0.1:7 {}"]).await;
@@ -342,7 +329,7 @@ async fn registration_writes_the_canonical_record() {
     assert_eq!(registrar.prefix(), "/gray");
     // Given as a URL, written as `host:port`: the form discovery documents.
     let registration = registrar
-        .register("orders", &instance("r", 7, true))
+        .register("orders", &instance("r", "http://127.0.0.1:7", GRAY))
         .await
         .expect("register");
     assert_eq!(registration.key(), "/gray/orders/r");
@@ -371,7 +358,7 @@ async fn registration_disappears_when_its_keep_alive_stops_and_comes_back() {
     let registrar =
         Registrar::new(config(&proxy.endpoint()), PREFIX).with_ttl(Duration::from_secs(2));
     let registration = registrar
-        .register("orders", &instance("r", 7, true))
+        .register("orders", &instance("r", "http://127.0.0.1:7", GRAY))
         .await
         .expect("register");
     assert_eq!(registration.key(), "/gray/orders/r");
@@ -398,7 +385,7 @@ async fn a_kept_alive_registration_outlives_its_ttl_until_dropped() {
         Registrar::new(config(&etcd.endpoint()), PREFIX).with_ttl(Duration::from_secs(2));
 
     let registration = registrar
-        .register("orders", &instance("s", 8, false))
+        .register("orders", &instance("s", "127.0.0.1:8", &[]))
         .await
         .expect("register");
     assert_eq!(next(&mut orders).await, "+s 127.0.0.1:8 {}");
@@ -419,7 +406,7 @@ async fn invalid_service_names_are_rejected() {
         "invalid service name `a/b`: it contains `/`"
     );
     let err = Registrar::new(config(&etcd.endpoint()), PREFIX)
-        .register("", &instance("x", 1, false))
+        .register("", &instance("x", "127.0.0.1:1", &[]))
         .await
         .unwrap_err();
     assert_eq!(err.to_string(), "invalid service name ``: it is empty");

@@ -1,5 +1,7 @@
 //! Instances as tonic channels (feature `tonic`), against real HTTP/2 servers on loopback.
 
+mod support;
+
 use std::{
     convert::Infallible,
     net::SocketAddr,
@@ -12,13 +14,14 @@ use std::{
 
 use bytes::Bytes;
 use futures_util::StreamExt;
-use gray_core::{Labelled, Labels, Origin};
-use gray_discovery::{Instance, Registry, grpc::GrpcChannels};
+use gray_core::{Labelled, Origin};
+use gray_discovery::{Registry, grpc::GrpcChannels};
 use gray_test_support::net::{closed_port, is_refused, serve};
 use http::{Request, Response};
 use http_body_util::{BodyExt, Full};
 use hyper::{server::conn::http2, service::service_fn};
 use hyper_util::rt::{TokioExecutor, TokioIo};
+use support::instance;
 use tower::{ServiceExt, discover::Change};
 
 /// An HTTP/2 server that answers `NAME PATH VERSION` and counts its connections.
@@ -35,14 +38,6 @@ async fn server(name: &'static str) -> (SocketAddr, Arc<AtomicUsize>) {
     .await
 }
 
-fn instance(id: &str, addr: SocketAddr, labels: Labels) -> Instance {
-    Instance::new(
-        id.parse().unwrap(),
-        addr.to_string().parse().unwrap(),
-        labels,
-    )
-}
-
 fn call(path: &'static str) -> Request<tonic::body::Body> {
     Request::post(path)
         .header("content-type", "application/grpc")
@@ -57,8 +52,8 @@ async fn one_lazy_http2_channel_per_instance() {
     let registry = Registry::from_static([(
         "stock",
         [
-            instance("base", base, Labels::new()),
-            instance("gray", gray, Labels::from_iter([("gray", "true")])),
+            instance("base", base, &[]),
+            instance("gray", gray, &[("gray", "true")]),
         ],
     )])
     .unwrap();
@@ -99,8 +94,7 @@ async fn one_lazy_http2_channel_per_instance() {
 #[tokio::test]
 async fn an_unreachable_instance_fails_on_use_not_on_discovery() {
     let gone = closed_port();
-    let registry =
-        Registry::from_static([("stock", [instance("gone", gone, Labels::new())])]).unwrap();
+    let registry = Registry::from_static([("stock", [instance("gone", gone, &[])])]).unwrap();
     let mut endpoints = registry
         .service("stock")
         .unwrap()

@@ -1,5 +1,7 @@
 //! Instances as HTTP client services, against real loopback servers.
 
+mod support;
+
 use std::{
     convert::Infallible,
     net::SocketAddr,
@@ -12,7 +14,7 @@ use std::{
 
 use bytes::Bytes;
 use futures_util::StreamExt;
-use gray_core::{Labelled, Labels};
+use gray_core::Labelled;
 use gray_discovery::{
     Instance, StaticDiscover,
     http::{HttpEndpoints, RequestError, ResponseBody},
@@ -51,16 +53,8 @@ async fn server(name: &'static str) -> SocketAddr {
 async fn endpoints_send_to_their_instance_and_carry_its_labels() {
     let (one, two) = (server("one").await, server("two").await);
     let instances = StaticDiscover::new([
-        Instance::new(
-            "one".parse().unwrap(),
-            one.to_string().parse().unwrap(),
-            Labels::new(),
-        ),
-        Instance::new(
-            "two".parse().unwrap(),
-            format!("http://{two}").parse().unwrap(),
-            Labels::from_iter([("gray", "true")]),
-        ),
+        instance(one),
+        support::instance("two", format!("http://{two}"), &[("gray", "true")]),
     ]);
     let endpoints = HttpEndpoints::<_, Full<Bytes>>::new();
     let mut discover = endpoints.discover(instances);
@@ -92,11 +86,7 @@ async fn endpoints_send_to_their_instance_and_carry_its_labels() {
     );
 
     // An absolute URI from the caller is redirected to the instance as well.
-    let endpoint = endpoints.endpoint(Instance::new(
-        "one".parse().unwrap(),
-        one.to_string().parse().unwrap(),
-        Labels::new(),
-    ));
+    let endpoint = endpoints.endpoint(instance(one));
     let request = Request::get("http://elsewhere.invalid/x")
         .body(Full::new(Bytes::new()))
         .unwrap();
@@ -108,11 +98,8 @@ async fn endpoints_send_to_their_instance_and_carry_its_labels() {
 #[tokio::test]
 async fn an_unreachable_instance_is_an_error() {
     let addr = closed_port();
-    let endpoint = HttpEndpoints::<_, Full<Bytes>>::new().endpoint(Instance::new(
-        "gone".parse().unwrap(),
-        addr.to_string().parse().unwrap(),
-        Labels::new(),
-    ));
+    let endpoint =
+        HttpEndpoints::<_, Full<Bytes>>::new().endpoint(support::instance("gone", addr, &[]));
     let request = Request::get("/").body(Full::new(Bytes::new())).unwrap();
     let err = endpoint.oneshot(request).await.unwrap_err();
     // The error names the instance, says the connection failed, and keeps the cause.
@@ -172,11 +159,7 @@ async fn counting_server(keep_alive: bool) -> (SocketAddr, Arc<AtomicUsize>) {
 }
 
 fn instance(addr: SocketAddr) -> Instance {
-    Instance::new(
-        "one".parse().unwrap(),
-        addr.to_string().parse().unwrap(),
-        Labels::new(),
-    )
+    support::instance("one", addr, &[])
 }
 
 fn get(path: &str) -> Request<Full<Bytes>> {

@@ -13,7 +13,6 @@ use std::{
     time::Duration,
 };
 
-use gray_core::Labels;
 use gray_discovery::{
     Error, Instance, Layout, Registry,
     source::{Entry, Revision, Snapshot, Source, SourceError, StatusHandle, Update, Updates},
@@ -316,13 +315,7 @@ async fn a_source_that_cannot_be_read_does_not_start() {
 
 #[tokio::test]
 async fn static_lists_and_names() {
-    let instance = |id: &str, port: u16| {
-        Instance::new(
-            id.parse().unwrap(),
-            format!("127.0.0.1:{port}").parse().unwrap(),
-            Labels::new(),
-        )
-    };
+    let instance = |id: &str, port: u16| support::instance(id, format!("127.0.0.1:{port}"), &[]);
     let registry = Registry::from_static([
         ("orders", vec![instance("b", 2), instance("a", 1)]),
         ("orders", vec![instance("a", 3)]),

@@ -75,7 +75,10 @@ pub struct Snapshot {
 }
 
 /// One change of a source, in the order the source saw them.
+///
+/// Non-exhaustive: a consumer matches the kinds it knows and ignores (or logs) the others.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Update {
     /// The whole content: every key not listed is gone. The first update of every watch,
     /// every change of a file, and an etcd re-list (after a compaction or a reset cluster).

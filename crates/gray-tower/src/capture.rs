@@ -1,8 +1,8 @@
-//! Copy the task-local context into the request extensions, for layers that run elsewhere.
+//! Copy the task-local stain into the request extensions, for layers that run elsewhere.
 //!
 //! A service behind `tower::buffer::Buffer` (tonic's `Channel` is one) runs its `call()` in
-//! the buffer's worker task, where the caller's task-local context is not set. Put
-//! [`CaptureStainLayer`] *outside* the buffer: it stores the caller's context in the
+//! the buffer's worker task, where the caller's task-local stain is not set. Put
+//! [`CaptureStainLayer`] *outside* the buffer: it stores the caller's stain in the
 //! request extensions, which travel with the request, so that [`PropagateStain`] or a
 //! balancer inside the buffer still sees it. A request that already has a stain in its
 //! extensions keeps it. With the `opentelemetry` feature, a request without a gray stain

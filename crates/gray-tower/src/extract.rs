@@ -80,10 +80,11 @@ impl ExtractStainLayer {
         self
     }
 
-    /// Uses `ctx` for requests that carry no stain at all (an explicit `gray: false` still
-    /// means baseline). Seed 000 sets this to the instance's own lane on gray instances.
-    pub fn with_default(mut self, ctx: Stain) -> Self {
-        Arc::make_mut(&mut self.config).default = ctx;
+    /// Uses `stain` for requests that carry no stain at all (an explicit `gray: false`
+    /// still means baseline). Seed 000 sets this to the instance's own lane on gray
+    /// instances.
+    pub fn with_default(mut self, stain: Stain) -> Self {
+        Arc::make_mut(&mut self.config).default = stain;
         self
     }
 
@@ -101,7 +102,7 @@ impl<S> Layer<S> for ExtractStainLayer {
     }
 }
 
-/// Reads the stain of each inbound request into its extensions and the task-local context.
+/// Reads the stain of each inbound request into its extensions and the task-local stain.
 ///
 /// Built by [`ExtractStainLayer`].
 #[derive(Debug, Clone)]
@@ -135,13 +136,12 @@ where
         self.inner.poll_ready(cx)
     }
 
-    fn call(&mut self, mut req: Request<B>) -> Self::Future {
-        let ctx = self
+    fn call(&mut self, req: Request<B>) -> Self::Future {
+        let stain = self
             .config
             .carriers
             .extract_or(req.headers(), &self.config.default);
-        req.extensions_mut().insert(ctx.clone());
-        ResponseFuture::scoped(ctx, req, &mut self.inner)
+        ResponseFuture::stained(stain, req, &mut self.inner)
     }
 }
 
@@ -156,16 +156,39 @@ pin_project! {
 }
 
 impl<F: Future> ResponseFuture<F> {
-    /// Calls `inner` with `ctx` as the task-local context, and keeps it set for every poll
-    /// of the returned future.
-    pub fn scoped<S, R>(ctx: Stain, req: R, inner: &mut S) -> Self
+    /// Puts `stain` into the request extensions and calls `inner` with it as the
+    /// task-local stain, which stays set for every poll of the returned future: what
+    /// [`ExtractStain`] and the edge do once they know a request's stain.
+    pub(crate) fn stained<S, B>(stain: Stain, mut req: Request<B>, inner: &mut S) -> Self
+    where
+        S: Service<Request<B>, Future = F>,
+    {
+        req.extensions_mut().insert(stain.clone());
+        Self::in_scope(stain, req, inner)
+    }
+
+    fn in_scope<S, R>(stain: Stain, req: R, inner: &mut S) -> Self
     where
         S: Service<R, Future = F>,
     {
-        let fut = task::sync_scope(ctx.clone(), || inner.call(req));
+        let fut = task::sync_scope(stain.clone(), || inner.call(req));
         ResponseFuture {
-            inner: task::scope(ctx, fut),
+            inner: task::scope(stain, fut),
         }
+    }
+
+    /// Calls `inner` with `stain` as the task-local stain, and keeps it set for every poll
+    /// of the returned future (the request extensions are left as they are).
+    #[doc(hidden)] // Public by accident; the layers of this crate are the API.
+    #[deprecated(
+        since = "0.2.0",
+        note = "use `ExtractStainLayer`, or `gray_core::task::{sync_scope, scope}` in a layer of your own"
+    )]
+    pub fn scoped<S, R>(stain: Stain, req: R, inner: &mut S) -> Self
+    where
+        S: Service<R, Future = F>,
+    {
+        Self::in_scope(stain, req, inner)
     }
 }
 

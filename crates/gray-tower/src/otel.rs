@@ -89,9 +89,7 @@ use crate::task;
 
 /// The lane in the current OpenTelemetry baggage, under the carriers' member key, as a stain.
 pub(crate) fn current_stain(carriers: &Carriers) -> Option<Stain> {
-    let key = carriers
-        .baggage()
-        .map_or(DEFAULT_BAGGAGE_KEY, BaggageMember::key);
+    let key = member_key(carriers);
     OtelContext::map_current(|cx| {
         let value = cx.baggage().get(key)?;
         match carriers.names().lane(value.as_str().as_bytes()) {
@@ -136,11 +134,11 @@ fn with_lane(key: &Key, lane: Option<&Lane>) -> Option<OtelContext> {
     })
 }
 
-fn key_of(carriers: &Carriers) -> Key {
-    let key = carriers
+/// The member key of the carriers' first `baggage` carrier, else [`DEFAULT_BAGGAGE_KEY`].
+fn member_key(carriers: &Carriers) -> &str {
+    carriers
         .baggage()
-        .map_or(DEFAULT_BAGGAGE_KEY, BaggageMember::key);
-    Key::from(Arc::<str>::from(key))
+        .map_or(DEFAULT_BAGGAGE_KEY, BaggageMember::key)
 }
 
 /// Builds [`AttachLane`]: makes the stain's lane a member of the current OpenTelemetry
@@ -169,7 +167,7 @@ impl AttachLaneLayer {
     /// Attaches the lane under the key of the first `baggage` carrier of `carriers` (the
     /// default key without one).
     pub fn with_carriers(mut self, carriers: Carriers) -> Self {
-        self.key = key_of(&carriers);
+        self.key = Key::from(Arc::<str>::from(member_key(&carriers)));
         self
     }
 }
@@ -219,10 +217,8 @@ where
     }
 
     fn call(&mut self, req: Request<B>) -> Self::Future {
-        let attached = match req.extensions().get::<Stain>() {
-            Some(stain) => with_lane(&self.key, stain.lane()),
-            None => task::current().and_then(|stain| with_lane(&self.key, stain.lane())),
-        };
+        let attached = task::or_current(req.extensions().get::<Stain>())
+            .and_then(|stain| with_lane(&self.key, stain.lane()));
         let inner = match &attached {
             Some(otel_cx) => {
                 let _guard = otel_cx.clone().attach();

@@ -95,17 +95,13 @@ impl Propagator {
     /// `headers`. Returns the stain when it came from OpenTelemetry, for the caller to put
     /// into the request extensions (where a balancer below reads it).
     pub(crate) fn apply(&self, ext: Option<&Stain>, headers: &mut HeaderMap) -> Option<Stain> {
-        if let Some(ctx) = ext {
-            self.write(ctx, headers);
+        if let Some(stain) = task::or_current(ext) {
+            self.write(&stain, headers);
             return None;
         }
-        if let Some(ctx) = task::current() {
-            self.write(&ctx, headers);
-            return None;
-        }
-        let ctx = crate::otel::current_stain(&self.carriers)?;
-        self.write(&ctx, headers);
-        Some(ctx)
+        let stain = crate::otel::current_stain(&self.carriers)?;
+        self.write(&stain, headers);
+        Some(stain)
     }
 
     fn write(&self, ctx: &Stain, headers: &mut HeaderMap) {

@@ -1,7 +1,7 @@
 //! Heap allocations on the request path, counted by a global allocator.
 //!
 //! A lane stain must cost no allocation once the lane is interned (`Carriers::with_names`):
-//! reading it, scoping it as the task-local context, reading it back and writing it onto an
+//! reading it, scoping it as the task-local stain, reading it back and writing it onto an
 //! outbound request only clone `Arc`s and `Bytes`. The one allocation source left on the
 //! full `ExtractStain` → handler → `PropagateStain` path is `http::Extensions`, which
 //! boxes its map and each value; it is measured on its own and the full path must cost
@@ -77,7 +77,7 @@ fn codec_and_task_local_steps_allocate_nothing() {
         "Carriers::extract of an interned lane allocated {n} times"
     );
 
-    // 2. The synchronous scope around `call()`, and reading the context back in it.
+    // 2. The synchronous scope around `call()`, and reading the stain back in it.
     let (seen, n) = measure(|| task::sync_scope(ctx.clone(), task::current));
     assert_eq!(seen.as_ref(), Some(&ctx));
     assert_eq!(n, 0, "task::sync_scope + task::current allocated {n} times");
@@ -126,7 +126,7 @@ fn an_unknown_lane_is_built_on_the_heap() {
     );
 }
 
-/// The allocations of one `http::Extensions::insert` of a context, as `ExtractStain`
+/// The allocations of one `http::Extensions::insert` of a stain, as `ExtractStain`
 /// makes for every inbound request; `existing` other entries are in the map already.
 fn extensions_insert_cost(ctx: &Stain, existing: bool) -> usize {
     /// Stands for what a server puts there before the layer runs (peer address, ...).
@@ -229,7 +229,7 @@ fn the_full_service_path_allocates_only_the_extensions_entry() {
         "a stained request allocated {stained} times; the extensions insert alone {insert}"
     );
 
-    // An unstained request pays the same: the layer stores the baseline context too.
+    // An unstained request pays the same: the layer stores the baseline stain too.
     let (sent, unstained) = full_path(carriers(&gray), no_headers, "x-gray-lane");
     assert_eq!(sent, None);
     assert_eq!(

@@ -31,6 +31,8 @@ pub(crate) enum State {
     Ejected,
 }
 
+// === impl State ===
+
 impl State {
     fn availability(self) -> Availability {
         match self {
@@ -79,6 +81,8 @@ pub(crate) struct Index<K, S> {
     free_subsets: Vec<u32>,
     next_generation: u32,
 }
+
+// === impl Index ===
 
 impl<K: Hash + Eq + Clone, S> Index<K, S> {
     pub(crate) fn new(wildcard: bool) -> Self {

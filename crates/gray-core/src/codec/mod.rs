@@ -29,7 +29,9 @@
 //! level, target `gray::codec`, says why. Nothing on this path panics or fails the request.
 //!
 //! **Duplicates:** a header that appears more than once is read as its first value, as the
-//! seeds' `request.getHeader` does; the later values are ignored.
+//! seeds' `request.getHeader` does; the later values are ignored. The same holds for the
+//! stain's member of `baggage`: `gray.lane=gray,gray.lane=blue` is read as `gray` (the first
+//! well-formed member of that key, across every `baggage` line).
 //!
 //! When several carriers are present, the first one in the list that yields a lane
 //! (or an explicit baseline, such as `gray: false`) decides the lane, and the first one
@@ -95,6 +97,7 @@ pub const DEFAULT_ROUTE_MAX_LEN: usize = 4096;
 
 /// What one carrier found on a request.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Decoded {
     /// The request is in this lane.
     Lane(Lane),
@@ -115,7 +118,11 @@ pub struct Rejection {
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Reason {
-    /// The header appeared more than once, so the stain is ambiguous.
+    /// No longer produced: a header that appears more than once is read as its first value.
+    #[deprecated(
+        since = "0.2.0",
+        note = "never produced: a header that appears more than once is read as its first value"
+    )]
     Duplicated,
     /// The value is longer than the configured cap.
     TooLong {
@@ -136,9 +143,16 @@ pub enum Reason {
     InvalidService(InvalidService),
     /// The JSON route header does not parse.
     InvalidJson(String),
-    /// The `baggage` header holds the stain's member more than once.
+    /// No longer produced: a `baggage` member that appears more than once is read as its
+    /// first one.
+    #[deprecated(
+        since = "0.2.0",
+        note = "never produced: the stain's `baggage` member is read as its first one"
+    )]
     DuplicatedMember,
 }
+
+// === impl Rejection ===
 
 impl Rejection {
     pub(crate) fn new(header: &HeaderName, reason: Reason) -> Self {
@@ -159,7 +173,10 @@ impl Rejection {
     }
 }
 
+// === impl Reason ===
+
 impl fmt::Display for Reason {
+    #[allow(deprecated)] // Displays the variants kept for compatibility as well.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Reason::Duplicated => f.write_str("it appears more than once"),
@@ -193,29 +210,46 @@ impl std::error::Error for Rejection {
     }
 }
 
-/// Reads the value of `name` a carrier decodes: its **first** value when the header appears
-/// more than once (as the seeds' `request.getHeader` does), enforcing the cap.
-pub(crate) fn single_value<'a>(
-    headers: &'a HeaderMap,
-    name: &HeaderName,
+/// The header a plain or route carrier lives in, and the cap on its value.
+#[derive(Debug, Clone)]
+struct OneHeader {
+    name: HeaderName,
     max_len: usize,
-) -> Result<Option<&'a HeaderValue>, Rejection> {
-    let Some(value) = headers.get(name) else {
-        return Ok(None);
-    };
-    let len = value.len();
-    if len > max_len {
-        return Err(Rejection::new(name, Reason::TooLong { len, max: max_len }));
+}
+
+// === impl OneHeader ===
+
+impl OneHeader {
+    fn new(name: HeaderName, max_len: usize) -> Self {
+        OneHeader { name, max_len }
     }
-    if len == 0 {
-        return Err(Rejection::new(name, Reason::Empty));
+
+    /// The value a carrier decodes: the **first** one when the header appears more than
+    /// once (as the seeds' `request.getHeader` does), within the cap.
+    fn first_value<'a>(
+        &self,
+        headers: &'a HeaderMap,
+    ) -> Result<Option<&'a HeaderValue>, Rejection> {
+        let Some(value) = headers.get(&self.name) else {
+            return Ok(None);
+        };
+        let len = value.len();
+        if len > self.max_len {
+            let max = self.max_len;
+            return Err(Rejection::new(&self.name, Reason::TooLong { len, max }));
+        }
+        if len == 0 {
+            return Err(Rejection::new(&self.name, Reason::Empty));
+        }
+        Ok(Some(value))
     }
-    Ok(Some(value))
 }
 
 /// The member keys of the `baggage` carriers among some carriers: members no carrier
 /// inherits, since they state the stain.
 pub(crate) struct StainKeys<'a>(&'a [Carrier]);
+
+// === impl StainKeys ===
 
 impl<'a> StainKeys<'a> {
     /// No stain key at all.
@@ -243,6 +277,7 @@ impl<'a> StainKeys<'a> {
 
 /// One way of carrying the stain in headers.
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub enum Carrier {
     /// A plain header: a boolean flag, a lane name or a version.
     Plain(PlainHeader),
@@ -251,6 +286,8 @@ pub enum Carrier {
     /// A member of the W3C `baggage` header.
     Baggage(BaggageMember),
 }
+
+// === impl Carrier ===
 
 impl From<PlainHeader> for Carrier {
     fn from(c: PlainHeader) -> Self {
@@ -276,21 +313,27 @@ impl Carrier {
     /// `Ok(None)` means the carrier is absent; an error means it is present but unusable.
     pub fn decode(&self, headers: &HeaderMap, names: &Names) -> Result<Option<Decoded>, Rejection> {
         match self {
-            Carrier::Plain(c) => c.decode(headers, names),
-            Carrier::Route(c) => c.decode(headers, names),
+            Carrier::Plain(c) => c
+                .header
+                .first_value(headers)?
+                .map_or(Ok(None), |value| c.decode_value(value, names)),
+            Carrier::Route(c) => c
+                .header
+                .first_value(headers)?
+                .map_or(Ok(None), |value| c.decode_value(value, names)),
             Carrier::Baggage(c) => c.decode(headers, names),
         }
     }
 
-    /// Writes `ctx` into `headers` (replacing this carrier's previous value).
+    /// Writes `stain` into `headers` (replacing this carrier's previous value).
     ///
-    /// A baseline context writes nothing; the carrier's previous value is removed. A
+    /// A baseline stain writes nothing; the carrier's previous value is removed. A
     /// `baggage` member also writes the stain's inherited members.
-    pub fn encode(&self, ctx: &Stain, headers: &mut HeaderMap) {
+    pub fn encode(&self, stain: &Stain, headers: &mut HeaderMap) {
         match self {
-            Carrier::Plain(c) => c.encode(ctx, headers),
-            Carrier::Route(c) => c.encode(ctx, headers),
-            Carrier::Baggage(c) => c.encode(ctx, &StainKeys(std::slice::from_ref(self)), headers),
+            Carrier::Plain(c) => c.encode(stain, headers),
+            Carrier::Route(c) => c.encode(stain, headers),
+            Carrier::Baggage(c) => c.encode(stain, &StainKeys(std::slice::from_ref(self)), headers),
         }
     }
 
@@ -341,6 +384,8 @@ pub struct Carriers {
 pub const X_GRAY_LANE: HeaderName = HeaderName::from_static("x-gray-lane");
 /// Seed 002's route header, `x-gray-info`.
 pub const X_GRAY_INFO: HeaderName = HeaderName::from_static("x-gray-info");
+
+// === impl Carriers ===
 
 impl Default for Carriers {
     fn default() -> Self {
@@ -411,7 +456,7 @@ impl Carriers {
         StainKeys(&self.list)
     }
 
-    /// Reads the context from `headers`.
+    /// Reads the stain from `headers`.
     ///
     /// Returns `None` when no carrier is present at all, so the caller can apply its own
     /// default. A carrier that is present but malformed counts as present and unstained
@@ -433,7 +478,7 @@ impl Carriers {
         stain.map(|s| s.with_baggage(inherited))
     }
 
-    /// Reads the context from `headers`, or takes `default` when no carrier is present;
+    /// Reads the stain from `headers`, or takes `default` when no carrier is present;
     /// either way with the request's other `baggage` members (with a `baggage` carrier).
     /// This is what gray-tower's `ExtractStain` does for every request.
     pub fn extract_or(&self, headers: &HeaderMap, default: &Stain) -> Stain {
@@ -508,26 +553,26 @@ impl Carriers {
         (stain, inherited)
     }
 
-    /// States `ctx` on every carrier, replacing whatever they held (stale, duplicated,
-    /// malformed or conflicting copies included); a baseline context removes them. A
-    /// `baggage` carrier also writes the context's inherited members, after the members
+    /// States `stain` on every carrier, replacing whatever they held (stale, duplicated,
+    /// malformed or conflicting copies included); a baseline stain removes them. A
+    /// `baggage` carrier also writes the stain's inherited members, after the members
     /// `headers` already has (which win over inherited ones of the same key).
-    pub fn inject(&self, ctx: &Stain, headers: &mut HeaderMap) {
+    pub fn inject(&self, stain: &Stain, headers: &mut HeaderMap) {
         let stain_keys = self.stain_keys();
         for carrier in &self.list {
             match carrier {
-                Carrier::Baggage(c) => c.encode(ctx, &stain_keys, headers),
-                other => other.encode(ctx, headers),
+                Carrier::Baggage(c) => c.encode(stain, &stain_keys, headers),
+                other => other.encode(stain, headers),
             }
         }
     }
 
-    /// Writes only the context's inherited `baggage` members (merged as by
+    /// Writes only the stain's inherited `baggage` members (merged as by
     /// [`Carriers::inject`]), leaving every stain carrier as `headers` has it: for a
     /// request whose pre-set stain is kept on purpose.
-    pub fn merge_baggage(&self, ctx: &Stain, headers: &mut HeaderMap) {
+    pub fn merge_baggage(&self, stain: &Stain, headers: &mut HeaderMap) {
         if let Some(carrier) = self.baggage() {
-            carrier.rewrite(Own::Keep, ctx.baggage(), &self.stain_keys(), headers);
+            carrier.rewrite(Own::Keep, stain.baggage(), &self.stain_keys(), headers);
         }
     }
 

@@ -1,6 +1,6 @@
 use http::{HeaderMap, HeaderName, HeaderValue};
 
-use super::{DEFAULT_PLAIN_MAX_LEN, Decoded, Reason, Rejection, single_value};
+use super::{DEFAULT_PLAIN_MAX_LEN, Decoded, OneHeader, Reason, Rejection};
 use crate::{
     name::{Lane, Names},
     stain::{Pins, Stain},
@@ -25,9 +25,8 @@ use crate::{
 /// ```
 #[derive(Debug, Clone)]
 pub struct PlainHeader {
-    name: HeaderName,
+    pub(super) header: OneHeader,
     form: Form,
-    max_len: usize,
 }
 
 #[derive(Debug, Clone)]
@@ -43,44 +42,41 @@ impl PlainHeader {
     /// A boolean flag (seed 000, seed 003's `X-Gray-Flag`): `true` puts the request in `lane`,
     /// `false` marks it baseline explicitly, both case-insensitive; any other value is ignored.
     ///
-    /// Writing puts `true` when the context is in `lane` and nothing otherwise.
+    /// Writing puts `true` when the stain is in `lane` and nothing otherwise.
     pub fn flag(name: HeaderName, lane: Lane) -> Self {
         PlainHeader {
-            name,
+            header: OneHeader::new(name, DEFAULT_PLAIN_MAX_LEN),
             form: Form::Flag(lane),
-            max_len: DEFAULT_PLAIN_MAX_LEN,
         }
     }
 
     /// A lane name (`x-gray-lane: canary-2`).
     pub fn lane(name: HeaderName) -> Self {
         PlainHeader {
-            name,
+            header: OneHeader::new(name, DEFAULT_PLAIN_MAX_LEN),
             form: Form::Lane,
-            max_len: DEFAULT_PLAIN_MAX_LEN,
         }
     }
 
     /// A version pinned for every service (seed 001's `version: 2.0`).
     ///
-    /// Writing puts the context's `all` pin; per-service pins need a [`super::RouteHeader`].
+    /// Writing puts the stain's `all` pin; per-service pins need a [`super::RouteHeader`].
     pub fn version(name: HeaderName) -> Self {
         PlainHeader {
-            name,
+            header: OneHeader::new(name, DEFAULT_PLAIN_MAX_LEN),
             form: Form::Version,
-            max_len: DEFAULT_PLAIN_MAX_LEN,
         }
     }
 
     /// Caps the accepted value length (default 256 bytes); longer values are ignored.
     pub fn with_max_len(mut self, max_len: usize) -> Self {
-        self.max_len = max_len;
+        self.header.max_len = max_len;
         self
     }
 
     /// The header name.
     pub fn header_name(&self) -> &HeaderName {
-        &self.name
+        &self.header.name
     }
 
     pub(super) fn flag_lane(&self) -> Option<&Lane> {
@@ -90,14 +86,12 @@ impl PlainHeader {
         }
     }
 
-    pub(super) fn decode(
+    /// Decodes the header's (first) value.
+    pub(super) fn decode_value(
         &self,
-        headers: &HeaderMap,
+        value: &HeaderValue,
         names: &Names,
     ) -> Result<Option<Decoded>, Rejection> {
-        let Some(value) = single_value(headers, &self.name, self.max_len)? else {
-            return Ok(None);
-        };
         let bytes = value.as_bytes();
         let stain = match &self.form {
             Form::Flag(lane) => {
@@ -106,18 +100,18 @@ impl PlainHeader {
                 } else if bytes.eq_ignore_ascii_case(b"false") {
                     Decoded::Baseline
                 } else {
-                    return Err(Rejection::new(&self.name, Reason::NotABoolean));
+                    return Err(Rejection::new(&self.header.name, Reason::NotABoolean));
                 }
             }
             Form::Lane => Decoded::Lane(
                 names
                     .lane(bytes)
-                    .map_err(|e| Rejection::new(&self.name, Reason::InvalidName(e)))?,
+                    .map_err(|e| Rejection::new(&self.header.name, Reason::InvalidName(e)))?,
             ),
             Form::Version => {
                 let version = names
                     .version(bytes)
-                    .map_err(|e| Rejection::new(&self.name, Reason::InvalidName(e)))?;
+                    .map_err(|e| Rejection::new(&self.header.name, Reason::InvalidName(e)))?;
                 Decoded::Pins(Pins::all(version).into())
             }
         };
@@ -135,10 +129,10 @@ impl PlainHeader {
         };
         match value {
             Some(value) => {
-                headers.insert(&self.name, value);
+                headers.insert(&self.header.name, value);
             }
             None => {
-                headers.remove(&self.name);
+                headers.remove(&self.header.name);
             }
         }
     }

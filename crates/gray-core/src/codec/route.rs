@@ -1,8 +1,8 @@
 use std::collections::BTreeMap;
 
-use http::{HeaderMap, HeaderName};
+use http::{HeaderMap, HeaderName, HeaderValue};
 
-use super::{DEFAULT_ROUTE_MAX_LEN, Decoded, Reason, Rejection, single_value};
+use super::{DEFAULT_ROUTE_MAX_LEN, Decoded, OneHeader, Reason, Rejection};
 use crate::{
     name::Names,
     stain::{Pins, Stain, validate_service},
@@ -30,8 +30,7 @@ use crate::{
 /// ```
 #[derive(Debug, Clone)]
 pub struct RouteHeader {
-    name: HeaderName,
-    max_len: usize,
+    pub(super) header: OneHeader,
 }
 
 #[derive(serde::Deserialize)]
@@ -46,31 +45,28 @@ impl RouteHeader {
     /// The route header named `name`, capped at 4096 bytes.
     pub fn new(name: HeaderName) -> Self {
         RouteHeader {
-            name,
-            max_len: DEFAULT_ROUTE_MAX_LEN,
+            header: OneHeader::new(name, DEFAULT_ROUTE_MAX_LEN),
         }
     }
 
     /// Caps the accepted value length; longer values are ignored.
     pub fn with_max_len(mut self, max_len: usize) -> Self {
-        self.max_len = max_len;
+        self.header.max_len = max_len;
         self
     }
 
     /// The header name.
     pub fn header_name(&self) -> &HeaderName {
-        &self.name
+        &self.header.name
     }
 
-    pub(super) fn decode(
+    /// Decodes the header's (first) value.
+    pub(super) fn decode_value(
         &self,
-        headers: &HeaderMap,
+        value: &HeaderValue,
         names: &Names,
     ) -> Result<Option<Decoded>, Rejection> {
-        let Some(value) = single_value(headers, &self.name, self.max_len)? else {
-            return Ok(None);
-        };
-        let reject = |reason| Rejection::new(&self.name, reason);
+        let reject = |reason| Rejection::new(&self.header.name, reason);
         if value.as_bytes().trim_ascii_start().first() != Some(&b'{') {
             return Err(reject(Reason::InvalidJson("expected a JSON object".into())));
         }
@@ -106,10 +102,10 @@ impl RouteHeader {
     pub(super) fn encode(&self, ctx: &Stain, headers: &mut HeaderMap) {
         match ctx.pins() {
             Some(pins) => {
-                headers.insert(&self.name, pins.route_header_value().clone());
+                headers.insert(&self.header.name, pins.route_header_value().clone());
             }
             None => {
-                headers.remove(&self.name);
+                headers.remove(&self.header.name);
             }
         }
     }

@@ -131,6 +131,8 @@ const ALL_FIELDS: [Field; 13] = [
     Field::Enabled,
 ];
 
+// === impl Field ===
+
 impl Field {
     fn named(key: &str) -> Option<Field> {
         let i = PolicyConfig::FIELDS.iter().position(|f| *f == key)?;
@@ -313,6 +315,8 @@ impl<'de> Deserialize<'de> for PolicyConfig {
 /// A key of [`PolicyConfig`] not read yet; anything else is an unknown field.
 struct FieldSeed<'c>(&'c PolicyConfig);
 
+// === impl FieldSeed ===
+
 impl<'de> DeserializeSeed<'de> for FieldSeed<'_> {
     type Value = Field;
 
@@ -342,6 +346,8 @@ struct Text<F> {
     check: F,
     optional: bool,
 }
+
+// === impl Text ===
 
 impl<F> Text<F> {
     fn required(expecting: &'static str, check: F) -> Self {

@@ -5,7 +5,8 @@ use serde::{Deserialize, Serialize};
 
 use super::{
     error::Unroutable,
-    route::{Class, Counts, OwnedSubset},
+    route::{Class, Counts},
+    subset::OwnedSubset,
 };
 use crate::{
     labels::Labels,

@@ -5,7 +5,7 @@ use std::{fmt, sync::Arc};
 
 use serde::Serialize;
 
-use super::{policy::Fallback, route::OwnedSubset};
+use super::{policy::Fallback, subset::OwnedSubset};
 use crate::name::{Lane, Version};
 
 /// No instance may serve the request: the typed error a gateway turns into a 503.

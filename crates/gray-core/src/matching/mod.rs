@@ -80,6 +80,7 @@ mod error;
 mod policy;
 mod presets;
 mod route;
+mod subset;
 mod table;
 
 pub use self::{
@@ -87,13 +88,16 @@ pub use self::{
     decision::{Availability, Candidate, Decision, Outcome, Step},
     error::{PolicyError, Unroutable, UnroutableReason},
     policy::{Fallback, FlagValues, OnUnready, Policy, Unlabelled},
-    route::OwnedSubset,
+    subset::OwnedSubset,
     table::WithPolicy,
 };
 
 // Used by gray-balance; not part of the stable API.
 #[doc(hidden)]
-pub use self::route::{Chain, Class, Counts, Key, Miss, Route, Subset};
+pub use self::{
+    route::{Chain, Class, Counts, Key, Miss, Route},
+    subset::Subset,
+};
 
 #[cfg(test)]
 mod tests;

@@ -2,16 +2,15 @@
 //! [`Class`], a request's [`Key`], the [`Chain`] of [`Subset`]s it may use, and the
 //! [`walk`](Policy::walk) over them.
 //!
-//! Only [`OwnedSubset`] is part of the stable API (a [`Decision`](super::Decision) names
-//! its subsets with it); the rest is used by gray-balance and hidden from the docs.
-
-use std::fmt;
+//! The rest is used by gray-balance and hidden from the docs; the subsets themselves are in
+//! `subset.rs`.
 
 use serde::Serialize;
 
 use super::{
     error::{Unroutable, UnroutableReason},
     policy::{Fallback, FlagValues, OnUnready, Policy, Unlabelled},
+    subset::Subset,
 };
 use crate::{
     labels::Labels,
@@ -199,6 +198,8 @@ pub struct Class {
     versions: Vec<Version>,
 }
 
+// === impl Class ===
+
 impl Class {
     /// A class with this lane and these versions.
     pub fn new(lane: Option<Lane>, versions: impl IntoIterator<Item = Version>) -> Self {
@@ -232,6 +233,8 @@ pub struct Key<'a> {
     own_lane: bool,
 }
 
+// === impl Key ===
+
 impl<'a> Key<'a> {
     /// The request's lane, `None` for baseline.
     pub fn lane(&self) -> Option<&'a Lane> {
@@ -249,85 +252,6 @@ impl<'a> Key<'a> {
     }
 }
 
-/// A set of instances a request may be served by, borrowed from the request's key.
-// Used by gray-balance; not part of the stable API.
-#[doc(hidden)]
-// Not `#[non_exhaustive]`: gray-balance matches every variant, and a new one must
-// break its build rather than fall through.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Subset<'a> {
-    /// The instances serving this version (and, with [`Unlabelled::Wildcard`], those
-    /// without versions).
-    Version(&'a Version),
-    /// The instances in this lane (and, with [`Unlabelled::Wildcard`], those without a
-    /// lane).
-    Lane(&'a Lane),
-    /// The instances without a lane.
-    Baseline,
-    /// Every instance.
-    All,
-}
-
-impl Subset<'_> {
-    /// The owned form, for reports and errors.
-    pub fn to_owned(&self) -> OwnedSubset {
-        match *self {
-            Subset::Version(v) => OwnedSubset::Version(v.clone()),
-            Subset::Lane(l) => OwnedSubset::Lane(l.clone()),
-            Subset::Baseline => OwnedSubset::Baseline,
-            Subset::All => OwnedSubset::All,
-        }
-    }
-}
-
-impl fmt::Display for Subset<'_> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Subset::Version(v) => write!(f, "version `{v}`"),
-            Subset::Lane(l) => write!(f, "lane `{l}`"),
-            Subset::Baseline => f.write_str("baseline"),
-            Subset::All => f.write_str("all instances"),
-        }
-    }
-}
-
-/// A set of instances a request may be served by, as a [`Decision`](super::Decision)
-/// and an [`Unroutable`] error name it.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize)]
-#[serde(rename_all = "lowercase")]
-#[non_exhaustive]
-pub enum OwnedSubset {
-    /// The instances serving this version (and, with [`Unlabelled::Wildcard`], those
-    /// without versions).
-    Version(Version),
-    /// The instances in this lane (and, with [`Unlabelled::Wildcard`], those without a
-    /// lane).
-    Lane(Lane),
-    /// The instances without a lane.
-    Baseline,
-    /// Every instance.
-    All,
-}
-
-impl OwnedSubset {
-    /// The borrowed form.
-    #[doc(hidden)] // Used by gray-balance; not part of the stable API.
-    pub fn as_subset(&self) -> Subset<'_> {
-        match self {
-            OwnedSubset::Version(v) => Subset::Version(v),
-            OwnedSubset::Lane(l) => Subset::Lane(l),
-            OwnedSubset::Baseline => Subset::Baseline,
-            OwnedSubset::All => Subset::All,
-        }
-    }
-}
-
-impl fmt::Display for OwnedSubset {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        fmt::Display::fmt(&self.as_subset(), f)
-    }
-}
-
 /// The subsets a request may use, in order: at most four, no allocation.
 // Used by gray-balance; not part of the stable API.
 #[doc(hidden)]
@@ -336,6 +260,8 @@ pub struct Chain<'a> {
     subsets: [Option<Subset<'a>>; 4],
     len: usize,
 }
+
+// === impl Chain ===
 
 impl<'a> Chain<'a> {
     fn push(&mut self, subset: Subset<'a>) {

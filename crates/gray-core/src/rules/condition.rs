@@ -69,6 +69,8 @@ fn starts_with(a: &[u8], prefix: &[u8], ignore_case: bool) -> bool {
     a.len() >= prefix.len() && eq(&a[..prefix.len()], prefix, ignore_case)
 }
 
+// === impl ValueMatch ===
+
 impl ValueMatch {
     /// Matches raw values (headers, cookies). `Present` is handled by the caller.
     fn raw(&self, value: &[u8]) -> bool {
@@ -104,6 +106,8 @@ impl ValueMatch {
     }
 }
 
+// === impl Condition ===
+
 impl Condition {
     pub(crate) fn eval(&self, req: &RequestView<'_>, dice: &mut Option<Dice>) -> bool {
         match self {
@@ -136,6 +140,8 @@ impl Condition {
         }
     }
 }
+
+// === impl Key ===
 
 impl Key {
     /// The user's bucket, or `None` when the key is missing (the user is not in).
@@ -187,7 +193,13 @@ fn one_line(s: &str) -> String {
     s.split_whitespace().collect::<Vec<_>>().join(" ")
 }
 
-fn non_empty(at: &At<'_>, field: &str, name: &str, what: &'static str) -> Result<(), RulesError> {
+/// Checks that `name` (the value of `field`) is not empty; `what` it should be otherwise.
+pub(crate) fn non_empty(
+    at: &At<'_>,
+    field: &str,
+    name: &str,
+    what: &'static str,
+) -> Result<(), RulesError> {
     if name.is_empty() {
         Err(at.expected(field, what, Some("an empty string".into())))
     } else {
@@ -196,23 +208,16 @@ fn non_empty(at: &At<'_>, field: &str, name: &str, what: &'static str) -> Result
 }
 
 fn compile_value(at: &At<'_>, field: &str, c: &FieldMatchConfig) -> Result<ValueMatch, RulesError> {
-    let set = [
-        c.exact.is_some(),
-        c.one_of.is_some(),
-        c.prefix.is_some(),
-        c.regex.is_some(),
-        c.present.is_some(),
-    ]
-    .iter()
-    .filter(|b| **b)
-    .count();
-    if set != 1 {
-        return Err(at.expected(
-            field,
-            "exactly one of `exact`, `one_of`, `prefix`, `regex` or `present`",
-            Some(format!("{set} of them")),
-        ));
-    }
+    at.exactly_one(
+        field,
+        &[
+            ("exact", c.exact.is_some()),
+            ("one_of", c.one_of.is_some()),
+            ("prefix", c.prefix.is_some()),
+            ("regex", c.regex.is_some()),
+            ("present", c.present.is_some()),
+        ],
+    )?;
     let ic = c.ignore_case;
     let bytes = |s: &str| Box::<[u8]>::from(s.as_bytes());
     Ok(if let Some(e) = &c.exact {
@@ -236,22 +241,15 @@ fn compile_value(at: &At<'_>, field: &str, c: &FieldMatchConfig) -> Result<Value
 }
 
 fn compile_path(at: &At<'_>, field: &str, c: &PathMatchConfig) -> Result<PathMatch, RulesError> {
-    let set = [
-        c.exact.is_some(),
-        c.prefix.is_some(),
-        c.segment.is_some(),
-        c.regex.is_some(),
-    ]
-    .iter()
-    .filter(|b| **b)
-    .count();
-    if set != 1 {
-        return Err(at.expected(
-            field,
-            "exactly one of `exact`, `prefix`, `segment` or `regex`",
-            Some(format!("{set} of them")),
-        ));
-    }
+    at.exactly_one(
+        field,
+        &[
+            ("exact", c.exact.is_some()),
+            ("prefix", c.prefix.is_some()),
+            ("segment", c.segment.is_some()),
+            ("regex", c.regex.is_some()),
+        ],
+    )?;
     Ok(if let Some(e) = &c.exact {
         PathMatch::Exact(e.as_str().into())
     } else if let Some(p) = &c.prefix {
@@ -306,21 +304,21 @@ pub(crate) fn compile(
         let name = header_name(at, &format!("{f}.name"), &h.name)?;
         parts.push(Condition::Header(name, compile_value(at, &f, h)?));
     }
-    if let Some(k) = &c.cookie {
-        let f = format!("{field}.cookie");
-        non_empty(at, &format!("{f}.name"), &k.name, "a cookie name")?;
-        parts.push(Condition::Cookie(
-            k.name.as_str().into(),
-            compile_value(at, &f, k)?,
-        ));
-    }
-    if let Some(q) = &c.query {
-        let f = format!("{field}.query");
-        non_empty(at, &format!("{f}.name"), &q.name, "a query parameter name")?;
-        parts.push(Condition::Query(
-            q.name.as_str().into(),
-            compile_value(at, &f, q)?,
-        ));
+    type Named = fn(Box<str>, ValueMatch) -> Condition;
+    let named: [(&str, &Option<FieldMatchConfig>, &'static str, Named); 2] = [
+        ("cookie", &c.cookie, "a cookie name", Condition::Cookie),
+        (
+            "query",
+            &c.query,
+            "a query parameter name",
+            Condition::Query,
+        ),
+    ];
+    for (key, config, what, condition) in named {
+        let Some(m) = config else { continue };
+        let f = format!("{field}.{key}");
+        non_empty(at, &format!("{f}.name"), &m.name, what)?;
+        parts.push(condition(m.name.as_str().into(), compile_value(at, &f, m)?));
     }
     if let Some(p) = &c.path {
         parts.push(Condition::Path(compile_path(

@@ -41,6 +41,8 @@ pub enum Problem {
     FormatDisabled(&'static str),
 }
 
+// === impl RulesError ===
+
 impl RulesError {
     /// A document that did not deserialize: its field path is made relative to its rule,
     /// whose name is read from the document.
@@ -179,6 +181,8 @@ pub(crate) struct At<'a> {
     pub(crate) rule: Option<(usize, Option<&'a str>)>,
 }
 
+// === impl At ===
+
 impl At<'_> {
     pub(crate) fn expected(
         &self,
@@ -197,6 +201,25 @@ impl At<'_> {
                 found,
             },
         }))
+    }
+
+    /// Checks that exactly one of the `keys` of `field` is set (each with whether it is);
+    /// the error lists them: "exactly one of `a`, `b` or `c`", found "2 of them".
+    pub(crate) fn exactly_one(&self, field: &str, keys: &[(&str, bool)]) -> Result<(), RulesError> {
+        let set = keys.iter().filter(|(_, set)| *set).count();
+        if set == 1 {
+            return Ok(());
+        }
+        let mut expected = String::from("exactly one of ");
+        for (i, (key, _)) in keys.iter().enumerate() {
+            let sep = match i {
+                0 => "",
+                i if i + 1 == keys.len() => " or ",
+                _ => ", ",
+            };
+            expected.push_str(&format!("{sep}`{key}`"));
+        }
+        Err(self.expected(field, expected, Some(format!("{set} of them"))))
     }
 }
 

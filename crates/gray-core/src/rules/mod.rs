@@ -47,6 +47,8 @@ pub struct RuleSet {
     names: Names,
 }
 
+// === impl RuleSet ===
+
 impl Default for RuleSet {
     /// An enabled rule set without rules: nothing matches.
     fn default() -> Self {
@@ -91,6 +93,8 @@ enum VersionSource {
     Header(HeaderName),
 }
 
+// === impl Rule ===
+
 impl Rule {
     /// The rule's 0-based position in the set.
     pub fn index(&self) -> usize {
@@ -134,6 +138,8 @@ impl Rule {
     }
 }
 
+// === impl VersionFrom ===
+
 impl VersionFrom {
     fn stain(&self, req: &RequestView<'_>) -> Option<Stain> {
         let decoded;
@@ -166,6 +172,8 @@ pub struct Decision<'a> {
     rule: &'a Rule,
     stain: Stain,
 }
+
+// === impl Decision ===
 
 impl<'a> Decision<'a> {
     /// The rule that fired.
@@ -505,31 +513,18 @@ fn compile_version_from(
     vf: &VersionFromConfig,
     names: &mut Names,
 ) -> Result<VersionFrom, RulesError> {
-    let set = [
-        vf.path_segment.is_some(),
-        vf.query.is_some(),
-        vf.header.is_some(),
-    ]
-    .iter()
-    .filter(|b| **b)
-    .count();
-    if set != 1 {
-        return Err(at.expected(
-            "version_from",
-            "exactly one of `path_segment`, `query` or `header`",
-            Some(format!("{set} of them")),
-        ));
-    }
+    at.exactly_one(
+        "version_from",
+        &[
+            ("path_segment", vf.path_segment.is_some()),
+            ("query", vf.query.is_some()),
+            ("header", vf.header.is_some()),
+        ],
+    )?;
     let source = if let Some(n) = vf.path_segment {
         VersionSource::PathSegment(n)
     } else if let Some(q) = &vf.query {
-        if q.is_empty() {
-            return Err(at.expected(
-                "version_from.query",
-                "a query parameter name",
-                Some("an empty string".into()),
-            ));
-        }
+        condition::non_empty(at, "version_from.query", q, "a query parameter name")?;
         VersionSource::Query(q.as_str().into())
     } else {
         let h = vf.header.as_deref().unwrap_or_default();

@@ -53,6 +53,8 @@ pub(crate) struct Settings {
     pub(crate) response_timeout: Option<Duration>,
 }
 
+// === impl Settings ===
+
 impl Default for Settings {
     fn default() -> Self {
         Settings {
@@ -77,11 +79,15 @@ pin_project_lite::pin_project! {
 /// Sets its flag when dropped.
 struct Released(Arc<AtomicBool>);
 
+// === impl Released ===
+
 impl Drop for Released {
     fn drop(&mut self) {
         self.0.store(true, Ordering::Release);
     }
 }
+
+// === impl Tracked ===
 
 impl<B> Tracked<B> {
     fn into_inner(self) -> B {
@@ -128,6 +134,8 @@ struct Conn<IO: Read + Write, B: Body + 'static> {
     timer: Option<Pin<Box<Sleep>>>,
 }
 
+// === impl Conn ===
+
 impl<IO, B> Conn<IO, B>
 where
     IO: Read + Write + Unpin,
@@ -156,6 +164,8 @@ pub(crate) struct Pool<IO: Read + Write, B: Body + 'static> {
     idle: Mutex<Vec<Box<Conn<IO, B>>>>,
     settings: Arc<Settings>,
 }
+
+// === impl Pool ===
 
 impl<IO: Read + Write, B: Body + 'static> Pool<IO, B> {
     pub(crate) fn new(settings: Arc<Settings>) -> Self {
@@ -227,6 +237,8 @@ pub struct ResponseBody {
     inner: Incoming,
     lease: Option<Box<dyn Lease>>,
 }
+
+// === impl ResponseBody ===
 
 impl fmt::Debug for ResponseBody {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -307,6 +319,8 @@ enum Stage {
     Timeout(Duration),
 }
 
+// === impl RequestError ===
+
 impl RequestError {
     /// Whether the connection could not be established (the request was not sent).
     pub fn is_connect(&self) -> bool {
@@ -350,6 +364,8 @@ pub(crate) struct Target<C, IO: Read + Write, B: Body + 'static> {
     pub(crate) host: HeaderValue,
 }
 
+// === impl Target ===
+
 impl<C: Clone, IO: Read + Write, B: Body + 'static> Clone for Target<C, IO, B> {
     fn clone(&self) -> Self {
         Target {
@@ -365,6 +381,8 @@ impl<C: Clone, IO: Read + Write, B: Body + 'static> Clone for Target<C, IO, B> {
 pub struct ResponseFuture {
     inner: Pin<Box<dyn Future<Output = Result<Response<ResponseBody>, BoxError>> + Send>>,
 }
+
+// === impl ResponseFuture ===
 
 impl fmt::Debug for ResponseFuture {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

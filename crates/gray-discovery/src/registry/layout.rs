@@ -6,7 +6,7 @@ use gray_source::{Entry, Snapshot, Source, Update};
 
 use crate::{Error, Instance, InstanceId, Record, instance::check_segment};
 #[cfg(feature = "file")]
-use crate::{ParseError, file::Format};
+use crate::{error::ConfigError, file::Format};
 
 /// How a source's entries hold instances: one document with every service, or one key per
 /// instance. [`InstanceSource::layout`] knows it for the sources of gray-source;
@@ -17,7 +17,7 @@ use crate::{ParseError, file::Format};
 ///
 /// assert_eq!(Layout::keys("/gray").prefix(), Some("/gray/"));
 /// # #[cfg(feature = "file")]
-/// assert_eq!(Layout::document(gray_core::format::Format::Yaml).prefix(), None);
+/// assert_eq!(Layout::document(gray_core::config::Format::Yaml).prefix(), None);
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Layout(Kind);
@@ -77,15 +77,10 @@ impl InstanceSource for gray_source::file::FileSource {
         Format::from_path(path)
             .map(Layout::document)
             .ok_or_else(|| {
-                Error::Parse(ParseError {
-                    path: path.to_owned(),
-                    line: None,
-                    column: None,
-                    field: None,
-                    message:
-                        "unknown format: the file name must end in .toml, .yaml, .yml or .json"
-                            .to_owned(),
-                })
+                Error::Parse(ConfigError::new(
+                    &path.display().to_string(),
+                    "unknown format: the file name must end in .toml, .yaml, .yml or .json",
+                ))
             })
     }
 }
@@ -154,6 +149,7 @@ impl Layout {
                         entries: Vec::new(),
                         revision,
                     },
+                    other => return ignored(other),
                 };
                 match document(*format, &snapshot) {
                     Ok(services) => {
@@ -164,10 +160,10 @@ impl Layout {
                     Err(Error::Parse(error)) => {
                         tracing::error!(
                             target: "gray::discovery",
-                            file = %error.path.display(),
-                            line = error.line,
-                            column = error.column,
-                            field = error.field.as_deref(),
+                            file = error.source_name(),
+                            line = error.line(),
+                            column = error.column(),
+                            field = error.field(),
                             %error,
                             "instance file rejected; keeping the last good instances"
                         );
@@ -206,28 +202,29 @@ impl Layout {
                     Some((service, id)) => Effect::Remove(service.to_owned(), id),
                     None => Effect::None,
                 },
+                other => ignored(other),
             },
         }
     }
+}
+
+/// An update of a kind this crate does not know yet ([`Update`] is non-exhaustive): changes
+/// nothing, with a debug event.
+fn ignored(update: Update) -> Effect {
+    tracing::debug!(target: "gray::discovery", ?update, "update of an unknown kind ignored");
+    Effect::None
 }
 
 /// The instances of the document in `snapshot`'s one entry.
 #[cfg(feature = "file")]
 fn document(format: Format, snapshot: &Snapshot) -> Result<BTreeMap<String, Vec<Instance>>, Error> {
     match snapshot.entries.as_slice() {
-        [entry] => Ok(crate::file::parse(
-            std::path::Path::new(&entry.key),
-            format,
-            &entry.value,
-        )?),
+        [entry] => Ok(crate::file::parse(&entry.key, format, &entry.value)?),
         // An absent document (an etcd key deleted) is as empty as a file of 0 bytes.
-        [] => Err(Error::Parse(ParseError {
-            path: "(no document)".into(),
-            line: None,
-            column: None,
-            field: None,
-            message: "empty: the source holds no instance document".into(),
-        })),
+        [] => Err(Error::Parse(ConfigError::new(
+            "(no document)",
+            "empty: the source holds no instance document",
+        ))),
         [first, ..] => Err(Error::invalid(
             "instance document",
             &first.key,

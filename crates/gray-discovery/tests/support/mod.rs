@@ -6,6 +6,7 @@
 use std::time::Duration;
 
 use futures_util::{Stream, StreamExt};
+use gray_core::Labels;
 use gray_discovery::{Instance, InstanceId, ServiceInstances};
 use tower::discover::Change;
 
@@ -13,6 +14,15 @@ use tower::discover::Change;
 pub use gray_test_support::etcd;
 
 pub use gray_test_support::{TempDir, WAIT};
+
+/// The instance `id` at `address` (`host:port` or a URL) with `labels`.
+pub fn instance(id: &str, address: impl std::fmt::Display, labels: &[(&str, &str)]) -> Instance {
+    Instance::new(
+        id.parse().expect("a valid id"),
+        address.to_string().parse().expect("a valid address"),
+        Labels::from_iter(labels.iter().copied()),
+    )
+}
 
 /// A change as text: `+id address {k=v,..}` or `-id`.
 pub fn describe(change: &Change<InstanceId, Instance>) -> String {

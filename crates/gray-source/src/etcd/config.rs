@@ -20,7 +20,7 @@ use crate::SourceError;
 /// endpoints = ["https://10.0.0.1:2379", "https://10.0.0.2:2379", "https://10.0.0.3:2379"]
 /// connect_timeout_ms = 5000      # connecting to one member (TCP and TLS)
 /// request_timeout_ms = 5000      # any one request: a listing, a watch creation, a login
-/// keep_alive_interval_ms = 5000  # HTTP/2 pings; 0 turns them off
+/// keep_alive_interval_ms = 10000 # HTTP/2 pings while a watch or lease stream is open; 0: off
 /// keep_alive_timeout_ms = 5000   # a ping unanswered this long drops the connection
 /// progress_deadline_ms = 5000    # a watch silent this long moves to another member; 0: off
 /// backoff_min_ms = 100           # between failed attempts: from this, doubling ...
@@ -74,6 +74,8 @@ pub struct EtcdConfig {
     tls: Option<EtcdTls>,
 }
 
+// === impl EtcdConfig ===
+
 impl fmt::Debug for EtcdConfig {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("EtcdConfig")
@@ -92,9 +94,17 @@ impl fmt::Debug for EtcdConfig {
 /// The default time allowed to connect and per request.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// The default HTTP/2 keep-alive interval and timeout.
+/// The default HTTP/2 keep-alive interval and timeout: a ping after 10 s without a frame
+/// from the member, answered within 5 s.
+///
+/// etcd refuses pings closer than its `--grpc-keepalive-min-time` (5 s by default) and any
+/// ping on a connection without an open stream: it answers both with `GOAWAY
+/// ENHANCE_YOUR_CALM` (`too_many_pings`) after a few. So pings are sent only while a stream
+/// (a watch, a lease keep-alive) is open, at twice etcd's minimum. They are the second
+/// guard against a frozen member: the [progress deadline](DEFAULT_PROGRESS_DEADLINE) is the
+/// first, and the one that sets the bound (a watch leaves a silent member within 5 s).
 pub const DEFAULT_KEEP_ALIVE: (Duration, Duration) =
-    (Duration::from_secs(5), Duration::from_secs(5));
+    (Duration::from_secs(10), Duration::from_secs(5));
 
 /// The default progress deadline: a watch that hears nothing from its member for this
 /// long (no event, no answer to a progress request) moves to another member.
@@ -103,8 +113,9 @@ pub const DEFAULT_PROGRESS_DEADLINE: Duration = Duration::from_secs(5);
 impl EtcdConfig {
     /// The cluster at `endpoints` (`http://127.0.0.1:2379`, `https://…` with TLS, or
     /// `127.0.0.1:2379`), with the defaults: 5 s to connect and per request, HTTP/2
-    /// keep-alive every 5 s with a 5 s timeout, a 5 s progress deadline, reconnecting after
-    /// 100 ms doubling to 5 s, no authentication, no TLS.
+    /// keep-alive after 10 s of silence with a 5 s timeout ([`DEFAULT_KEEP_ALIVE`]), a 5 s
+    /// progress deadline, reconnecting after 100 ms doubling to 5 s, no authentication, no
+    /// TLS.
     pub fn new<E: AsRef<str>>(endpoints: impl IntoIterator<Item = E>) -> Self {
         EtcdConfig {
             endpoints: endpoints
@@ -134,8 +145,12 @@ impl EtcdConfig {
         self
     }
 
-    /// HTTP/2 keep-alive pings every `interval` (idle or not), the connection dropped when
-    /// one is not answered within `timeout`; `None` turns them off.
+    /// HTTP/2 keep-alive: a ping after `interval` without a frame from the member, the
+    /// connection dropped when one is not answered within `timeout`; `None` turns them off.
+    /// Pings are sent only while a stream (a watch, a lease keep-alive) is open: etcd
+    /// answers pings on a connection without one, or closer than its
+    /// `--grpc-keepalive-min-time` (5 s by default), with `too_many_pings` and closes the
+    /// connection. Keep `interval` above that minimum (see [`DEFAULT_KEEP_ALIVE`]).
     pub fn with_keep_alive(mut self, keep_alive: Option<(Duration, Duration)>) -> Self {
         self.keep_alive = keep_alive.map(|(interval, timeout)| {
             (
@@ -259,9 +274,10 @@ impl EtcdConfig {
             .with_connect_timeout(self.connect_timeout)
             .with_timeout(self.request_timeout);
         if let Some((interval, timeout)) = self.keep_alive {
+            // Never on a connection without a stream: etcd counts such pings as abuse.
             options = options
                 .with_keep_alive(interval, timeout)
-                .with_keep_alive_while_idle(true);
+                .with_keep_alive_while_idle(false);
         }
         if let Some((user, password)) = &self.user {
             options = options.with_user(user.clone(), password.clone());

@@ -18,13 +18,14 @@
 //! # Faults, and how fast they heal
 //!
 //! Bounds are for the defaults (5 s connect and request timeouts, 5 s progress deadline,
-//! keep-alive every 5 s with a 5 s timeout, backoff 100 ms doubling to 5 s between failed
-//! attempts) and a cluster where another member answers.
+//! keep-alive after 10 s of silence with a 5 s timeout while a stream is open, backoff
+//! 100 ms doubling to 5 s between failed attempts) and a cluster where another member
+//! answers.
 //!
 //! | fault | detected by | recovery | changes flow again |
 //! |---|---|---|---|
 //! | a member is killed or restarts, a connection is cut | the watch stream errors or ends | next endpoint after one backoff step; resume from the last revision + 1 | after ~100 ms (the first backoff step) |
-//! | a member freezes (SIGSTOP, a hung host, a network black hole: nothing closes the connection) | no event and no answer to progress requests (asked every third of the deadline while idle) within the **progress deadline**; HTTP/2 keep-alive as a second guard | drop the connection, next endpoint, resume | within the progress deadline + one backoff step: ~5 s (< 10 s) |
+//! | a member freezes (SIGSTOP, a hung host, a network black hole: nothing closes the connection) | no event and no answer to progress requests (asked every third of the deadline while idle) within the **progress deadline**; HTTP/2 keep-alive (10 s + 5 s) as a second guard | drop the connection, next endpoint, resume | within the progress deadline + one backoff step: ~5 s (< 10 s) |
 //! | a request hangs (a frozen member at connect, a slow listing) | the request timeout | next endpoint after one backoff step | within 5 s + backoff |
 //! | the whole cluster is down | connections refused | retried with backoff, capped at its max (5 s) | at most one backoff sleep after etcd is back (≤ 5 s); then at once: no backoff is slept after a successful reconnection |
 //! | revisions compacted while away | the watch answers with a compact revision | list again, hand out an [`Update::Reset`](crate::Update::Reset) | one listing |

@@ -97,6 +97,8 @@ enum Reset {
     History(String),
 }
 
+// === impl Reset ===
+
 impl fmt::Display for Reset {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
@@ -115,6 +117,8 @@ impl fmt::Display for Reset {
         }
     }
 }
+
+// === impl Identity ===
 
 impl Identity {
     /// Records a response header; says why the cluster cannot be the one seen before.
@@ -146,6 +150,8 @@ impl Identity {
         reset
     }
 }
+
+// === impl Watcher ===
 
 impl Watcher {
     async fn next(&mut self) -> Update {

@@ -86,6 +86,7 @@ impl Follow {
             Update::Delete { key, .. } => {
                 self.held.remove(key);
             }
+            other => panic!("an update of a kind these tests do not know: {other:?}"),
         }
         update
     }
@@ -176,5 +177,6 @@ pub fn describe(update: &Update) -> String {
         ),
         Update::Put(e) => format!("put {}", e.key),
         Update::Delete { key, .. } => format!("delete {key}"),
+        other => format!("{other:?}"),
     }
 }

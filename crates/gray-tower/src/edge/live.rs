@@ -115,6 +115,8 @@ pub struct Snapshot {
     content: Option<u64>,
 }
 
+// === impl Snapshot ===
+
 impl Snapshot {
     /// The rules.
     pub fn rules(&self) -> &RuleSet {
@@ -161,6 +163,8 @@ pub struct LiveRules {
     shared: Arc<Shared>,
 }
 
+// === impl LiveRules ===
+
 impl fmt::Debug for LiveRules {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("LiveRules")
@@ -171,6 +175,8 @@ impl fmt::Debug for LiveRules {
 
 /// A loaded snapshot; dereferences to [`Snapshot`]. Hold it only while deciding a request.
 pub struct SnapshotGuard(arc_swap::Guard<Arc<Snapshot>>);
+
+// === impl SnapshotGuard ===
 
 impl Deref for SnapshotGuard {
     type Target = Snapshot;
@@ -386,6 +392,8 @@ struct Reader {
     format: Option<Format>,
 }
 
+// === impl Reader ===
+
 impl Reader {
     fn new(source: &(impl Source + ?Sized), format: Option<Format>) -> Self {
         Reader {
@@ -414,6 +422,8 @@ struct Follower {
     /// Whether the source's failure was reported (once per outage).
     failing: bool,
 }
+
+// === impl Follower ===
 
 impl Follower {
     async fn run(mut self, mut updates: gray_source::Updates, status: StatusHandle) {
@@ -463,6 +473,8 @@ impl Follower {
                 "{key} was deleted from {}; the rules in force stay",
                 self.reader.name
             )),
+            other => tracing::debug!(target: "gray::edge", update = ?other,
+                "update of a kind the rules do not follow ignored"),
         }
     }
 

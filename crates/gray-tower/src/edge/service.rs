@@ -258,10 +258,9 @@ where
                 extensions.insert(PathRejected(e));
             }
         }
-        extensions.insert(ctx.clone());
         if config.decision_extension {
             extensions.insert(decision);
         }
-        ResponseFuture::scoped(ctx, req, &mut self.inner)
+        ResponseFuture::stained(ctx, req, &mut self.inner)
     }
 }
