@@ -1,27 +1,31 @@
-//! Run with: cargo run --release -p example-bench-support --bin bare-proxy -- --listen 127.0.0.1:9000 --upstream 127.0.0.1:9001 --upstream 127.0.0.1:9002
+//! Run with: cargo run --profile dist -p example-bench-support --bin bare-proxy -- --listen 127.0.0.1:9000 --baseline 127.0.0.1:9001 --gray 127.0.0.1:9002
 //!
-//! The "bare hyper reverse proxy" baseline of `scripts/bench-gateway`: no routing, no
-//! staining, no metrics. It does the URL and header work every reverse proxy does and nothing
-//! else, so the gateway's cost over it is the cost of its features:
+//! The minimal hyper proxy that `scripts/bench-gateway` measures the gateway against: the
+//! routing the gateway does in that benchmark, and nothing else the gateway does (no rules,
+//! no stripping of untrusted stains, no `X-Forwarded-For`, no metrics, no timeouts, no
+//! admin). What is left is what any hyper reverse proxy with header routing does:
 //!
-//! - round-robin over the `--upstream` addresses, with hyper-util's legacy pooled client
-//!   (HTTP/1.1 keep-alive to the upstreams, `TCP_NODELAY` both sides);
+//! - tokio's current-thread runtime (the gateway's with `workers = 1`), one hyper HTTP/1
+//!   server connection task per client, `TCP_NODELAY` both sides;
+//! - `x-gray-lane: gray` (value compared ignoring ASCII case, as the gateway lowercases
+//!   lanes) sends a request to the `--gray` upstreams, anything else to the `--baseline`
+//!   ones; the header itself is forwarded as it came;
+//! - round-robin within the lane;
 //! - the first path segment is stripped (`/svc/x?q` → `/x?q`), as the gateway strips the
 //!   service name;
 //! - hop-by-hop headers (RFC 9110 §7.6.1, and those named in `Connection`) are removed both
 //!   ways;
 //! - bodies stream both ways: the server's `Incoming` body is the client's request body and
-//!   the client's `Incoming` response body is the server's response body. The only per-request
-//!   allocations are hyper's own and the rewritten path.
+//!   the client's response body is the server's response body.
 //!
-//! An upstream failure answers `502` with an empty body, logged to stderr.
+//! The client is hyper-util's legacy pooled client (`--client legacy`, the default: what a
+//! hyper proxy is usually written with), or gray-discovery's `HttpEndpoints`
+//! (`--client gray`: the connections the gateway uses, which separates the cost of the
+//! client from the cost of the gateway's features). An upstream failure answers `502` with
+//! an empty body, logged to stderr.
 //!
-//! Options: `--listen ADDR` (required), `--upstream ADDR` (one or more), `--threads N` (tokio
-//! worker threads, default 1), `--multi-thread` (use tokio's multi-thread scheduler even
-//! with one thread; by default one thread means the current-thread scheduler),
-//! `--client legacy|gray` (default `legacy`: hyper-util's pooled client, what a hyper proxy
-//! is usually written with; `gray`: gray-discovery's `HttpEndpoints`, the connections the
-//! gateway uses, to separate the cost of the client from the cost of the gateway's features).
+//! Options: `--listen ADDR` (required), `--baseline ADDR` and `--gray ADDR` (each one or
+//! more), `--client legacy|gray`.
 
 use std::{
     convert::Infallible,
@@ -32,6 +36,7 @@ use std::{
 };
 
 use bytes::Bytes;
+use example_bench_support::X_GRAY_LANE;
 use gray_core::Labels;
 use gray_discovery::{
     Instance,
@@ -54,8 +59,8 @@ use hyper_util::{
 use tokio::net::TcpListener;
 use tower::{BoxError, Service};
 
-const USAGE: &str = "usage: bare-proxy --listen ADDR --upstream ADDR [--upstream ADDR ...] \
-                     [--threads N] [--multi-thread] [--client legacy|gray]";
+const USAGE: &str = "usage: bare-proxy --listen ADDR --baseline ADDR [--baseline ADDR ...] \
+                     --gray ADDR [--gray ADDR ...] [--client legacy|gray]";
 
 /// `Keep-Alive` and `Proxy-Connection` have no constant in `http`.
 const KEEP_ALIVE: HeaderName = HeaderName::from_static("keep-alive");
@@ -67,15 +72,14 @@ type ProxyBody = Either<Either<Incoming, ResponseBody>, Empty<Bytes>>;
 #[derive(Debug)]
 struct Options {
     listen: SocketAddr,
-    upstreams: Vec<SocketAddr>,
-    threads: usize,
-    multi_thread: bool,
+    baseline: Vec<SocketAddr>,
+    gray: Vec<SocketAddr>,
     gray_client: bool,
 }
 
 fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Options, String> {
-    let (mut listen, mut upstreams, mut threads, mut multi_thread) = (None, Vec::new(), 1, false);
-    let mut gray_client = false;
+    let (mut listen, mut baseline, mut gray, mut gray_client) =
+        (None, Vec::new(), Vec::new(), false);
     while let Some(flag) = args.next() {
         let mut value = || {
             args.next()
@@ -87,15 +91,8 @@ fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Options, String>
         };
         match flag.as_str() {
             "--listen" => listen = Some(addr(value()?)?),
-            "--upstream" => upstreams.push(addr(value()?)?),
-            "--threads" => {
-                let raw = value()?;
-                threads = match raw.parse::<usize>() {
-                    Ok(n) if n > 0 => n,
-                    _ => return Err(format!("`--threads {raw}`: expected a positive integer")),
-                };
-            }
-            "--multi-thread" => multi_thread = true,
+            "--baseline" => baseline.push(addr(value()?)?),
+            "--gray" => gray.push(addr(value()?)?),
             "--client" => {
                 gray_client = match value()?.as_str() {
                     "legacy" => false,
@@ -108,14 +105,13 @@ fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Options, String>
             other => return Err(format!("unknown option `{other}`")),
         }
     }
-    if upstreams.is_empty() {
-        return Err("at least one `--upstream ADDR` is required".into());
+    if baseline.is_empty() || gray.is_empty() {
+        return Err("at least one `--baseline ADDR` and one `--gray ADDR` are required".into());
     }
     Ok(Options {
         listen: listen.ok_or("missing `--listen ADDR`")?,
-        upstreams,
-        threads,
-        multi_thread,
+        baseline,
+        gray,
         gray_client,
     })
 }
@@ -128,104 +124,121 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    example_bench_support::run(
-        "bare-proxy",
-        options.threads,
-        options.multi_thread,
-        serve(options),
-    )
+    example_bench_support::run("bare-proxy", 1, false, serve(options))
 }
 
-/// The client the proxy forwards with.
+/// One lane's upstreams, taken in turn.
 #[derive(Debug)]
-enum Upstreams {
-    /// hyper-util's pooled client.
-    Legacy(Box<Client<HttpConnector, Incoming>>),
-    /// gray-discovery's endpoints, one per upstream, in the same order as `upstreams`.
-    Gray(Vec<HttpEndpoint<HttpConnector, Incoming>>),
-}
-
-/// What every request reads: the client and the upstreams to take turns on.
-#[derive(Debug)]
-struct Proxy {
-    client: Upstreams,
-    upstreams: Vec<Authority>,
+struct Lane {
+    /// Their authorities, for hyper-util's client (it wants absolute URIs).
+    authorities: Vec<Authority>,
+    /// Their endpoints, in the same order, with `--client gray`.
+    endpoints: Vec<HttpEndpoint<HttpConnector, Incoming>>,
     next: AtomicUsize,
 }
 
-impl Proxy {
-    fn new(upstreams: &[SocketAddr], gray_client: bool) -> Result<Self, String> {
-        let client = if gray_client {
-            let endpoints = HttpEndpoints::new();
-            let mut list = Vec::new();
-            for (i, addr) in upstreams.iter().enumerate() {
-                let instance = Instance::new(
-                    format!("upstream-{i}")
-                        .parse()
-                        .map_err(|e| format!("{e}"))?,
-                    addr.to_string()
-                        .parse()
-                        .map_err(|e| format!("{addr}: {e}"))?,
-                    Labels::new(),
-                );
-                list.push(endpoints.endpoint(instance));
+impl Lane {
+    fn new(
+        name: &str,
+        upstreams: &[SocketAddr],
+        endpoints: Option<&HttpEndpoints<HttpConnector, Incoming>>,
+    ) -> Result<Self, String> {
+        let mut lane = Lane {
+            authorities: Vec::with_capacity(upstreams.len()),
+            endpoints: Vec::new(),
+            next: AtomicUsize::new(0),
+        };
+        for (i, addr) in upstreams.iter().enumerate() {
+            lane.authorities.push(
+                Authority::try_from(addr.to_string())
+                    .map_err(|e| format!("upstream {addr} is not a valid authority: {e}"))?,
+            );
+            if let Some(endpoints) = endpoints {
+                let id = format!("{name}-{i}").parse().map_err(|e| format!("{e}"))?;
+                let address = addr
+                    .to_string()
+                    .parse()
+                    .map_err(|e| format!("upstream {addr}: {e}"))?;
+                lane.endpoints
+                    .push(endpoints.endpoint(Instance::new(id, address, Labels::new())));
             }
-            Upstreams::Gray(list)
-        } else {
+        }
+        Ok(lane)
+    }
+
+    /// The index of the upstream whose turn it is.
+    fn turn(&self) -> usize {
+        self.next.fetch_add(1, Ordering::Relaxed) % self.authorities.len()
+    }
+}
+
+/// What every request reads: the client and the two lanes.
+#[derive(Debug)]
+struct Proxy {
+    /// hyper-util's pooled client, unless `--client gray`.
+    legacy: Option<Client<HttpConnector, Incoming>>,
+    baseline: Lane,
+    gray: Lane,
+}
+
+impl Proxy {
+    fn new(options: &Options) -> Result<Self, String> {
+        let endpoints = options.gray_client.then(HttpEndpoints::new);
+        let legacy = (!options.gray_client).then(|| {
             let mut connector = HttpConnector::new();
             connector.set_nodelay(true);
-            Upstreams::Legacy(Box::new(
-                Client::builder(TokioExecutor::new())
-                    .pool_idle_timeout(Duration::from_secs(90))
-                    .build(connector),
-            ))
-        };
-        let upstreams = upstreams
-            .iter()
-            .map(|addr| {
-                Authority::try_from(addr.to_string())
-                    .map_err(|e| format!("upstream {addr} is not a valid authority: {e}"))
-            })
-            .collect::<Result<_, _>>()?;
-        Ok(Self {
-            client,
-            upstreams,
-            next: AtomicUsize::new(0),
+            Client::builder(TokioExecutor::new())
+                .pool_idle_timeout(Duration::from_secs(90))
+                .build(connector)
+        });
+        Ok(Proxy {
+            legacy,
+            baseline: Lane::new("baseline", &options.baseline, endpoints.as_ref())?,
+            gray: Lane::new("gray", &options.gray, endpoints.as_ref())?,
         })
     }
 
-    /// The upstream URI for `uri`: upstream `turn`, first path segment stripped.
-    fn upstream_uri(&self, uri: &Uri, turn: usize) -> Result<Uri, http::Error> {
-        let path_and_query = match uri.path_and_query().map(PathAndQuery::as_str) {
-            Some(pq) => strip_first_segment(pq)?,
+    async fn forward(&self, mut req: Request<Incoming>) -> Result<Response<ProxyBody>, Infallible> {
+        let is_gray = req
+            .headers()
+            .get(X_GRAY_LANE)
+            .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"gray"));
+        let lane = if is_gray { &self.gray } else { &self.baseline };
+        let turn = lane.turn();
+        let path_and_query = match req.uri().path_and_query().map(PathAndQuery::as_str) {
+            Some(pq) => match strip_first_segment(pq) {
+                Ok(pq) => pq,
+                Err(_) => return Ok(local_response(StatusCode::BAD_REQUEST)),
+            },
             None => PathAndQuery::from_static("/"),
         };
-        let mut parts = http::uri::Parts::default();
-        parts.scheme = Some(Scheme::HTTP);
-        parts.authority = Some(self.upstreams[turn].clone());
-        parts.path_and_query = Some(path_and_query);
-        Ok(Uri::from_parts(parts)?)
-    }
-
-    async fn forward(&self, mut req: Request<Incoming>) -> Result<Response<ProxyBody>, Infallible> {
-        let turn = self.next.fetch_add(1, Ordering::Relaxed) % self.upstreams.len();
-        match self.upstream_uri(req.uri(), turn) {
-            Ok(uri) => *req.uri_mut() = uri,
-            Err(_) => return Ok(local_response(StatusCode::BAD_REQUEST)),
-        }
         *req.version_mut() = Version::HTTP_11;
         remove_hop_by_hop(req.headers_mut());
-        let response = match &self.client {
-            Upstreams::Legacy(client) => client
-                .request(req)
-                .await
-                .map(|res| res.map(Either::Left))
-                .map_err(BoxError::from),
-            Upstreams::Gray(endpoints) => endpoints[turn]
-                .clone()
-                .call(req)
-                .await
-                .map(|res| res.map(Either::Right)),
+        let response = match &self.legacy {
+            Some(client) => {
+                let mut parts = http::uri::Parts::default();
+                parts.scheme = Some(Scheme::HTTP);
+                parts.authority = Some(lane.authorities[turn].clone());
+                parts.path_and_query = Some(path_and_query);
+                match Uri::from_parts(parts) {
+                    Ok(uri) => *req.uri_mut() = uri,
+                    Err(_) => return Ok(local_response(StatusCode::BAD_REQUEST)),
+                }
+                client
+                    .request(req)
+                    .await
+                    .map(|res| res.map(Either::Left))
+                    .map_err(BoxError::from)
+            }
+            None => {
+                // An endpoint sends origin-form requests to its own instance.
+                *req.uri_mut() = Uri::from(path_and_query);
+                let mut endpoint = lane.endpoints[turn].clone();
+                match std::future::poll_fn(|cx| endpoint.poll_ready(cx)).await {
+                    Ok(()) => endpoint.call(req).await.map(|res| res.map(Either::Right)),
+                    Err(e) => Err(e),
+                }
+            }
         };
         match response {
             Ok(mut res) => {
@@ -296,11 +309,13 @@ async fn serve(options: Options) -> Result<(), String> {
         .await
         .map_err(|e| format!("cannot listen on {}: {e}", options.listen))?;
     // Lives as long as the process: every connection borrows it, no per-request refcount.
-    let proxy: &'static Proxy = Box::leak(Box::new(Proxy::new(
-        &options.upstreams,
-        options.gray_client,
-    )?));
+    let proxy: &'static Proxy = Box::leak(Box::new(Proxy::new(&options)?));
+    accept(listener, proxy).await;
+    Ok(())
+}
 
+/// Serves each connection `listener` accepts through `proxy`, forever.
+async fn accept(listener: TcpListener, proxy: &'static Proxy) {
     loop {
         let stream = match listener.accept().await {
             Ok((stream, _)) => stream,
@@ -355,5 +370,109 @@ mod tests {
         remove_hop_by_hop(&mut headers);
         assert_eq!(headers.len(), 1);
         assert_eq!(headers["x-gray-lane"], "gray");
+    }
+
+    /// Four upstreams (base-1, base-2, gray-1, gray-2) on loopback, and options naming them.
+    async fn upstreams(gray_client: bool) -> Options {
+        let mut options = Options {
+            listen: "127.0.0.1:0".parse().unwrap(),
+            baseline: Vec::new(),
+            gray: Vec::new(),
+            gray_client,
+        };
+        for id in ["base-1", "base-2", "gray-1", "gray-2"] {
+            let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+            let addr = listener.local_addr().unwrap();
+            tokio::spawn(example_bench_support::serve_upstream(
+                listener,
+                id.parse().unwrap(),
+            ));
+            match id.starts_with("gray") {
+                true => options.gray.push(addr),
+                false => options.baseline.push(addr),
+            }
+        }
+        options
+    }
+
+    #[tokio::test]
+    async fn routes_by_lane_round_robin_with_the_service_stripped() {
+        for gray_client in [false, true] {
+            let options = upstreams(gray_client).await;
+            let listener = TcpListener::bind(options.listen).await.unwrap();
+            let addr = listener.local_addr().unwrap();
+            let proxy: &'static Proxy = Box::leak(Box::new(Proxy::new(&options).unwrap()));
+            tokio::spawn(accept(listener, proxy));
+            let client = Client::builder(TokioExecutor::new()).build_http::<Empty<Bytes>>();
+            for (lane, expected) in [
+                (None, ["base-1", "base-2"]),
+                (Some("canary"), ["base-1", "base-2"]),
+                (Some("gray"), ["gray-1", "gray-2"]),
+                (Some("GRAY"), ["gray-1", "gray-2"]),
+            ] {
+                let mut seen = Vec::new();
+                for _ in 0..4 {
+                    let mut req = Request::get(format!("http://{addr}/svc/x/y?q=1"));
+                    if let Some(lane) = lane {
+                        req = req.header(X_GRAY_LANE, lane);
+                    }
+                    let res = client
+                        .request(req.body(Empty::new()).unwrap())
+                        .await
+                        .unwrap();
+                    assert_eq!(
+                        res.status(),
+                        StatusCode::OK,
+                        "{lane:?}, gray client: {gray_client}"
+                    );
+                    let headers = res.headers();
+                    assert_eq!(headers[example_bench_support::X_SEEN_PATH], "/x/y?q=1");
+                    assert_eq!(
+                        headers[example_bench_support::X_SEEN_LANE],
+                        lane.unwrap_or("-")
+                    );
+                    seen.push(
+                        headers[example_bench_support::X_INSTANCE]
+                            .to_str()
+                            .unwrap()
+                            .to_owned(),
+                    );
+                }
+                // Each lane takes turns from where it stopped: two requests per instance.
+                seen.sort();
+                let mut want: Vec<_> = expected
+                    .iter()
+                    .chain(&expected)
+                    .map(|s| s.to_string())
+                    .collect();
+                want.sort();
+                assert_eq!(seen, want, "{lane:?}, gray client: {gray_client}");
+            }
+        }
+    }
+
+    #[test]
+    fn lanes_need_upstreams_on_both_sides() {
+        let args = |list: &[&str]| list.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let options = parse_args(
+            args(&[
+                "--listen",
+                "127.0.0.1:1",
+                "--baseline",
+                "127.0.0.1:2",
+                "--gray",
+                "127.0.0.1:3",
+                "--gray",
+                "127.0.0.1:4",
+            ])
+            .into_iter(),
+        )
+        .unwrap();
+        assert_eq!(options.baseline.len(), 1);
+        assert_eq!(options.gray.len(), 2);
+        let err =
+            parse_args(args(&["--listen", "127.0.0.1:1", "--baseline", "127.0.0.1:2"]).into_iter())
+                .unwrap_err();
+        assert!(err.contains("--gray"), "{err}");
     }
 }

@@ -1,4 +1,4 @@
-//! Run with: cargo run --release -p example-bench-support --bin upstream -- --listen 127.0.0.1:9001 --id base-1
+//! Run with: cargo run --profile dist -p example-bench-support --bin upstream -- --listen 127.0.0.1:9001 --id base-1
 //!
 //! A minimal HTTP/1.1 upstream for `scripts/bench-gateway`: it answers every request `200`
 //! with its id as the body and three headers that let the bench check the routing:
@@ -13,20 +13,10 @@
 //! bench runs its four upstreams that way, so that the CPU it shares with the load generator
 //! switches between two processes rather than five.
 
-use std::{convert::Infallible, net::SocketAddr, process::ExitCode, time::Duration};
+use std::{net::SocketAddr, process::ExitCode};
 
-use bytes::Bytes;
-use http::{HeaderName, HeaderValue, Request, Response};
-use http_body_util::Full;
-use hyper::{body::Incoming, server::conn::http1, service::service_fn};
-use hyper_util::rt::TokioIo;
+use http::HeaderValue;
 use tokio::net::TcpListener;
-
-const X_GRAY_LANE: HeaderName = HeaderName::from_static("x-gray-lane");
-const X_INSTANCE: HeaderName = HeaderName::from_static("x-instance");
-const X_SEEN_LANE: HeaderName = HeaderName::from_static("x-seen-lane");
-const X_SEEN_PATH: HeaderName = HeaderName::from_static("x-seen-path");
-const NO_LANE: HeaderValue = HeaderValue::from_static("-");
 
 const USAGE: &str =
     "usage: upstream --listen ADDR --id NAME [--listen ADDR --id NAME ...] [--threads N]";
@@ -34,7 +24,7 @@ const USAGE: &str =
 #[derive(Debug)]
 struct Options {
     /// Each listener with the id it answers.
-    instances: Vec<(SocketAddr, String)>,
+    instances: Vec<(SocketAddr, HeaderValue)>,
     threads: usize,
 }
 
@@ -55,12 +45,14 @@ fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Options, String>
             }
             "--id" => {
                 let raw = value()?;
-                if raw.is_empty() || HeaderValue::from_str(&raw).is_err() {
-                    return Err(format!(
-                        "`--id {raw}`: expected a non-empty printable ASCII name"
-                    ));
+                match HeaderValue::from_str(&raw) {
+                    Ok(value) if !raw.is_empty() => id.push(value),
+                    _ => {
+                        return Err(format!(
+                            "`--id {raw}`: expected a non-empty printable ASCII name"
+                        ));
+                    }
                 }
-                id.push(raw);
             }
             "--threads" => {
                 let raw = value()?;
@@ -107,50 +99,8 @@ async fn serve(options: Options) -> Result<(), String> {
     }
     let mut instances = tokio::task::JoinSet::new();
     for (listener, id) in listeners {
-        instances.spawn(serve_instance(listener, id));
+        instances.spawn(example_bench_support::serve_upstream(listener, id));
     }
     while instances.join_next().await.is_some() {}
     Ok(())
-}
-
-async fn serve_instance(listener: TcpListener, id: String) {
-    // Validated in `parse_args`; built once, cloned per response (a refcount, no copy).
-    let instance = HeaderValue::from_str(&id).unwrap_or(NO_LANE);
-    let body = Bytes::from(id);
-
-    loop {
-        let stream = match listener.accept().await {
-            Ok((stream, _)) => stream,
-            Err(e) => {
-                // Out of file descriptors and the like: back off, keep serving.
-                eprintln!("upstream: accept failed: {e}");
-                tokio::time::sleep(Duration::from_millis(50)).await;
-                continue;
-            }
-        };
-        let _ = stream.set_nodelay(true);
-        let (instance, body) = (instance.clone(), body.clone());
-        let service = service_fn(move |req: Request<Incoming>| {
-            let lane = req.headers().get(X_GRAY_LANE).cloned().unwrap_or(NO_LANE);
-            let path = req
-                .uri()
-                .path_and_query()
-                .and_then(|pq| HeaderValue::from_str(pq.as_str()).ok());
-            let mut res = Response::new(Full::new(body.clone()));
-            let headers = res.headers_mut();
-            headers.insert(X_INSTANCE, instance.clone());
-            headers.insert(X_SEEN_LANE, lane);
-            if let Some(path) = path {
-                headers.insert(X_SEEN_PATH, path);
-            }
-            // The request body (if any) is dropped unread; hyper drains or closes as needed.
-            std::future::ready(Ok::<_, Infallible>(res))
-        });
-        tokio::spawn(async move {
-            // Clients resetting connections is normal at the end of a load round.
-            let _ = http1::Builder::new()
-                .serve_connection(TokioIo::new(stream), service)
-                .await;
-        });
-    }
 }
