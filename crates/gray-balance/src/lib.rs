@@ -183,6 +183,13 @@ pub mod health;
 #[cfg(feature = "reqwest")]
 pub mod reqwest;
 
+/// The routing policy types a balancer is built with, re-exported from [`gray_core`] so
+/// that a balancer needs no other gray dependency.
+pub use gray_core::{
+    Fallback, Labelled, Labels, Policy, Unlabelled,
+    matching::{OnUnready, PolicyConfig},
+};
+
 pub use self::{
     driver::Driver,
     layer::BalanceLayer,

@@ -49,14 +49,12 @@ use serde::{Deserialize, Deserializer, de::Error as _};
 
 use crate::{
     codec::{
-        BaggageMember, Carrier, Carriers, DEFAULT_PLAIN_MAX_LEN, DEFAULT_ROUTE_MAX_LEN,
-        PlainHeader, RouteHeader, X_GRAY_INFO, X_GRAY_LANE,
+        BaggageMember, Carrier, Carriers, DEFAULT_BAGGAGE_KEY, DEFAULT_PLAIN_MAX_LEN,
+        DEFAULT_ROUTE_MAX_LEN, PlainHeader, RouteHeader, X_GRAY_INFO, X_GRAY_LANE,
     },
     name::Lane,
 };
 
-/// The `baggage` member key the stain uses unless configured otherwise: `gray.lane`.
-pub const DEFAULT_BAGGAGE_KEY: &str = "gray.lane";
 /// Seed 000's flag header, `gray`.
 pub const GRAY: HeaderName = HeaderName::from_static("gray");
 /// Seed 001's version header, `version`.

@@ -12,8 +12,8 @@
 //! to the instance whatever version the request arrived in.
 //!
 //! **Connections.** Each endpoint keeps its own idle connections (up to
-//! [`HttpEndpoints::max_idle_per_instance`], each for at most
-//! [`HttpEndpoints::idle_timeout`]). A request takes the most recent idle connection that
+//! [`HttpEndpoints::with_max_idle_per_instance`], each for at most
+//! [`HttpEndpoints::with_idle_timeout`]). A request takes the most recent idle connection that
 //! is still open, or opens one; its future drives the connection until the response head
 //! arrives, and the response's [`ResponseBody`] drives it while the body is read. When the
 //! body ends, the connection is idle again; a body dropped before its end closes it. No
@@ -28,7 +28,7 @@
 //! idle connection is polled by nobody, and the request body it still held (in a proxy,
 //! the body the client is still uploading) would wait for the next request to take the
 //! connection. Every request thus ends with its response, or an error, within the
-//! [response timeout](HttpEndpoints::response_timeout).
+//! [response timeout](HttpEndpoints::with_response_timeout).
 //!
 //! ```
 //! use bytes::Bytes;
@@ -39,7 +39,7 @@
 //! use tower::discover::Change;
 //!
 //! # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
-//! let endpoints = HttpEndpoints::<_, Full<Bytes>>::new().max_idle_per_instance(32);
+//! let endpoints = HttpEndpoints::<_, Full<Bytes>>::new().with_max_idle_per_instance(32);
 //! let registry = Registry::from_static([(
 //!     "orders",
 //!     [Instance::new("a".parse()?, "127.0.0.1:8081".parse()?, Labels::from_iter([("gray", "true")]))],
@@ -136,14 +136,14 @@ impl<C, B> HttpEndpoints<C, B> {
     /// Keeps at most `max` idle connections per instance (default 256); a connection
     /// released when `max` are idle is closed. `0` closes every connection after its
     /// response.
-    pub fn max_idle_per_instance(mut self, max: usize) -> Self {
+    pub fn with_max_idle_per_instance(mut self, max: usize) -> Self {
         Arc::make_mut(&mut self.settings).max_idle = max;
         self
     }
 
     /// Closes, instead of reusing, a connection that has been idle longer than `timeout`
     /// (default 90 s; instances commonly close idle connections after 60 s or more).
-    pub fn idle_timeout(mut self, timeout: Duration) -> Self {
+    pub fn with_idle_timeout(mut self, timeout: Duration) -> Self {
         Arc::make_mut(&mut self.settings).idle_timeout = timeout;
         self
     }
@@ -154,15 +154,42 @@ impl<C, B> HttpEndpoints<C, B> {
     /// Default: no limit. Each connection keeps one timer and moves it from request to
     /// request, which costs an atomic operation per request rather than two visits to
     /// tokio's timer wheel, as wrapping each call in `tokio::time::timeout` does.
-    pub fn response_timeout(mut self, timeout: Duration) -> Self {
+    pub fn with_response_timeout(mut self, timeout: Duration) -> Self {
         Arc::make_mut(&mut self.settings).response_timeout = Some(timeout);
         self
     }
 
     /// The HTTP/1 options of new connections (header limits, buffer sizes, and so on).
-    pub fn http1(mut self, builder: hyper::client::conn::http1::Builder) -> Self {
+    pub fn with_http1(mut self, builder: hyper::client::conn::http1::Builder) -> Self {
         Arc::make_mut(&mut self.settings).http1 = builder;
         self
+    }
+}
+
+/// The setters' names before 0.2.0.
+impl<C, B> HttpEndpoints<C, B> {
+    /// Renamed [`with_max_idle_per_instance`](Self::with_max_idle_per_instance).
+    #[deprecated(since = "0.2.0", note = "renamed `with_max_idle_per_instance`")]
+    pub fn max_idle_per_instance(self, max: usize) -> Self {
+        self.with_max_idle_per_instance(max)
+    }
+
+    /// Renamed [`with_idle_timeout`](Self::with_idle_timeout).
+    #[deprecated(since = "0.2.0", note = "renamed `with_idle_timeout`")]
+    pub fn idle_timeout(self, timeout: Duration) -> Self {
+        self.with_idle_timeout(timeout)
+    }
+
+    /// Renamed [`with_response_timeout`](Self::with_response_timeout).
+    #[deprecated(since = "0.2.0", note = "renamed `with_response_timeout`")]
+    pub fn response_timeout(self, timeout: Duration) -> Self {
+        self.with_response_timeout(timeout)
+    }
+
+    /// Renamed [`with_http1`](Self::with_http1).
+    #[deprecated(since = "0.2.0", note = "renamed `with_http1`")]
+    pub fn http1(self, builder: hyper::client::conn::http1::Builder) -> Self {
+        self.with_http1(builder)
     }
 }
 

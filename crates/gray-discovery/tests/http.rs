@@ -276,7 +276,7 @@ async fn connections_the_instance_closes_are_replaced() {
 async fn idle_limits_are_applied() {
     let (addr, accepted) = counting_server(true).await;
     let endpoint = HttpEndpoints::<_, Full<Bytes>>::new()
-        .max_idle_per_instance(0)
+        .with_max_idle_per_instance(0)
         .endpoint(instance(addr));
     for _ in 0..3 {
         let response = endpoint.clone().oneshot(get("/")).await.unwrap();
@@ -290,7 +290,7 @@ async fn idle_limits_are_applied() {
 
     let (addr, accepted) = counting_server(true).await;
     let endpoint = HttpEndpoints::<_, Full<Bytes>>::new()
-        .idle_timeout(Duration::from_millis(20))
+        .with_idle_timeout(Duration::from_millis(20))
         .endpoint(instance(addr));
     let response = endpoint.clone().oneshot(get("/")).await.unwrap();
     assert_eq!(read(response).await, "ok");
@@ -308,7 +308,7 @@ async fn idle_limits_are_applied() {
 async fn a_response_later_than_the_timeout_fails_and_closes_its_connection() {
     let (addr, accepted) = counting_server(true).await;
     let endpoint = HttpEndpoints::<_, Full<Bytes>>::new()
-        .response_timeout(Duration::from_millis(150))
+        .with_response_timeout(Duration::from_millis(150))
         .endpoint(instance(addr));
     // Without the timeout this request would be answered, after 10 s.
     let err = endpoint
@@ -332,7 +332,7 @@ async fn a_response_later_than_the_timeout_fails_and_closes_its_connection() {
 async fn the_timeout_counts_from_each_request_on_a_reused_connection() {
     let (addr, accepted) = counting_server(true).await;
     let endpoint = HttpEndpoints::<_, Full<Bytes>>::new()
-        .response_timeout(Duration::from_millis(300))
+        .with_response_timeout(Duration::from_millis(300))
         .endpoint(instance(addr));
     for round in 0..4 {
         // Each answer takes 200 ms of a 300 ms budget, and the connection idles longer than
@@ -419,7 +419,7 @@ async fn an_early_response_never_leaves_its_request_waiting_for_other_traffic() 
     let (addr, accepted) = answers_early(Duration::from_millis(20)).await;
     let timeout = Duration::from_secs(5);
     let endpoint = HttpEndpoints::<_, BoxBody<Bytes, Infallible>>::new()
-        .response_timeout(timeout)
+        .with_response_timeout(timeout)
         .endpoint(instance(addr));
     // Twenty uploads, one after the other, and no other traffic: each must end by itself
     // (its response or an error, and its body sent or dropped). A hang would take the

@@ -62,8 +62,8 @@ impl Gateway {
         // One buffer and one `send` per message (see `serve`).
         http1.writev(false);
         let pool = HttpEndpoints::new()
-            .http1(http1)
-            .response_timeout(config.upstream_timeout);
+            .with_http1(http1)
+            .with_response_timeout(config.upstream_timeout);
         let metrics = Metrics::new(config.metrics_max_lanes);
         metrics.register_collector(Freshness {
             rules: rules.clone(),

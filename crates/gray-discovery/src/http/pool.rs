@@ -328,7 +328,7 @@ impl RequestError {
     }
 
     /// Whether the response head did not arrive within the
-    /// [response timeout](super::HttpEndpoints::response_timeout).
+    /// [response timeout](super::HttpEndpoints::with_response_timeout).
     pub fn is_timeout(&self) -> bool {
         matches!(self.stage, Stage::Timeout(_))
     }

@@ -178,8 +178,7 @@ impl Removal {
 mod tests {
     use gray_core::{
         RuleSet,
-        carriers_config::DEFAULT_BAGGAGE_KEY,
-        codec::{BaggageMember, PlainHeader},
+        codec::{BaggageMember, DEFAULT_BAGGAGE_KEY, PlainHeader},
     };
     use http::HeaderValue;
 
