@@ -27,7 +27,7 @@
 //!
 //! ```toml
 //! [dependencies]
-//! gray-tower = { version = "0.1", features = ["reqwest"] }
+//! gray-tower = { version = "0.2", features = ["reqwest"] }
 //! ```
 //!
 //! (beside `axum`, `reqwest` and `tokio`, which it has anyway).
