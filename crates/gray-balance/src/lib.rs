@@ -9,7 +9,7 @@
 //!    ([`RequestStain`]), else from the task-local ([`gray_core::task::current`]: this
 //!    works because the pick runs in the caller's task, not in a `Buffer`'s worker),
 //!    else it uses the policy's own lane (seed 000: a request made by the instance itself);
-//! 2. it walks the [`Policy`](gray_core::Policy)'s chain of subsets (the pinned version,
+//! 2. it walks the [`Policy`]'s chain of subsets (the pinned version,
 //!    the lane, baseline, all, as the fallback allows; see [`gray_core::matching`]) over
 //!    an index of ready endpoints per subset: finding the subset and picking from it costs
 //!    the same for 10 or 10,000 endpoints, takes no lock and allocates nothing;
@@ -53,7 +53,7 @@
 //! An endpoint is *unready* when its `poll_ready` failed: the request fails with that
 //! error, and the endpoint leaves the ready lists at once, still counted as present, until
 //! the ejection backoff brings it back. The policy's
-//! [`OnUnready`](gray_core::matching::OnUnready) says what a subset whose present
+//! [`OnUnready`] says what a subset whose present
 //! endpoints are all unready means: fail fast (`Fail`, the default: `Unroutable` with
 //! reason `Unready`) or fall back as if it were empty (`Fallback`). Ejected endpoints
 //! count as absent, so a subset whose endpoints are all ejected falls back whatever

@@ -18,7 +18,7 @@ pub const X_GRAY_IP: HeaderName = HeaderName::from_static("x-gray-ip");
 
 /// The headers every carrier gray knows lives in, stripped from untrusted clients by
 /// default (besides the stain's `baggage` member under
-/// [`DEFAULT_BAGGAGE_KEY`](gray_core::carriers_config::DEFAULT_BAGGAGE_KEY)): the lane
+/// [`DEFAULT_BAGGAGE_KEY`](gray_core::codec::DEFAULT_BAGGAGE_KEY)): the lane
 /// header, seed 002's route header, seed 003's flag and IP headers, seed 000's `gray` flag
 /// and seed 001's `version`.
 pub const KNOWN_STAIN_HEADERS: [HeaderName; 6] = [

@@ -95,7 +95,7 @@ impl EdgeLayer {
     /// Whether untrusted clients lose every carrier gray knows, configured or not (default:
     /// yes): the headers [`KNOWN_STAIN_HEADERS`](super::KNOWN_STAIN_HEADERS) (`x-gray-lane`,
     /// `x-gray-info`, `x-gray-flag`, `x-gray-ip`, `gray`, `version`) and the stain's member
-    /// of `baggage` under [`DEFAULT_BAGGAGE_KEY`](gray_core::carriers_config::DEFAULT_BAGGAGE_KEY).
+    /// of `baggage` under [`DEFAULT_BAGGAGE_KEY`](gray_core::codec::DEFAULT_BAGGAGE_KEY).
     /// Turn it off only where one of those headers means something else to the services
     /// behind (seed 004's API `version` header, say).
     pub fn with_strip_known(mut self, on: bool) -> Self {
