@@ -254,6 +254,35 @@ async fn the_decision_extension_can_be_left_out() {
 }
 
 #[tokio::test]
+async fn the_task_local_stain_can_be_left_out() {
+    let rules = RuleSet::parse(
+        r#"{"rules":[{"name":"beta","when":{"cookie":{"name":"beta","exact":"1"}},"lane":"beta"}]}"#,
+        Format::Json,
+        "inline",
+    )
+    .expect("rules");
+    let with = EdgeLayer::new(rules);
+    let without = with.clone().with_task_local(false);
+    let beta = || request("10.0.0.1:1", &[("cookie", "beta=1")]);
+    // `send` checks that the task-local and the extension agree.
+    let seen = send(&with, beta()).await;
+    assert_eq!(
+        seen.task_ctx
+            .as_ref()
+            .and_then(|c| c.lane())
+            .map(|l| l.as_str()),
+        Some("beta")
+    );
+    // Without it, the backend sees no task-local stain, and the decision all the same: in
+    // the extension and in the headers.
+    let svc = tower::Layer::layer(&without, backend());
+    let seen = svc.oneshot(beta()).await.expect("infallible").into_body();
+    assert_eq!(seen.task_ctx, None);
+    assert_eq!(seen.lane().as_deref(), Some("beta"));
+    assert_eq!(seen.headers["x-gray-lane"], "beta");
+}
+
+#[tokio::test]
 async fn trusted_clients_and_precedence() {
     let rules = RuleSet::parse(
         r#"{"rules":[{"name":"beta","when":{"cookie":{"name":"beta","exact":"1"}},"lane":"beta"}]}"#,
