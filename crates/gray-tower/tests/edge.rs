@@ -225,14 +225,19 @@ async fn spoofed_stains_and_forwarded_for_are_ignored_and_stripped() {
     assert!(seen.headers.get("x-gray-ip").is_none());
 }
 
-#[tokio::test]
-async fn the_decision_extension_can_be_left_out() {
-    let rules = RuleSet::parse(
+/// One rule: the cookie `beta=1` stains `beta`.
+fn beta_cookie_rules() -> RuleSet {
+    RuleSet::parse(
         r#"{"rules":[{"name":"beta","when":{"cookie":{"name":"beta","exact":"1"}},"lane":"beta"}]}"#,
         Format::Json,
         "inline",
     )
-    .expect("rules");
+    .expect("rules")
+}
+
+#[tokio::test]
+async fn the_decision_extension_can_be_left_out() {
+    let rules = beta_cookie_rules();
     let with = EdgeLayer::new(rules);
     let without = with.clone().with_decision_extension(false);
     let beta = || request("10.0.0.1:1", &[("cookie", "beta=1")]);
@@ -255,12 +260,7 @@ async fn the_decision_extension_can_be_left_out() {
 
 #[tokio::test]
 async fn the_task_local_stain_can_be_left_out() {
-    let rules = RuleSet::parse(
-        r#"{"rules":[{"name":"beta","when":{"cookie":{"name":"beta","exact":"1"}},"lane":"beta"}]}"#,
-        Format::Json,
-        "inline",
-    )
-    .expect("rules");
+    let rules = beta_cookie_rules();
     let with = EdgeLayer::new(rules);
     let without = with.clone().with_task_local(false);
     let beta = || request("10.0.0.1:1", &[("cookie", "beta=1")]);
@@ -284,12 +284,7 @@ async fn the_task_local_stain_can_be_left_out() {
 
 #[tokio::test]
 async fn trusted_clients_and_precedence() {
-    let rules = RuleSet::parse(
-        r#"{"rules":[{"name":"beta","when":{"cookie":{"name":"beta","exact":"1"}},"lane":"beta"}]}"#,
-        Format::Json,
-        "inline",
-    )
-    .expect("rules");
+    let rules = beta_cookie_rules();
     let internal = CidrList::parse(["10.20.0.0/16"]).expect("cidrs");
     let rules_first = EdgeLayer::new(rules.clone()).with_trusted_clients(internal.clone());
     let inbound_first = rules_first
