@@ -73,7 +73,7 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use tower::BoxError;
 use tower_service::Service;
 
-use self::pool::{Pool, Settings, Target};
+use self::pool::{Pool, Settings, Shared, Target};
 pub use self::pool::{RequestError, ResponseBody, ResponseFuture};
 use crate::{Endpoints, Instance, MakeEndpoint};
 
@@ -206,12 +206,14 @@ where
         let host = HeaderValue::from_str(address.authority().as_str())
             .unwrap_or_else(|_| unreachable!("an authority is a valid header value"));
         HttpEndpoint {
-            target: Target {
-                connector: self.connector.clone(),
-                pool: Arc::new(Pool::new(self.settings.clone())),
-                uri,
-                host,
-            },
+            target: Target::new(
+                self.connector.clone(),
+                Shared {
+                    pool: Arc::new(Pool::new(self.settings.clone())),
+                    uri,
+                    host,
+                },
+            ),
             instance,
         }
     }

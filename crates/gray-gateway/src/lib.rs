@@ -101,7 +101,12 @@ impl Gateway {
         let addr = listener.local_addr()?;
         let per_connection = {
             // Only the admin's explanations read the decision: not recorded per request.
-            let (edge, routes) = (edge.clone().with_decision_extension(false), routes.clone());
+            // The balancer reads the stain from the request's extensions: no task-local.
+            let edge = edge
+                .clone()
+                .with_decision_extension(false)
+                .with_task_local(false);
+            let routes = routes.clone();
             move |peer: SocketAddr| {
                 edge.layer(Proxy::for_peer(routes.clone(), peer.ip()))
                     .with_peer(peer)

@@ -151,7 +151,18 @@ pin_project! {
     #[derive(Debug)]
     pub struct ResponseFuture<F> {
         #[pin]
-        inner: TaskLocalFuture<Stain, F>,
+        inner: Scope<F>,
+    }
+}
+
+pin_project! {
+    /// The inner future, in the stain's task-local scope or (the edge with
+    /// `with_task_local(false)`) as it is.
+    #[derive(Debug)]
+    #[project = ScopeProj]
+    enum Scope<F> {
+        TaskLocal { #[pin] fut: TaskLocalFuture<Stain, F> },
+        Plain { #[pin] fut: F },
     }
 }
 
@@ -167,13 +178,29 @@ impl<F: Future> ResponseFuture<F> {
         Self::in_scope(stain, req, inner)
     }
 
+    /// Puts `stain` into the request extensions and calls `inner`, with no task-local
+    /// stain: the edge with `with_task_local(false)`.
+    pub(crate) fn stained_unscoped<S, B>(stain: Stain, mut req: Request<B>, inner: &mut S) -> Self
+    where
+        S: Service<Request<B>, Future = F>,
+    {
+        req.extensions_mut().insert(stain);
+        ResponseFuture {
+            inner: Scope::Plain {
+                fut: inner.call(req),
+            },
+        }
+    }
+
     fn in_scope<S, R>(stain: Stain, req: R, inner: &mut S) -> Self
     where
         S: Service<R, Future = F>,
     {
         let fut = task::sync_scope(stain.clone(), || inner.call(req));
         ResponseFuture {
-            inner: task::scope(stain, fut),
+            inner: Scope::TaskLocal {
+                fut: task::scope(stain, fut),
+            },
         }
     }
 
@@ -196,7 +223,10 @@ impl<F: Future> Future for ResponseFuture<F> {
     type Output = F::Output;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        self.project().inner.poll(cx)
+        match self.project().inner.project() {
+            ScopeProj::TaskLocal { fut } => fut.poll(cx),
+            ScopeProj::Plain { fut } => fut.poll(cx),
+        }
     }
 }
 

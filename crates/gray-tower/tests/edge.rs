@@ -225,14 +225,19 @@ async fn spoofed_stains_and_forwarded_for_are_ignored_and_stripped() {
     assert!(seen.headers.get("x-gray-ip").is_none());
 }
 
-#[tokio::test]
-async fn the_decision_extension_can_be_left_out() {
-    let rules = RuleSet::parse(
+/// One rule: the cookie `beta=1` stains `beta`.
+fn beta_cookie_rules() -> RuleSet {
+    RuleSet::parse(
         r#"{"rules":[{"name":"beta","when":{"cookie":{"name":"beta","exact":"1"}},"lane":"beta"}]}"#,
         Format::Json,
         "inline",
     )
-    .expect("rules");
+    .expect("rules")
+}
+
+#[tokio::test]
+async fn the_decision_extension_can_be_left_out() {
+    let rules = beta_cookie_rules();
     let with = EdgeLayer::new(rules);
     let without = with.clone().with_decision_extension(false);
     let beta = || request("10.0.0.1:1", &[("cookie", "beta=1")]);
@@ -254,13 +259,32 @@ async fn the_decision_extension_can_be_left_out() {
 }
 
 #[tokio::test]
+async fn the_task_local_stain_can_be_left_out() {
+    let rules = beta_cookie_rules();
+    let with = EdgeLayer::new(rules);
+    let without = with.clone().with_task_local(false);
+    let beta = || request("10.0.0.1:1", &[("cookie", "beta=1")]);
+    // `send` checks that the task-local and the extension agree.
+    let seen = send(&with, beta()).await;
+    assert_eq!(
+        seen.task_ctx
+            .as_ref()
+            .and_then(|c| c.lane())
+            .map(|l| l.as_str()),
+        Some("beta")
+    );
+    // Without it, the backend sees no task-local stain, and the decision all the same: in
+    // the extension and in the headers.
+    let svc = tower::Layer::layer(&without, backend());
+    let seen = svc.oneshot(beta()).await.expect("infallible").into_body();
+    assert_eq!(seen.task_ctx, None);
+    assert_eq!(seen.lane().as_deref(), Some("beta"));
+    assert_eq!(seen.headers["x-gray-lane"], "beta");
+}
+
+#[tokio::test]
 async fn trusted_clients_and_precedence() {
-    let rules = RuleSet::parse(
-        r#"{"rules":[{"name":"beta","when":{"cookie":{"name":"beta","exact":"1"}},"lane":"beta"}]}"#,
-        Format::Json,
-        "inline",
-    )
-    .expect("rules");
+    let rules = beta_cookie_rules();
     let internal = CidrList::parse(["10.20.0.0/16"]).expect("cidrs");
     let rules_first = EdgeLayer::new(rules.clone()).with_trusted_clients(internal.clone());
     let inbound_first = rules_first

@@ -354,9 +354,16 @@ impl StdError for RequestError {
     }
 }
 
-/// Everything one request to an instance needs, moved into its future.
+/// Everything one request to an instance needs, moved into its future: the connector and
+/// one reference count to clone per request (the balancer clones the endpoint, then the
+/// request clones its target).
 pub(crate) struct Target<C, IO: Read + Write, B: Body + 'static> {
     pub(crate) connector: C,
+    shared: Arc<Shared<IO, B>>,
+}
+
+/// What a [`Target`] shares between the endpoint's clones and its requests.
+pub(crate) struct Shared<IO: Read + Write, B: Body + 'static> {
     pub(crate) pool: Arc<Pool<IO, B>>,
     /// `scheme://authority/` of the instance, what the connector is given.
     pub(crate) uri: Uri,
@@ -366,14 +373,29 @@ pub(crate) struct Target<C, IO: Read + Write, B: Body + 'static> {
 
 // === impl Target ===
 
+impl<C, IO: Read + Write, B: Body + 'static> Target<C, IO, B> {
+    pub(crate) fn new(connector: C, shared: Shared<IO, B>) -> Self {
+        Target {
+            connector,
+            shared: Arc::new(shared),
+        }
+    }
+}
+
 impl<C: Clone, IO: Read + Write, B: Body + 'static> Clone for Target<C, IO, B> {
     fn clone(&self) -> Self {
         Target {
             connector: self.connector.clone(),
-            pool: self.pool.clone(),
-            uri: self.uri.clone(),
-            host: self.host.clone(),
+            shared: self.shared.clone(),
         }
+    }
+}
+
+impl<C, IO: Read + Write, B: Body + 'static> std::ops::Deref for Target<C, IO, B> {
+    type Target = Shared<IO, B>;
+
+    fn deref(&self) -> &Shared<IO, B> {
+        &self.shared
     }
 }
 

@@ -58,6 +58,7 @@ pub(crate) struct Config {
     pub(crate) hop_by_hop: bool,
     pub(crate) normalize_paths: bool,
     pub(crate) decision_extension: bool,
+    pub(crate) task_local: bool,
     /// Derived from `carriers`, `strip_known` and `strip` by [`Config::refresh`].
     pub(crate) removal: Removal,
 }
@@ -76,6 +77,7 @@ impl Config {
             hop_by_hop: true,
             normalize_paths: true,
             decision_extension: true,
+            task_local: true,
             removal: Removal::default(),
         };
         config.refresh();

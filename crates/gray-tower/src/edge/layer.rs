@@ -28,6 +28,7 @@ use super::{
 /// | [`with_hop_by_hop`](Self::with_hop_by_hop) | on |
 /// | [`with_path_normalization`](Self::with_path_normalization) | on |
 /// | [`with_decision_extension`](Self::with_decision_extension) | on |
+/// | [`with_task_local`](Self::with_task_local) | on |
 #[derive(Debug, Clone)]
 pub struct EdgeLayer {
     config: Arc<Config>,
@@ -139,6 +140,17 @@ impl EdgeLayer {
     /// insert per request.
     pub fn with_decision_extension(mut self, on: bool) -> Self {
         self.config_mut().decision_extension = on;
+        self
+    }
+
+    /// Whether the service behind runs with the request's stain as the task-local stain
+    /// ([`gray_core::task::current`]) while it is called and while its response future is
+    /// polled (default: yes). The request's [`Stain`](gray_core::Stain) extension is
+    /// inserted either way. Where nothing behind the edge reads the task-local (a proxy
+    /// whose balancer reads the extension, as gray-balance does first), turning it off
+    /// saves moving the stain into and out of the task-local at every poll.
+    pub fn with_task_local(mut self, on: bool) -> Self {
+        self.config_mut().task_local = on;
         self
     }
 

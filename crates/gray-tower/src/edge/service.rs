@@ -261,6 +261,10 @@ where
         if config.decision_extension {
             extensions.insert(decision);
         }
-        ResponseFuture::stained(ctx, req, &mut self.inner)
+        if config.task_local {
+            ResponseFuture::stained(ctx, req, &mut self.inner)
+        } else {
+            ResponseFuture::stained_unscoped(ctx, req, &mut self.inner)
+        }
     }
 }
