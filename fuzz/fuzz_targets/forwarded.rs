@@ -4,7 +4,7 @@
 
 use std::net::IpAddr;
 
-use gray_core::rules::CidrList;
+use gray_rules::CidrList;
 use gray_tower::edge::{ClientIpResolver, ForwardedHeader, TrustedProxies};
 use http::{HeaderMap, HeaderValue};
 use libfuzzer_sys::fuzz_target;

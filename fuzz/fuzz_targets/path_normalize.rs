@@ -4,7 +4,7 @@
 //! the URI form keeps the query and agrees with the path form.
 #![no_main]
 
-use gray_core::path::{is_normal, normalize, normalize_uri};
+use gray_rules::path::{is_normal, normalize, normalize_uri};
 use http::Uri;
 use libfuzzer_sys::fuzz_target;
 

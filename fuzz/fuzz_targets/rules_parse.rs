@@ -1,7 +1,7 @@
 //! The rule parser and compiler, in all three formats, then an evaluation: never panics.
 #![no_main]
 
-use gray_core::rules::{Format, RequestView, RuleSet};
+use gray_rules::{Format, RequestView, RuleSet};
 use http::{HeaderMap, HeaderValue, Uri};
 use libfuzzer_sys::fuzz_target;
 

@@ -26,8 +26,9 @@ use std::{net::SocketAddr, time::Duration};
 use axum::{Router, routing::get};
 use criterion::{Criterion, criterion_group, criterion_main};
 use gray_balance::{BalanceLayer, reqwest::RouteMiddleware};
-use gray_core::{Labels, Lane, Policy, Stain};
+use gray_core::{Labels, Lane, Stain};
 use gray_discovery::{Instance, Registry};
+use gray_policy::Policy;
 use gray_tower::reqwest::{ClientBuilder, ClientWithMiddleware, PropagateMiddleware};
 use tokio::{net::TcpListener, runtime::Runtime};
 

@@ -9,7 +9,7 @@ use std::{net::SocketAddr, path::Path, time::Duration};
 
 use bytes::Bytes;
 use gray_balance::{Balance, BalanceLayer};
-use gray_core::{Labels, Lane, Policy, Stain};
+use gray_core::{Labels, Lane, Stain};
 use gray_discovery::{
     Instance, InstanceId, Registry, ServiceInstances,
     etcd::Registrar,
@@ -19,6 +19,7 @@ use gray_discovery::{
         file::FileSource,
     },
 };
+use gray_policy::Policy;
 use gray_test_support::{TempDir, etcd::Etcd};
 use gray_tests::{until, write_instances};
 use http_body_util::Empty;

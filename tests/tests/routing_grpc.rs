@@ -12,8 +12,8 @@
 use std::time::Duration;
 
 use gray_balance::{Balance, BalanceLayer, error::Unroutable};
-use gray_core::Policy;
 use gray_discovery::{Endpoint, InstanceId, Registry, grpc::GrpcChannels};
+use gray_policy::Policy;
 use gray_tests::{
     Server,
     proto::{HopReply, HopRequest, hop_client::HopClient, hop_server::Hop},

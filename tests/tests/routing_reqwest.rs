@@ -11,12 +11,12 @@
 
 use axum::{Router, extract::State, http::StatusCode, routing::get};
 use gray_balance::{Balance, BalanceLayer, reqwest::RouteMiddleware};
-use gray_core::Policy;
 use gray_discovery::{
     Instance, InstanceId, Registry,
     etcd::{Registrar, Registration},
     source::etcd::{EtcdConfig, EtcdSource},
 };
+use gray_policy::Policy;
 use gray_test_support::{WAIT, etcd::Etcd};
 use gray_tests::{Server, route::current_lane, serve, until};
 use gray_tower::{

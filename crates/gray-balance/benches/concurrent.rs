@@ -17,7 +17,8 @@ use std::time::{Duration, Instant};
 use common::{Req, endpoints};
 use criterion::{Criterion, criterion_group, criterion_main};
 use gray_balance::BalanceLayer;
-use gray_core::{Lane, Policy, Stain};
+use gray_core::{Lane, Stain};
+use gray_policy::Policy;
 use tower::{Service, ServiceExt};
 
 const ENDPOINTS: usize = 100;

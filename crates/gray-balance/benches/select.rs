@@ -34,7 +34,8 @@ use std::{
 use common::{Endpoint, Req, endpoint, endpoints};
 use criterion::{Criterion, criterion_group, criterion_main};
 use gray_balance::{Balance, BalanceLayer};
-use gray_core::{Labels, Lane, Policy, Stain};
+use gray_core::{Labels, Lane, Stain};
+use gray_policy::Policy;
 use tower::{
     Service,
     discover::Change,

@@ -18,7 +18,8 @@ use std::{
 
 use arc_swap::ArcSwap;
 use futures_util::task::AtomicWaker;
-use gray_core::{Labelled, Policy, backoff::Backoff};
+use gray_core::{Labelled, backoff::Backoff};
+use gray_policy::Policy;
 use tokio::{
     sync::mpsc::UnboundedReceiver,
     time::{Instant, Sleep},
@@ -120,7 +121,7 @@ where
     /// the changes the stream has ready now, so that a balancer over a list known at
     /// construction routes at once.
     pub(crate) fn new(discover: D, parts: Parts<D::Key, D::Service>) -> (Self, Close) {
-        let wildcard = parts.policy.unlabelled() == gray_core::Unlabelled::Wildcard;
+        let wildcard = parts.policy.unlabelled() == gray_policy::Unlabelled::Wildcard;
         let closing = Arc::new(Closing::default());
         let mut driver = Driver {
             discover: Box::pin(discover),

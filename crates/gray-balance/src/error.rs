@@ -2,7 +2,7 @@
 //!
 //! A request that no instance may serve (none at all, none that fits its stain, or none
 //! ready in a subset whose policy fails fast) fails at once with [`Unroutable`] (from
-//! [`gray_core::matching`]), which names the service, the lane and the policy; a gateway
+//! [`gray_policy`]), which names the service, the lane and the policy; a gateway
 //! downcasts the [`tower::BoxError`] to it and answers 503. Endpoint errors pass through as
 //! they are. A failing discovery stream does not fail requests: the background task logs
 //! it (`tracing`, warn), keeps the endpoints it has and polls the stream again after a
@@ -10,7 +10,7 @@
 //!
 //! ```
 //! use gray_balance::error::{Unroutable, UnroutableReason};
-//! use gray_core::{Policy, matching::Miss};
+//! use gray_policy::{Policy, Miss};
 //!
 //! let policy = Policy::seed_000();
 //! let key = policy.key("stock", None);
@@ -20,4 +20,4 @@
 //! assert_eq!(err.to_string(), "no instance of `stock` fits baseline (policy `seed-000`, fallback `baseline`)");
 //! ```
 
-pub use gray_core::matching::{Unroutable, UnroutableReason};
+pub use gray_policy::{Unroutable, UnroutableReason};

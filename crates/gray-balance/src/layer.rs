@@ -3,7 +3,8 @@
 
 use std::{fmt, hash::Hash};
 
-use gray_core::{Labelled, Policy};
+use gray_core::Labelled;
+use gray_policy::Policy;
 use tower::{BoxError, discover::Discover};
 use tower_layer::Layer;
 

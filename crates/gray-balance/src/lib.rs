@@ -10,7 +10,7 @@
 //!    works because the pick runs in the caller's task, not in a `Buffer`'s worker),
 //!    else it uses the policy's own lane (seed 000: a request made by the instance itself);
 //! 2. it walks the [`Policy`]'s chain of subsets (the pinned version,
-//!    the lane, baseline, all, as the fallback allows; see [`gray_core::matching`]) over
+//!    the lane, baseline, all, as the fallback allows; see [`gray_policy`]) over
 //!    an index of ready endpoints per subset: finding the subset and picking from it costs
 //!    the same for 10 or 10,000 endpoints, takes no lock and allocates nothing;
 //! 3. it picks among the ready endpoints of that subset: a new endpoint's probe first
@@ -87,7 +87,7 @@
 //! Every decision emits a `tracing` event at debug level, target `gray::balance`, with
 //! the lane, the pin, the subset, its size, whether a fallback was taken, whether the
 //! request is a probe and the endpoint chosen. [`Balance::explain`] (over the live
-//! endpoints) and [`Policy::decide`](gray_core::Policy::decide) (over any instance list)
+//! endpoints) and [`Policy::decide`](gray_policy::Policy::decide) (over any instance list)
 //! return the same decision as a value.
 //!
 //! # Features
@@ -104,7 +104,8 @@
 //! ```
 //! use std::{convert::Infallible, future::{Ready, ready}, sync::Arc, task::{Context, Poll}};
 //! use gray_balance::{BalanceLayer, error::Unroutable};
-//! use gray_core::{Labelled, Labels, Lane, Policy, Stain};
+//! use gray_core::{Labelled, Labels, Lane, Stain};
+//! use gray_policy::Policy;
 //! use tower::{Service, ServiceExt, discover::Change};
 //!
 //! /// An endpoint that answers with its own name. Each request calls a clone: keep
@@ -183,12 +184,10 @@ pub mod health;
 #[cfg(feature = "reqwest")]
 pub mod reqwest;
 
+pub use gray_core::{Labelled, Labels};
 /// The routing policy types a balancer is built with, re-exported from [`gray_core`] so
 /// that a balancer needs no other gray dependency.
-pub use gray_core::{
-    Fallback, Labelled, Labels, Policy, Unlabelled,
-    matching::{OnUnready, PolicyConfig},
-};
+pub use gray_policy::{Fallback, OnUnready, Policy, PolicyConfig, Unlabelled};
 
 pub use self::{
     driver::Driver,

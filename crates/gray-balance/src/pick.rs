@@ -4,11 +4,8 @@
 
 use std::{fmt, sync::Arc, time::Duration};
 
-use gray_core::{
-    Labels, Policy, Unroutable,
-    matching::{Key, OwnedSubset, Route},
-    rand::Rng,
-};
+use gray_core::{Labels, rand::Rng};
+use gray_policy::{Key, OwnedSubset, Policy, Route, Unroutable};
 
 use crate::{
     index::{Entry, Slot, Snapshot},
@@ -239,7 +236,7 @@ impl Router {
         };
         let Some(slot) = slot else {
             // The counts and the lists of one snapshot always agree.
-            let miss = gray_core::matching::Miss::Unready {
+            let miss = gray_policy::Miss::Unready {
                 subset: route.subset,
                 present: route.counts.present,
             };

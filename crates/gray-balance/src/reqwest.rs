@@ -24,7 +24,8 @@
 //! ```
 //! use std::convert::Infallible;
 //! use gray_balance::{BalanceLayer, error::Unroutable, reqwest::RouteMiddleware};
-//! use gray_core::{Labelled, Labels, Lane, Origin, Policy, Stain};
+//! use gray_core::{Labelled, Labels, Lane, Origin, Stain};
+//! use gray_policy::Policy;
 //! use http::uri::{Authority, Scheme};
 //! use tower::discover::Change;
 //!

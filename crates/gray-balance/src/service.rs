@@ -8,10 +8,8 @@ use std::{
 };
 
 use arc_swap::ArcSwap;
-use gray_core::{
-    Labelled, Policy, Stain, Unroutable,
-    matching::{Candidate, Decision},
-};
+use gray_core::{Labelled, Stain};
+use gray_policy::{Candidate, Decision, Policy, Unroutable};
 use tokio::sync::mpsc;
 use tower::{BoxError, discover::Discover};
 use tower_service::Service;
@@ -186,7 +184,7 @@ where
         let clock = Clock::new();
         config.router.clock = clock;
         let (events, received) = mpsc::unbounded_channel();
-        let wildcard = config.router.policy.unlabelled() == gray_core::Unlabelled::Wildcard;
+        let wildcard = config.router.policy.unlabelled() == gray_policy::Unlabelled::Wildcard;
         let snapshot = Arc::new(ArcSwap::from_pointee(Snapshot::new(wildcard)));
         let feedback = Arc::new(Feedback::new(
             events,

@@ -17,7 +17,8 @@ use std::{
 };
 
 use gray_balance::{Balance, BalanceLayer, Pick};
-use gray_core::{Labelled, Labels, Lane, Policy, Stain};
+use gray_core::{Labelled, Labels, Lane, Stain};
+use gray_policy::Policy;
 use gray_test_support::alloc::Counting;
 use tower::{Service, discover::Change};
 

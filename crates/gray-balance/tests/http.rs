@@ -5,8 +5,9 @@ use std::{convert::Infallible, net::SocketAddr, time::Duration};
 
 use bytes::Bytes;
 use gray_balance::{BalanceLayer, error::Unroutable, health::Ejection};
-use gray_core::{Labels, Lane, Policy, Stain, backoff::Backoff};
+use gray_core::{Labels, Lane, Stain, backoff::Backoff};
 use gray_discovery::{Instance, StaticDiscover, http::HttpEndpoints};
+use gray_policy::Policy;
 use http_body_util::{BodyExt, Full};
 use hyper_util::rt::TokioIo;
 use tokio::net::TcpListener;

@@ -13,11 +13,8 @@ use std::{
 };
 
 use gray_balance::{Balance, BalanceLayer, Driver, Pick, error::Unroutable, health::Ejection};
-use gray_core::{
-    Labelled, Labels, Lane, Pins, Policy, Stain, Version,
-    backoff::Backoff,
-    matching::{Availability, Candidate, Decision, Fallback, OnUnready, Unlabelled},
-};
+use gray_core::{Labelled, Labels, Lane, Pins, Stain, Version, backoff::Backoff};
+use gray_policy::{Availability, Candidate, Decision, Fallback, OnUnready, Policy, Unlabelled};
 use proptest::prelude::*;
 use tower::{Service, discover::Change};
 

@@ -10,7 +10,8 @@ use gray_balance::{
     health::Ejection,
     reqwest::{RouteError, RouteMiddleware, UnknownHosts},
 };
-use gray_core::{Labelled, Labels, Lane, Origin, Policy, Stain};
+use gray_core::{Labelled, Labels, Lane, Origin, Stain};
+use gray_policy::Policy;
 use http::uri::{Authority, Scheme};
 use reqwest_middleware::{ClientBuilder, ClientWithMiddleware};
 use tokio::net::TcpListener;

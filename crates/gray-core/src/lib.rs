@@ -1,37 +1,30 @@
-//! The stain model, routing policy, staining rules and wire codecs of **gray**: gray
-//! (canary) releases across a whole chain of services, as tower middleware.
+//! The stain model of **gray**: gray (canary) releases across a whole chain of services,
+//! as tower middleware.
 //!
 //! A request is *stained* once at the edge; the stain ([`Stain`]: an optional [`Lane`]
 //! plus optional version [`Pins`]) then travels in headers through every hop, and at every
-//! outbound call a [`Policy`] decides which instances may serve it. This crate holds what
-//! every other gray crate shares and nothing that needs a runtime:
+//! outbound call a routing policy (gray-policy) decides which instances may serve it. This
+//! crate is what every gray crate shares, and nothing that needs a runtime, a rules engine or
+//! a configuration loader:
 //!
-//! - [`name`]: [`Lane`] and [`Version`] names, interned by [`Names`];
-//! - [`stain`]: the [`Stain`], its [`Pins`] and its [`InheritedBaggage`];
-//! - [`labels`]: the [`Labels`] a registry reports for an instance, and an instance's
-//!   [`Origin`];
-//! - [`matching`]: the routing [`Policy`] (which instances fit a stain, the [`Fallback`]
-//!   when none does, the seed presets) and its [`Decision`](matching::Decision)s;
-//! - [`codec`]: how a stain is read from and written to headers ([`Carriers`]): a plain
-//!   header, seed 002's JSON route header, or a member of the W3C `baggage` header;
-//! - [`carriers_config`]: carriers named in a configuration file ([`CarrierConfig`]);
-//! - [`rules`]: the staining rules the edge decides by ([`RuleSet`]);
-//! - [`path`]: the one normal form of a request path that rules and upstreams both see;
-//! - [`config`]: the one configuration loader (TOML, YAML, JSON), whose errors name the
-//!   file, the line and the field;
-//! - [`rand`] and [`backoff`]: the workspace's random numbers and its retry backoff;
-//! - `task` (feature `task`): the task-local stain and the carriers that keep it across
-//!   `spawn`.
+//! | module | what |
+//! |---|---|
+//! | [`name`] | [`Lane`] and [`Version`] names, interned by [`Names`] |
+//! | [`stain`] | the [`Stain`], its [`Pins`], and the [`InheritedBaggage`] it carries onward |
+//! | [`labels`] | the [`Labels`] a registry reports for an instance ([`Labelled`]) and where it listens ([`Origin`]) |
+//! | [`codec`] | how a stain is read from and written to headers ([`Carriers`]): a plain header, seed 002's JSON route header, a member of W3C `baggage`, or a carrier of your own |
+//! | [`carriers_config`] | carriers named in a configuration file ([`CarrierConfig`]) |
+//! | `task` (feature `task`) | the task-local stain and the carriers that keep it across `spawn` |
+//! | [`rand`], [`backoff`], [`hash`] | the workspace's one random number generator, one retry backoff, one fixed hash |
+//!
+//! Routing policies are in gray-policy, staining rules and path normalisation in
+//! gray-rules, the configuration loader in gray-config.
 //!
 //! # Cargo features
 //!
 //! | feature | default | what |
 //! |---|---|---|
-//! | `toml` | no | TOML documents in [`config`] ([`config::Format::Toml`]): rule sets, policies, any configuration file |
-//! | `yaml` | no | YAML documents in [`config`], through `serde_norway` ([`config::Format::Yaml`]) |
 //! | `task` | no | the task-local stain and its carriers (`gray_core::task`), on tokio |
-//!
-//! JSON documents are always available.
 //!
 //! ```
 //! use gray_core::{Carriers, Stain, Lane};
@@ -54,13 +47,10 @@ pub mod backoff;
 mod baggage;
 pub mod carriers_config;
 pub mod codec;
-pub mod config;
+pub mod hash;
 pub mod labels;
-pub mod matching;
 pub mod name;
-pub mod path;
 pub mod rand;
-pub mod rules;
 pub mod stain;
 #[cfg(feature = "task")]
 pub mod task;
@@ -76,6 +66,4 @@ pub use stain::{Pins, Stain};
 )]
 pub type Context = Stain;
 pub use labels::{Labelled, Labels, Origin};
-pub use matching::{Fallback, Policy, Unlabelled, Unroutable};
 pub use name::{Lane, Names, Version};
-pub use rules::{RequestView, RuleSet, RulesError};

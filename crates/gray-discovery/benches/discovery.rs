@@ -194,7 +194,7 @@ fn registry_changes(c: &mut Criterion) {
         };
         let (registry, tx) = rt.block_on(start(
             file(false),
-            Layout::document(gray_core::config::Format::Json),
+            Layout::document(gray_config::Format::Json),
         ));
         group.bench_with_input(BenchmarkId::new("file_edit", n), &n, |b, _| {
             b.iter_custom(|iters| {
@@ -227,12 +227,7 @@ fn registry_changes(c: &mut Criterion) {
     group.bench_function("json_file/10000", |b| {
         b.iter_batched(
             || file.clone(),
-            |file| {
-                rt.block_on(start(
-                    file,
-                    Layout::document(gray_core::config::Format::Json),
-                ))
-            },
+            |file| rt.block_on(start(file, Layout::document(gray_config::Format::Json))),
             BatchSize::LargeInput,
         )
     });

@@ -12,7 +12,7 @@
 
 use std::fmt;
 
-pub use gray_core::config::ConfigError;
+pub use gray_config::ConfigError;
 use gray_source::SourceError;
 
 /// What went wrong in a registry, a registration or an endpoint.
@@ -32,7 +32,7 @@ pub enum Error {
     },
     /// The source could not be read (a file that is missing, etcd unreachable).
     Source(SourceError),
-    /// An instance file could not be parsed, or was empty: gray-core's config loader says
+    /// An instance file could not be parsed, or was empty: gray-config's loader says
     /// where (file, line, column, field) and why.
     Parse(ConfigError),
     /// A request to etcd failed.
@@ -103,6 +103,6 @@ impl From<ConfigError> for Error {
 /// [`ConfigError::source_name`] (the file path or etcd key) in place of `path()`.
 #[deprecated(
     since = "0.2.0",
-    note = "instance files are read by gray-core's config loader: use `gray_core::config::ConfigError`"
+    note = "instance files are read by gray-config's loader: use `gray_config::ConfigError`"
 )]
 pub type ParseError = ConfigError;

@@ -108,16 +108,14 @@ use std::{
     fmt,
 };
 
-use gray_core::{
-    Labels,
-    config::{ConfigError, Document},
-};
+use gray_config::{ConfigError, Document};
+use gray_core::Labels;
 use serde::{Deserialize, Deserializer, de};
 
 use crate::{Address, Instance, InstanceId, instance::check_service};
 
 /// The format of an instance file (the one enum all gray crates share).
-pub use gray_core::config::Format;
+pub use gray_config::Format;
 
 /// The parsed content of an instance file: instances by service.
 pub(crate) type Catalogue = BTreeMap<String, Vec<Instance>>;
@@ -205,7 +203,7 @@ struct FileInstance {
     labels: Labels,
 }
 
-/// Parses an instance file through gray-core's config loader (`source` names it in errors:
+/// Parses an instance file through gray-config's loader (`source` names it in errors:
 /// a file path, an etcd key).
 pub(crate) fn parse(
     source: &str,

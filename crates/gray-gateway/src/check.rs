@@ -28,8 +28,9 @@
 use std::{fmt::Write, path::Path};
 
 use gray_balance::Pick;
-use gray_core::{CarrierConfig, matching::PolicyConfig};
+use gray_core::CarrierConfig;
 use gray_discovery::{Registry, source::file::FileSource as InstanceFile};
+use gray_policy::PolicyConfig;
 use gray_tower::edge::{FileSource, LiveRules};
 use tower::BoxError;
 
@@ -63,7 +64,7 @@ pub async fn check(path: &Path) -> Result<String, BoxError> {
         limits.max_connections,
         config.upstream_timeout.as_millis(),
     );
-    let cidrs = |list: &gray_core::rules::CidrList| {
+    let cidrs = |list: &gray_rules::CidrList| {
         list.iter()
             .map(ToString::to_string)
             .collect::<Vec<_>>()

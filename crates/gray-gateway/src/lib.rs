@@ -12,8 +12,9 @@ mod upstream;
 
 use std::{collections::BTreeMap, net::SocketAddr, path::PathBuf, sync::Arc};
 
-use gray_core::{CarrierConfig, Lane, rules::RuleSet};
+use gray_core::{CarrierConfig, Lane};
 use gray_discovery::{Registry, http::HttpEndpoints, source::file::FileSource as InstanceFile};
+use gray_rules::RuleSet;
 use gray_tower::edge::{EdgeLayer, FileSource, LiveRules, TrustedProxies, WatchHandle};
 use tokio::{net::TcpListener, sync::watch, task::JoinHandle};
 use tower::{BoxError, Layer};
@@ -212,8 +213,8 @@ async fn start_rules(rules: &Rules, watches: &mut Vec<WatchHandle>) -> Result<Li
 
 /// The format of a rule set stored under `key`: by its extension, else TOML.
 #[cfg(feature = "etcd")]
-pub(crate) fn rules_format(key: &str) -> gray_core::config::Format {
-    use gray_core::config::Format;
+pub(crate) fn rules_format(key: &str) -> gray_config::Format {
+    use gray_config::Format;
     Format::from_path(key.as_ref()).unwrap_or(Format::Toml)
 }
 

@@ -47,7 +47,8 @@ use std::{
 };
 
 use arc_swap::ArcSwap;
-use gray_core::{Lane, matching::OwnedSubset};
+use gray_core::Lane;
+use gray_policy::OwnedSubset;
 use prometheus_client::{
     collector::Collector,
     encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric},

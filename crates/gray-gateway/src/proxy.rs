@@ -6,8 +6,9 @@ use std::{
 };
 
 use bytes::Bytes;
-use gray_core::{Lane, Stain, Unroutable};
+use gray_core::{Lane, Stain};
 use gray_discovery::http::{RequestError, ResponseBody};
+use gray_policy::Unroutable;
 use http::{
     HeaderValue, Request, Response, StatusCode, Uri, header,
     uri::{InvalidUri, PathAndQuery},
@@ -313,7 +314,7 @@ fn first_segment(path: &str) -> Option<Cow<'_, str>> {
             return Some(Cow::Borrowed(segment));
         }
         let alone = format!("/{segment}");
-        let normal = gray_core::path::normalize(&alone).ok()?;
+        let normal = gray_rules::path::normalize(&alone).ok()?;
         match normal.strip_prefix('/') {
             Some("") => continue,
             Some(s) => return Some(Cow::Owned(s.to_owned())),

@@ -11,11 +11,12 @@ use std::{
 
 use futures_util::StreamExt;
 use gray_balance::{Balance, BalanceLayer, RecordRouted, Routed, future::ResponseFuture};
-use gray_core::{Labelled, Labels, Lane, Policy, Stain};
+use gray_core::{Labelled, Labels, Lane, Stain};
 use gray_discovery::{
     Instance, InstanceId, ServiceInstances,
     http::{HttpEndpoint, HttpEndpoints, ResponseBody},
 };
+use gray_policy::Policy;
 use http::{HeaderName, HeaderValue, Request, Response};
 use hyper::body::Incoming;
 use hyper_util::client::legacy::connect::HttpConnector;

@@ -47,7 +47,7 @@ use std::{
 };
 
 use futures_util::stream;
-use gray_core::rules::content_hash;
+use gray_core::hash::content_hash;
 use tokio::time::{Interval, MissedTickBehavior};
 
 use crate::{Entry, Revision, Snapshot, Source, SourceError, StatusHandle, Update, Updates};

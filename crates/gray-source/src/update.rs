@@ -23,7 +23,7 @@ pub enum Revision {
     File {
         /// The file's modification time, when the platform reports one.
         modified: Option<SystemTime>,
-        /// [`content_hash`](gray_core::rules::content_hash) of the file's bytes.
+        /// [`content_hash`](gray_core::hash::content_hash) of the file's bytes.
         hash: u64,
     },
     /// Read from etcd.

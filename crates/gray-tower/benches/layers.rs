@@ -41,8 +41,8 @@ use criterion::{
 use gray_core::{
     Carriers, Lane, Names,
     codec::{BaggageMember, PlainHeader},
-    rules::{Format, RuleSet},
 };
+use gray_rules::{Format, RuleSet};
 use gray_tower::{
     ExtractStainLayer, PropagateStainLayer,
     edge::{EdgeLayer, PeerAddr},

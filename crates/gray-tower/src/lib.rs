@@ -120,9 +120,10 @@ pub use task::{StainExt, current};
 pub use gray_core::codec;
 #[doc(inline)]
 pub use gray_core::{
-    Carriers, InheritedBaggage, Lane, Names, Pins, Policy, Stain, Version,
+    Carriers, InheritedBaggage, Lane, Names, Pins, Stain, Version,
     codec::{BaggageMember, DEFAULT_BAGGAGE_KEY, PlainHeader, RouteHeader},
 };
+pub use gray_policy::Policy;
 
 /// The former names of this crate's layers, before `Context` became [`Stain`](gray_core::Stain).
 #[doc(hidden)]

@@ -7,9 +7,8 @@ use std::{convert::Infallible, net::SocketAddr};
 use gray_core::{
     CarrierConfig, Carriers, Lane, Stain,
     codec::{BaggageMember, PlainHeader},
-    path::PathErrorKind,
-    rules::{CidrList, Format, RuleSet},
 };
+use gray_rules::{CidrList, Format, RuleSet, path::PathErrorKind};
 use gray_test_support::alloc::{Counting, measure};
 use gray_tower::{
     edge::{

@@ -4,7 +4,8 @@
 
 use std::time::Duration;
 
-use gray_core::{backoff::Backoff, rules::Format};
+use gray_core::backoff::Backoff;
+use gray_rules::Format;
 use gray_test_support::{
     WAIT,
     etcd::{Cluster, Etcd},

@@ -2,7 +2,8 @@
 
 use std::{path::Path, time::Duration};
 
-use gray_core::rules::{Format, content_hash};
+use gray_core::hash::content_hash;
+use gray_rules::Format;
 use gray_source::SourceError;
 use gray_test_support::{TempDir, WAIT};
 use gray_tower::edge::{FileSource, LiveRules, Revision, RuleSourceError, Status};

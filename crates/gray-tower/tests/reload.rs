@@ -10,7 +10,8 @@ use std::{
     },
 };
 
-use gray_core::{Stain, rules::Format};
+use gray_core::Stain;
+use gray_rules::Format;
 use gray_tower::{
     edge::{EdgeDecision, EdgeLayer, LiveRules, PeerAddr, Revision},
     task,
@@ -71,7 +72,7 @@ fn version_seen(req: &Request<()>) -> Result<u64, String> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_request_is_decided_by_exactly_one_snapshot() {
     let live = LiveRules::new(
-        gray_core::RuleSet::parse(&rules_text(0), Format::Json, "v0").expect("rules v0"),
+        gray_rules::RuleSet::parse(&rules_text(0), Format::Json, "v0").expect("rules v0"),
     );
     let layer = EdgeLayer::new(live.clone());
     let done = Arc::new(AtomicUsize::new(0));

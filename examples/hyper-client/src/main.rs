@@ -21,8 +21,9 @@
 use axum::{Router, extract::State, http::HeaderMap, routing::get};
 use bytes::Bytes;
 use gray_balance::BalanceLayer;
-use gray_core::{Labels, Lane, Policy, Stain};
+use gray_core::{Labels, Lane, Stain};
 use gray_discovery::{Instance, Registry, http::HttpEndpoints};
+use gray_policy::Policy;
 use gray_tower::{PropagateStainLayer, StainExt};
 use http::Request;
 use http_body_util::{BodyExt, Empty};

@@ -17,9 +17,10 @@ use std::{
 use axum::{Json, Router, extract::State, routing::get};
 use bytes::Bytes;
 use gray_balance::BalanceLayer;
-use gray_core::{Policy, rules::sticky_bucket};
 use gray_discovery::{Registry, http::HttpEndpoints, source::file::FileSource};
 use gray_gateway::{Gateway, config::Config};
+use gray_policy::Policy;
+use gray_rules::sticky_bucket;
 use gray_tower::{ExtractStainLayer, PropagateStainLayer};
 use http::Request;
 use http_body_util::{BodyExt, Empty};
@@ -175,7 +176,7 @@ async fn run(dir: &Path, serve_forever: bool) -> Result<(), BoxError> {
         let endpoints = registry
             .service("b")?
             .endpoints(HttpEndpoints::<_, Empty<Bytes>>::new());
-        let policy = Policy::new().with_fallback(gray_core::Fallback::Baseline);
+        let policy = Policy::new().with_fallback(gray_policy::Fallback::Baseline);
         // One balancer for every request the instance makes: it picks in the handler's
         // task, where it reads the handler's stain (the task-local).
         let balance = BalanceLayer::new("b", policy).build(endpoints);

@@ -16,8 +16,9 @@
 //! call, checks it and exits.
 
 use gray_balance::{Balance, BalanceLayer, error::Unroutable};
-use gray_core::{Fallback, Labels, Policy};
+use gray_core::Labels;
 use gray_discovery::{Endpoint, Instance, InstanceId, Registry, grpc::GrpcChannels};
+use gray_policy::{Fallback, Policy};
 use gray_tower::{ExtractStainLayer, PropagateStain, PropagateStainLayer};
 use tokio::net::TcpListener;
 use tonic::{

@@ -12,7 +12,8 @@ mod writer;
 
 use std::sync::Arc;
 
-use gray_core::{Labels, matching::Availability};
+use gray_core::Labels;
+use gray_policy::Availability;
 
 use crate::meter::{Meter, Metered};
 

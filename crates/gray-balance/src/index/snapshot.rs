@@ -8,10 +8,8 @@ use std::{
     },
 };
 
-use gray_core::{
-    Lane, Version,
-    matching::{Counts, Subset},
-};
+use gray_core::{Lane, Version};
+use gray_policy::{Counts, Subset};
 
 use super::{ALL, BASELINE, FIXED, FRESH_SCAN, Slot, UNVERSIONED};
 use crate::chunked::Chunked;
@@ -28,7 +26,7 @@ pub(super) struct SubsetView {
 }
 
 /// The (at most two, disjoint) subsets that make up one [`Subset`]: the exact one and, for
-/// [`gray_core::Unlabelled::Wildcard`], the unlabelled one.
+/// [`gray_policy::Unlabelled::Wildcard`], the unlabelled one.
 #[derive(Debug, Clone, Copy, Default)]
 pub(crate) struct Parts {
     exact: Option<u32>,

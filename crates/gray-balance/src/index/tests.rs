@@ -2,10 +2,8 @@
 
 use std::{collections::HashMap, sync::Arc};
 
-use gray_core::{
-    Labels, Lane, Policy,
-    matching::{Class, Counts, Subset},
-};
+use gray_core::{Labels, Lane};
+use gray_policy::{Class, Counts, Policy, Subset};
 
 use super::{Entry, Index, State};
 use crate::meter::{Clock, Feedback, Id, Meter};

@@ -2,10 +2,8 @@
 
 use std::{collections::HashMap, hash::Hash, sync::Arc};
 
-use gray_core::{
-    Lane, Version,
-    matching::{Availability, Class},
-};
+use gray_core::{Lane, Version};
+use gray_policy::{Availability, Class};
 
 use super::{
     ALL, BASELINE, Entry, FIXED, NONE, Slot, UNVERSIONED,

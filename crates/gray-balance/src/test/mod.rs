@@ -20,11 +20,8 @@ use std::{
 };
 
 use futures_util::Stream;
-use gray_core::{
-    Labelled, Labels, Lane, Policy, Stain,
-    backoff::Backoff,
-    matching::{OnUnready, OwnedSubset, UnroutableReason},
-};
+use gray_core::{Labelled, Labels, Lane, Stain, backoff::Backoff};
+use gray_policy::{OnUnready, OwnedSubset, Policy, UnroutableReason};
 use tokio::sync::mpsc;
 use tower::{BoxError, ServiceExt, discover::Change};
 use tower_service::Service;

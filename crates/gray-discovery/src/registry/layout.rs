@@ -17,7 +17,7 @@ use crate::{error::ConfigError, file::Format};
 ///
 /// assert_eq!(Layout::keys("/gray").prefix(), Some("/gray/"));
 /// # #[cfg(feature = "file")]
-/// assert_eq!(Layout::document(gray_core::config::Format::Yaml).prefix(), None);
+/// assert_eq!(Layout::document(gray_config::Format::Yaml).prefix(), None);
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Layout(Kind);

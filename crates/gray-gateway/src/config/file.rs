@@ -3,7 +3,8 @@
 use std::{collections::BTreeMap, net::SocketAddr, path::PathBuf};
 
 use gray_balance::Pick;
-use gray_core::{CarrierConfig, matching::WithPolicy};
+use gray_core::CarrierConfig;
+use gray_policy::WithPolicy;
 use gray_tower::edge::ForwardedHeader;
 use serde::Deserialize;
 

@@ -51,16 +51,15 @@ use std::{
 };
 
 use gray_balance::Pick;
-use gray_core::{
-    CarrierConfig, Policy,
-    config::{Document, Format},
-    rules::CidrList,
-};
+use gray_config::{Document, Format};
+use gray_core::CarrierConfig;
+use gray_policy::Policy;
+use gray_rules::CidrList;
 use gray_tower::edge::ForwardedHeader;
 use http::HeaderName;
 
 /// A configuration error: the file, the line, the field, and what was wrong.
-pub use gray_core::config::ConfigError;
+pub use gray_config::ConfigError;
 
 /// The embedded default instance file, used when the configuration names no source of
 /// instances (two services on loopback ports, for trying the gateway out).

@@ -5,8 +5,8 @@ use gray_core::{
     Carrier, Carriers, Lane,
     carriers_config::{GRAY, VERSION, default_member},
     codec::{X_GRAY_INFO, X_GRAY_LANE},
-    rules::CidrList,
 };
+use gray_rules::CidrList;
 use http::{HeaderMap, HeaderName};
 
 use super::{client_ip::ClientIpResolver, live::LiveRules};
@@ -178,10 +178,8 @@ impl Removal {
 
 #[cfg(test)]
 mod tests {
-    use gray_core::{
-        RuleSet,
-        codec::{BaggageMember, DEFAULT_BAGGAGE_KEY, PlainHeader},
-    };
+    use gray_core::codec::{BaggageMember, DEFAULT_BAGGAGE_KEY, PlainHeader};
+    use gray_rules::RuleSet;
     use http::HeaderValue;
 
     use super::*;

@@ -2,7 +2,7 @@
 
 use std::fmt;
 
-use gray_core::rules::RulesError;
+use gray_rules::RulesError;
 use gray_source::SourceError;
 
 /// Why rules could not be read from a [`Source`](gray_source::Source).

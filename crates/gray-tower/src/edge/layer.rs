@@ -1,6 +1,7 @@
 use std::sync::Arc;
 
-use gray_core::{Carriers, Lane, rules::CidrList};
+use gray_core::{Carriers, Lane};
+use gray_rules::CidrList;
 use http::HeaderName;
 use tower_layer::Layer;
 
@@ -35,7 +36,7 @@ pub struct EdgeLayer {
 }
 
 impl EdgeLayer {
-    /// Decides by `rules` (a [`LiveRules`], or a fixed [`RuleSet`](gray_core::RuleSet)).
+    /// Decides by `rules` (a [`LiveRules`], or a fixed [`RuleSet`](gray_rules::RuleSet)).
     pub fn new(rules: impl Into<LiveRules>) -> Self {
         EdgeLayer {
             config: Arc::new(Config::new(rules.into())),
@@ -126,7 +127,7 @@ impl EdgeLayer {
     }
 
     /// Whether the edge normalises the request path before rules see it and rewrites the
-    /// request to it (default: yes; see [`gray_core::path`]). A path it rejects is never
+    /// request to it (default: yes; see [`gray_rules::path`]). A path it rejects is never
     /// given to the rules: the request is baseline and carries a
     /// [`PathRejected`](super::PathRejected) extension for the service behind to answer 400.
     pub fn with_path_normalization(mut self, on: bool) -> Self {

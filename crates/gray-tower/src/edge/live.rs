@@ -9,7 +9,7 @@
 //! error event (target `gray::rules`) is emitted, and [`Status`] records it.
 //!
 //! ```
-//! use gray_core::rules::{Format, RuleSet};
+//! use gray_rules::{Format, RuleSet};
 //! use gray_tower::edge::{LiveRules, Revision};
 //!
 //! let live = LiveRules::new(RuleSet::default());
@@ -75,7 +75,7 @@
 //! ```no_run
 //! # #[cfg(feature = "etcd")]
 //! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
-//! use gray_core::rules::Format;
+//! use gray_rules::Format;
 //! use gray_tower::edge::{EtcdConfig, EtcdSource, LiveRules};
 //!
 //! let config = EtcdConfig::new(["http://10.0.0.1:2379", "http://10.0.0.2:2379"]);
@@ -98,7 +98,8 @@ use std::{
 
 use arc_swap::ArcSwap;
 use futures_util::StreamExt;
-use gray_core::rules::{Format, RuleSet, RulesError, content_hash};
+use gray_core::hash::content_hash;
+use gray_rules::{Format, RuleSet, RulesError};
 pub use gray_source::Revision;
 use gray_source::{Entry, Source, StatusHandle, Update, WatchHandle};
 use tokio::sync::watch;

@@ -4,10 +4,10 @@ use std::{
     task::{Context, Poll},
 };
 
-use gray_core::{
-    Stain,
+use gray_core::Stain;
+use gray_rules::{
+    Decision, RequestView,
     path::{PathError, normalize_uri},
-    rules::{Decision, RequestView},
 };
 use http::{HeaderValue, Request, Uri};
 use tower_service::Service;
@@ -64,7 +64,7 @@ pub struct EdgeDecision {
     pub trusted: bool,
 }
 
-/// A request extension: the edge rejected the request's path ([`gray_core::path`]), so no
+/// A request extension: the edge rejected the request's path ([`gray_rules::path`]), so no
 /// rule saw it and the request is baseline. The URI is left as the client sent it; the
 /// service behind answers 400 (the gateway does, with a JSON body) and must not forward it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -100,7 +100,8 @@ impl<S> Edge<S> {
     /// `ConnectInfo`) still wins.
     ///
     /// ```
-    /// use gray_core::{Stain, rules::{CidrList, RuleSet}};
+    /// use gray_core::Stain;
+    /// use gray_rules::{CidrList, RuleSet};
     /// use gray_tower::edge::{LiveRules, EdgeLayer};
     /// use tower::{Layer, ServiceExt, service_fn};
     ///

@@ -3,7 +3,7 @@
 
 use std::net::{IpAddr, SocketAddr};
 
-use gray_core::rules::canonical_ip;
+use gray_rules::canonical_ip;
 
 use super::MAX_HOPS;
 

@@ -22,7 +22,7 @@
 //! `X-Forwarded-For` passes a client's forged `Forwarded` through untouched.
 //!
 //! ```
-//! use gray_core::rules::CidrList;
+//! use gray_rules::CidrList;
 //! use gray_tower::edge::{ClientIpResolver, ForwardedHeader, TrustedProxies};
 //! use http::HeaderMap;
 //!
@@ -51,7 +51,7 @@ use std::{
     str::FromStr,
 };
 
-use gray_core::rules::{CidrList, canonical_ip};
+use gray_rules::{CidrList, canonical_ip};
 
 use self::chain::{Chain, Hop, for_each_forwarded_element, parse_node};
 use http::{

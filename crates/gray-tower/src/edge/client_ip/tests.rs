@@ -8,7 +8,7 @@ fn ip(s: &str) -> IpAddr {
 
 fn cidrs(list: &[&str]) -> CidrList {
     list.iter()
-        .map(|s| s.parse::<gray_core::rules::Cidr>().unwrap())
+        .map(|s| s.parse::<gray_rules::Cidr>().unwrap())
         .collect()
 }
 

@@ -1,0 +1,132 @@
+//! Property tests of the rule model: sticky percentages are monotone, and the parsers and
+//! header codecs never panic on arbitrary input (a bounded smoke of the fuzz targets).
+
+use gray_core::{
+    Carriers, Lane, Pins, Stain, Version,
+    codec::{BaggageMember, PlainHeader, RouteHeader},
+};
+use gray_rules::{Format, RequestView, RuleSet};
+use http::{HeaderMap, HeaderName, HeaderValue, Uri};
+use proptest::prelude::*;
+
+fn sticky_rules(basis_points: u32, salt: &str) -> RuleSet {
+    let percent = f64::from(basis_points) / 100.0;
+    let text = format!(
+        r#"{{"rules":[{{"name":"pct","when":{{"sticky":{{"by":{{"header":"x-user-id"}},"percent":{percent},"salt":{salt:?}}}}},"lane":"gray"}}]}}"#
+    );
+    RuleSet::parse(&text, Format::Json, "prop").expect("valid sticky rule")
+}
+
+fn in_gray(rules: &RuleSet, user: &HeaderValue) -> bool {
+    let uri = Uri::from_static("/");
+    let mut headers = HeaderMap::new();
+    headers.insert("x-user-id", user.clone());
+    rules.evaluate(&RequestView::new(&uri, &headers)).is_some()
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(512))]
+
+    /// Growing a sticky percentage never moves a user out of gray.
+    #[test]
+    fn growing_a_sticky_percentage_keeps_users_in(
+        user in "[ -~]{1,40}",
+        salt in "[a-z0-9]{0,8}",
+        low in 0u32..=10_000,
+        grow in 0u32..=10_000,
+    ) {
+        let high = (low + grow).min(10_000);
+        let user = HeaderValue::from_str(&user).expect("printable ASCII");
+        let before = in_gray(&sticky_rules(low, &salt), &user);
+        let after = in_gray(&sticky_rules(high, &salt), &user);
+        prop_assert!(!before || after, "user {user:?} left gray going from {low} to {high} bp");
+    }
+
+    /// A population grows with the percentage: the users at 10 % are a subset of those at 20 %.
+    #[test]
+    fn sticky_sets_are_nested(users in proptest::collection::vec("[a-z0-9]{1,12}", 1..64)) {
+        let ten = sticky_rules(1_000, "");
+        let twenty = sticky_rules(2_000, "");
+        for u in &users {
+            let v = HeaderValue::from_str(u).expect("ascii");
+            prop_assert!(!in_gray(&ten, &v) || in_gray(&twenty, &v));
+        }
+    }
+
+    /// The rule parser never panics, whatever the text, in every format.
+    #[test]
+    fn rule_parser_never_panics(text in any::<String>()) {
+        for format in [Format::Json, Format::Toml, Format::Yaml] {
+            if let Err(e) = RuleSet::parse(&text, format, "prop") {
+                prop_assert!(e.to_string().starts_with("prop:"));
+            }
+        }
+    }
+
+    /// Near-valid documents (a valid one with a byte changed) never panic either.
+    #[test]
+    fn mutated_rule_documents_never_panic(pos in 0usize..400, byte in any::<u8>()) {
+        let valid = r#"{"enabled":true,"rules":[{"name":"a","when":{"all":[{"header":{"name":"x","regex":"^a+$"}},{"ip":["10.0.0.0/8"]},{"sticky":{"by":"client_ip","percent":12.5}}]},"lane":"gray","services":{"svc":"v2"}},{"split":[{"weight":1,"lane":"b"},{"weight":2}]},{"version_from":{"path_segment":0,"strip_prefix":"v"}}]}"#;
+        let mut bytes = valid.as_bytes().to_vec();
+        let at = pos % bytes.len();
+        bytes[at] = byte;
+        let text = String::from_utf8_lossy(&bytes);
+        if let Ok(rules) = RuleSet::parse(&text, Format::Json, "prop") {
+            let uri = Uri::from_static("/v1/x?y=1");
+            let headers = HeaderMap::new();
+            let view = RequestView::new(&uri, &headers).with_client_ip(Some([10, 0, 0, 1].into()));
+            let _decided = rules.evaluate(&view);
+            prop_assert!(rules.explain(&view).checked.len() <= rules.rules().len());
+        }
+    }
+
+    /// Every header codec reads arbitrary bytes without panicking, and what it decodes
+    /// re-encodes to something it decodes the same way.
+    #[test]
+    fn header_codecs_never_panic(
+        gray in proptest::collection::vec(any::<u8>(), 0..80),
+        lane in proptest::collection::vec(any::<u8>(), 0..80),
+        info in proptest::collection::vec(any::<u8>(), 0..300),
+        baggage in proptest::collection::vec(any::<u8>(), 0..300),
+    ) {
+        let carriers = Carriers::new()
+            .with(PlainHeader::flag(HeaderName::from_static("gray"), Lane::new("gray").expect("lane")))
+            .with(PlainHeader::lane(HeaderName::from_static("x-gray-lane")))
+            .with(PlainHeader::version(HeaderName::from_static("version")))
+            .with(RouteHeader::new(HeaderName::from_static("x-gray-info")))
+            .with(BaggageMember::new("gray.lane").expect("key"));
+        let mut headers = HeaderMap::new();
+        for (name, value) in [("gray", &gray), ("x-gray-lane", &lane), ("version", &info), ("x-gray-info", &info), ("baggage", &baggage)] {
+            if let Ok(v) = HeaderValue::from_bytes(value) {
+                headers.append(name, v);
+            }
+        }
+        let ctx = carriers.extract(&headers).unwrap_or_default();
+        let mut out = headers.clone();
+        carriers.strip(&mut out);
+        prop_assert!(!carriers.is_present(&out), "stripped headers still carry a stain: {out:?}");
+        carriers.inject(&ctx, &mut out);
+        let again = carriers.extract(&out).unwrap_or_default();
+        prop_assert_eq!(again, ctx);
+    }
+
+    /// Valid stains survive a round trip through every carrier.
+    #[test]
+    fn contexts_round_trip(
+        lane in proptest::option::of("[a-z][a-z0-9.-]{0,20}"),
+        all in proptest::option::of("v[0-9]{1,3}"),
+        svc in proptest::collection::btree_map("[a-z][a-z0-9-]{0,10}", "v[0-9]{1,3}", 0..4),
+    ) {
+        let pins = Pins::new(
+            all.map(|v| Version::new(v).expect("version")),
+            svc.iter().map(|(s, v)| (s.as_str(), Version::new(v).expect("version"))),
+        ).expect("pins");
+        let ctx = Stain::baseline()
+            .with_lane(lane.map(|l| Lane::new(l).expect("lane")))
+            .with_pins(pins);
+        let carriers = Carriers::default().with(BaggageMember::new("gray.lane").expect("key"));
+        let mut headers = HeaderMap::new();
+        carriers.inject(&ctx, &mut headers);
+        prop_assert_eq!(carriers.extract(&headers).unwrap_or_default(), ctx);
+    }
+}
