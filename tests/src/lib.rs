@@ -98,11 +98,11 @@ impl Seen {
 }
 
 /// The handler of the last service: reports the stain it saw, one `key=value` a line.
-pub async fn echo(ctx: Option<axum::Extension<gray_core::Stain>>, headers: HeaderMap) -> String {
+pub async fn echo(stain: Option<axum::Extension<gray_core::Stain>>, headers: HeaderMap) -> String {
     let lane = gray_tower::task::current()
         .and_then(|c| c.lane().map(ToString::to_string))
         .unwrap_or_default();
-    let ext = ctx
+    let ext = stain
         .and_then(|axum::Extension(c)| c.lane().map(ToString::to_string))
         .unwrap_or_default();
     let header = |name: &str| {

@@ -34,8 +34,9 @@ struct Node {
     next: Option<Forward>,
 }
 
-fn lane_of(ctx: Option<&Stain>) -> String {
-    ctx.and_then(Stain::lane)
+fn lane_of(stain: Option<&Stain>) -> String {
+    stain
+        .and_then(Stain::lane)
         .map(ToString::to_string)
         .unwrap_or_default()
 }

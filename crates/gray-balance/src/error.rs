@@ -10,7 +10,7 @@
 //!
 //! ```
 //! use gray_balance::error::{Unroutable, UnroutableReason};
-//! use gray_policy::{Policy, Miss};
+//! use gray_policy::{Policy, route::Miss};
 //!
 //! let policy = Policy::seed_000();
 //! let key = policy.key("stock", None);

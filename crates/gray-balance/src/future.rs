@@ -7,12 +7,12 @@
 //!
 //! ```
 //! use std::{convert::Infallible, future::{Ready, ready}, task::{Context, Poll}};
-//! use gray_balance::future::ResponseFuture;
+//! use gray_balance::future::BalanceFuture;
 //! use tower::{Service, util::ServiceFn};
 //!
 //! fn assert_future<F: std::future::Future>() {}
 //! type Endpoint = ServiceFn<fn(u8) -> Ready<Result<u8, Infallible>>>;
-//! assert_future::<ResponseFuture<Endpoint, u8>>();
+//! assert_future::<BalanceFuture<Endpoint, u8>>();
 //! ```
 
 use std::{
@@ -28,10 +28,17 @@ use tower_service::Service;
 
 use crate::meter::{Completion, Ticket};
 
+/// The former name of [`BalanceFuture`].
+#[deprecated(
+    since = "0.3.0",
+    note = "renamed `BalanceFuture` (one name for one thing); removed in 0.4.0"
+)]
+pub type ResponseFuture<S, Req> = BalanceFuture<S, Req>;
+
 pin_project! {
     /// The response future of [`Balance`](crate::Balance).
     #[must_use = "futures do nothing unless polled"]
-    pub struct ResponseFuture<S, Req>
+    pub struct BalanceFuture<S, Req>
     where
         S: Service<Req>,
     {
@@ -51,9 +58,9 @@ pin_project! {
     }
 }
 
-impl<S: Service<Req>, Req> ResponseFuture<S, Req> {
+impl<S: Service<Req>, Req> BalanceFuture<S, Req> {
     pub(crate) fn new(service: S, request: Req, ticket: Ticket) -> Self {
-        ResponseFuture {
+        BalanceFuture {
             state: State::Ready {
                 service,
                 request: Some(request),
@@ -63,27 +70,27 @@ impl<S: Service<Req>, Req> ResponseFuture<S, Req> {
     }
 
     pub(crate) fn failed(error: BoxError) -> Self {
-        ResponseFuture {
+        BalanceFuture {
             state: State::Failed { error: Some(error) },
             ticket: None,
         }
     }
 }
 
-impl<S: Service<Req>, Req> fmt::Debug for ResponseFuture<S, Req> {
+impl<S: Service<Req>, Req> fmt::Debug for BalanceFuture<S, Req> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let state = match &self.state {
             State::Ready { .. } => "waiting for the endpoint's readiness",
             State::Called { .. } => "called",
             State::Failed { .. } => "failed",
         };
-        f.debug_struct("ResponseFuture")
+        f.debug_struct("BalanceFuture")
             .field("state", &state)
             .finish()
     }
 }
 
-impl<S, Req> Future for ResponseFuture<S, Req>
+impl<S, Req> Future for BalanceFuture<S, Req>
 where
     S: Service<Req>,
     S::Error: Into<BoxError>,

@@ -5,7 +5,10 @@
 use std::{fmt, sync::Arc, time::Duration};
 
 use gray_core::{Labels, rand::Rng};
-use gray_policy::{Key, OwnedSubset, Policy, Route, Unroutable};
+use gray_policy::{
+    OwnedSubset, Policy, Unroutable,
+    route::{Key, Route},
+};
 
 use crate::{
     index::{Entry, Slot, Snapshot},
@@ -236,7 +239,7 @@ impl Router {
         };
         let Some(slot) = slot else {
             // The counts and the lists of one snapshot always agree.
-            let miss = gray_policy::Miss::Unready {
+            let miss = gray_policy::route::Miss::Unready {
                 subset: route.subset,
                 present: route.counts.present,
             };

@@ -16,7 +16,7 @@ use tower_service::Service;
 
 use crate::{
     driver::{self, Close, Driver},
-    future::ResponseFuture,
+    future::BalanceFuture,
     health::{Classifier, Ejection, is_connection_error},
     index::Snapshot,
     meter::{Clock, Feedback},
@@ -295,7 +295,7 @@ where
 {
     type Response = S::Response;
     type Error = BoxError;
-    type Future = ResponseFuture<S, Req>;
+    type Future = BalanceFuture<S, Req>;
 
     /// Always ready. The balancer picks an endpoint per request in `call`, from the
     /// request's stain, so it cannot reserve one here; the picked endpoint's own
@@ -329,9 +329,9 @@ where
                 if let Some(routed) = routed {
                     req.record_routed(routed);
                 }
-                ResponseFuture::new(service, req, ticket)
+                BalanceFuture::new(service, req, ticket)
             }
-            Err(e) => ResponseFuture::failed(Box::new(e)),
+            Err(e) => BalanceFuture::failed(Box::new(e)),
         }
     }
 }

@@ -49,17 +49,17 @@ fn instance(id: &str, addr: SocketAddr, labels: &[(&str, &str)]) -> Instance {
     )
 }
 
-fn request(ctx: Option<Stain>) -> http::Request<Full<Bytes>> {
+fn request(stain: Option<Stain>) -> http::Request<Full<Bytes>> {
     let mut req = http::Request::get("/hello")
         .body(Full::new(Bytes::new()))
         .unwrap();
-    if let Some(ctx) = ctx {
-        req.extensions_mut().insert(ctx);
+    if let Some(stain) = stain {
+        req.extensions_mut().insert(stain);
     }
     req
 }
 
-async fn send<S>(svc: &mut S, ctx: Option<Stain>) -> Result<String, BoxError>
+async fn send<S>(svc: &mut S, stain: Option<Stain>) -> Result<String, BoxError>
 where
     S: Service<
             http::Request<Full<Bytes>>,
@@ -67,7 +67,7 @@ where
             Error = BoxError,
         >,
 {
-    let response = svc.ready().await?.call(request(ctx)).await?;
+    let response = svc.ready().await?.call(request(stain)).await?;
     let body = response.into_body().collect().await?.to_bytes();
     Ok(String::from_utf8_lossy(&body).into_owned())
 }

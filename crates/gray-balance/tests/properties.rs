@@ -111,16 +111,16 @@ fn context() -> impl Strategy<Value = Option<(Option<usize>, Option<usize>)>> {
 
 fn build_context(spec: (Option<usize>, Option<usize>)) -> Stain {
     let (lane, pin) = spec;
-    let mut ctx = Stain::baseline();
+    let mut stain = Stain::baseline();
     if let Some(l) = lane {
-        ctx = ctx.with_lane(Some(Lane::new(LANES[l]).unwrap()));
+        stain = stain.with_lane(Some(Lane::new(LANES[l]).unwrap()));
     }
     if let Some(p) = pin {
         // "4" is a version no instance serves.
         let v = ["1", "2", "3", "4"][p];
-        ctx = ctx.with_pins(Pins::new(None, [("svc-b", Version::new(v).unwrap())]).unwrap());
+        stain = stain.with_pins(Pins::new(None, [("svc-b", Version::new(v).unwrap())]).unwrap());
     }
-    ctx
+    stain
 }
 
 type Stream =
@@ -156,14 +156,14 @@ enum Outcome {
 fn route(
     bal: &mut Bal,
     driver: &mut Driver<Stream>,
-    ctx: Option<&Stain>,
+    stain: Option<&Stain>,
 ) -> (Outcome, Decision<usize>) {
     let mut cx = Context::from_waker(Waker::noop());
     assert!(pin!(&mut *driver).poll(&mut cx).is_pending());
-    let explained = bal.explain(ctx);
+    let explained = bal.explain(stain);
     let mut req = http::Request::new(());
-    if let Some(ctx) = ctx {
-        req.extensions_mut().insert(ctx.clone());
+    if let Some(stain) = stain {
+        req.extensions_mut().insert(stain.clone());
     }
     assert!(bal.poll_ready(&mut cx).is_ready());
     let fut = pin!(bal.call(req));
@@ -186,7 +186,7 @@ proptest! {
     fn routing_honours_the_policy(
         specs in prop::collection::vec(inst(), 1..12),
         policy in policy(),
-        ctx in context(),
+        stain in context(),
         requests in 1usize..6,
     ) {
         let insts: Vec<Inst> = specs
@@ -194,18 +194,18 @@ proptest! {
             .enumerate()
             .map(|(id, &(lane, versions, broken))| Inst { id, labels: Arc::new(labels(lane, versions)), broken })
             .collect();
-        let ctx = ctx.map(build_context);
+        let stain = stain.map(build_context);
         let wildcard = policy.unlabelled() == Unlabelled::Wildcard;
         let rt = tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap();
         let _guard = rt.enter();
         let (mut bal, mut driver) = balancer(policy.clone(), Pick::PendingRequests, insts.clone());
         let mut ejected = HashSet::new();
         for _ in 0..requests {
-            let (outcome, explained) = route(&mut bal, &mut driver, ctx.as_ref());
+            let (outcome, explained) = route(&mut bal, &mut driver, stain.as_ref());
             // The balancer agrees with the pure decision over the same instances.
             let decision = policy.decide(
                 "svc-b",
-                ctx.as_ref(),
+                stain.as_ref(),
                 insts.iter().map(|i| Candidate::new(
                     i.id,
                     &i.labels,
@@ -227,8 +227,8 @@ proptest! {
             // The balancer's own explanation, taken just before the call, too.
             prop_assert_eq!(&explained, &decision);
 
-            let lane = ctx.as_ref().and_then(|c| c.lane()).map(|l| l.as_str());
-            let pin = ctx.as_ref().and_then(|c| c.version_for("svc-b")).map(|v| v.as_str());
+            let lane = stain.as_ref().and_then(|c| c.lane()).map(|l| l.as_str());
+            let pin = stain.as_ref().and_then(|c| c.version_for("svc-b")).map(|v| v.as_str());
             let class = |id: usize| policy.classify(&insts[id].labels);
             let present = |f: &dyn Fn(usize) -> bool| insts.iter().any(|i| !ejected.contains(&i.id) && f(i.id));
             let picked = match outcome {
@@ -237,7 +237,7 @@ proptest! {
             };
 
             // A baseline request never reaches a gray instance under `none` and `baseline`.
-            if ctx.is_some() && lane.is_none() && pin.is_none() && policy.fallback() != Fallback::Any {
+            if stain.is_some() && lane.is_none() && pin.is_none() && policy.fallback() != Fallback::Any {
                 if let Some(id) = picked {
                     prop_assert!(class(id).lane().is_none(), "baseline reached gray {id}");
                 }
@@ -279,11 +279,11 @@ proptest! {
         let rt = tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap();
         let _guard = rt.enter();
         let (mut bal, mut driver) = balancer(Policy::seed_000(), pick, insts);
-        let ctx = Stain::in_lane(Lane::new("gray").unwrap());
+        let stain = Stain::in_lane(Lane::new("gray").unwrap());
         let per = 300;
         let mut counts: HashMap<usize, usize> = HashMap::new();
         for _ in 0..gray * per {
-            let Outcome::Served(id) = route(&mut bal, &mut driver, Some(&ctx)).0 else {
+            let Outcome::Served(id) = route(&mut bal, &mut driver, Some(&stain)).0 else {
                 panic!("a ready gray instance exists");
             };
             *counts.entry(id).or_default() += 1;

@@ -44,7 +44,6 @@
 #![forbid(unsafe_code)]
 
 pub mod backoff;
-mod baggage;
 pub mod carriers_config;
 pub mod codec;
 pub mod hash;
@@ -54,16 +53,11 @@ pub mod rand;
 pub mod stain;
 #[cfg(feature = "task")]
 pub mod task;
+mod w3c;
 
 pub use carriers_config::CarrierConfig;
 pub use codec::{Carrier, Carriers, InheritedBaggage};
 pub use stain::{Pins, Stain};
 
-/// The former name of [`Stain`].
-#[deprecated(
-    since = "0.2.0",
-    note = "renamed to `Stain`, which collides with neither `std::task::Context` nor `opentelemetry::Context`"
-)]
-pub type Context = Stain;
 pub use labels::{Labelled, Labels, Origin};
 pub use name::{Lane, Names, Version};

@@ -10,14 +10,14 @@
 //! ```
 //! use gray_core::{Stain, Lane, Pins, Version};
 //!
-//! let ctx = Stain::baseline();
-//! assert!(ctx.is_baseline());
+//! let stain = Stain::baseline();
+//! assert!(stain.is_baseline());
 //!
 //! let pins = Pins::new(Some(Version::new("v2")?), [("svc-b", Version::new("v3")?)])?;
-//! let ctx = Stain::in_lane(Lane::new("gray")?).with_pins(pins);
-//! assert_eq!(ctx.lane().map(|l| l.as_str()), Some("gray"));
-//! assert_eq!(ctx.version_for("svc-a").map(|v| v.as_str()), Some("v2"));
-//! assert_eq!(ctx.version_for("svc-b").map(|v| v.as_str()), Some("v3"));
+//! let stain = Stain::in_lane(Lane::new("gray")?).with_pins(pins);
+//! assert_eq!(stain.lane().map(|l| l.as_str()), Some("gray"));
+//! assert_eq!(stain.version_for("svc-a").map(|v| v.as_str()), Some("v2"));
+//! assert_eq!(stain.version_for("svc-b").map(|v| v.as_str()), Some("v3"));
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
@@ -26,8 +26,8 @@ use std::{collections::BTreeMap, fmt, sync::Arc};
 use http::HeaderValue;
 
 use crate::{
-    baggage::InheritedBaggage,
     name::{Lane, Version},
+    w3c::InheritedBaggage,
 };
 
 /// The longest service name accepted in version pins, in bytes.

@@ -24,7 +24,7 @@
 //!
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() {
-//! let ctx = Stain::in_lane(Lane::new("gray").unwrap());
+//! let stain = Stain::in_lane(Lane::new("gray").unwrap());
 //! async {
 //!     // A bare tokio::spawn loses the stain...
 //!     let lost = tokio::spawn(async { task::current() }).await.unwrap();
@@ -35,7 +35,7 @@
 //!     let kept = task::spawn_blocking(task::current).await.unwrap();
 //!     assert_eq!(kept.unwrap().lane().unwrap(), "gray");
 //! }
-//! .with_stain(ctx)
+//! .with_stain(stain)
 //! .await;
 //! # }
 //! ```
@@ -161,10 +161,6 @@ pin_project! {
     }
 }
 
-/// The former name of [`WithStain`].
-#[deprecated(since = "0.2.0", note = "renamed `WithStain`")]
-pub type WithContext<F> = WithStain<F>;
-
 impl<F: Future> Future for WithStain<F> {
     type Output = F::Output;
 
@@ -196,7 +192,7 @@ mod tests {
             assert_eq!(spawn_blocking(current).await.unwrap(), Some(gray()));
             let thread_ctx = current();
             let from_thread = std::thread::spawn(move || match thread_ctx {
-                Some(ctx) => sync_scope(ctx, current),
+                Some(stain) => sync_scope(stain, current),
                 None => None,
             })
             .join()

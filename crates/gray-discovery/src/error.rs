@@ -97,12 +97,3 @@ impl From<ConfigError> for Error {
         Error::Parse(e)
     }
 }
-
-/// The former error of a rejected instance file, now gray-core's one configuration error,
-/// [`ConfigError`]: the same `FILE:LINE:COLUMN: field `FIELD`: MESSAGE` display, with
-/// [`ConfigError::source_name`] (the file path or etcd key) in place of `path()`.
-#[deprecated(
-    since = "0.2.0",
-    note = "instance files are read by gray-config's loader: use `gray_config::ConfigError`"
-)]
-pub type ParseError = ConfigError;

@@ -73,8 +73,15 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use tower::BoxError;
 use tower_service::Service;
 
+pub use self::pool::{EndpointFuture, RequestError, ResponseBody};
 use self::pool::{Pool, Settings, Shared, Target};
-pub use self::pool::{RequestError, ResponseBody, ResponseFuture};
+
+/// The former name of [`EndpointFuture`].
+#[deprecated(
+    since = "0.3.0",
+    note = "renamed `EndpointFuture` (one name for one thing); removed in 0.4.0"
+)]
+pub type ResponseFuture = EndpointFuture;
 use crate::{Endpoints, Instance, MakeEndpoint};
 
 /// The connector and pool settings that turn instances into [`HttpEndpoint`]s; see the
@@ -163,33 +170,6 @@ impl<C, B> HttpEndpoints<C, B> {
     pub fn with_http1(mut self, builder: hyper::client::conn::http1::Builder) -> Self {
         Arc::make_mut(&mut self.settings).http1 = builder;
         self
-    }
-}
-
-/// The setters' names before 0.2.0.
-impl<C, B> HttpEndpoints<C, B> {
-    /// Renamed [`with_max_idle_per_instance`](Self::with_max_idle_per_instance).
-    #[deprecated(since = "0.2.0", note = "renamed `with_max_idle_per_instance`")]
-    pub fn max_idle_per_instance(self, max: usize) -> Self {
-        self.with_max_idle_per_instance(max)
-    }
-
-    /// Renamed [`with_idle_timeout`](Self::with_idle_timeout).
-    #[deprecated(since = "0.2.0", note = "renamed `with_idle_timeout`")]
-    pub fn idle_timeout(self, timeout: Duration) -> Self {
-        self.with_idle_timeout(timeout)
-    }
-
-    /// Renamed [`with_response_timeout`](Self::with_response_timeout).
-    #[deprecated(since = "0.2.0", note = "renamed `with_response_timeout`")]
-    pub fn response_timeout(self, timeout: Duration) -> Self {
-        self.with_response_timeout(timeout)
-    }
-
-    /// Renamed [`with_http1`](Self::with_http1).
-    #[deprecated(since = "0.2.0", note = "renamed `with_http1`")]
-    pub fn http1(self, builder: hyper::client::conn::http1::Builder) -> Self {
-        self.with_http1(builder)
     }
 }
 
@@ -329,7 +309,7 @@ where
 {
     type Response = http::Response<ResponseBody>;
     type Error = BoxError;
-    type Future = ResponseFuture;
+    type Future = EndpointFuture;
 
     fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
         // Connections are opened on demand.

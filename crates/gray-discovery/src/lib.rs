@@ -110,8 +110,6 @@ pub use gray_source as source;
 
 pub use endpoint::{Endpoint, Endpoints, MakeEndpoint};
 pub use error::Error;
-#[allow(deprecated)]
-pub use error::ParseError;
 pub use instance::{Address, Instance, InstanceId, Record};
 pub use registry::{InstanceDiscover, InstanceSource, Layout, Registry, ServiceInstances};
 pub use set::InstanceSet;

@@ -141,14 +141,14 @@ async fn explain(State(admin): State<Admin>, body: Bytes) -> Response {
             req.extensions().get::<EdgeDecision>().cloned(),
         ))
     }));
-    let Ok((ctx, decision)) = probe.oneshot(req).await;
+    let Ok((stain, decision)) = probe.oneshot(req).await;
 
     let services: serde_json::Map<String, serde_json::Value> = admin
         .routes
         .services
         .iter()
         .map(|(name, upstream)| {
-            let decision = upstream.balancer.explain(Some(&ctx));
+            let decision = upstream.balancer.explain(Some(&stain));
             (
                 name.to_string(),
                 serde_json::to_value(&decision).unwrap_or(serde_json::Value::Null),
@@ -169,8 +169,8 @@ async fn explain(State(admin): State<Admin>, body: Bytes) -> Response {
     let rules = admin.rules.status();
     axum::Json(serde_json::json!({
         "edge": rule,
-        "lane": ctx.lane().map(|l| l.as_str()),
-        "pins": ctx.pins().map(|p| p.route_header_value().to_str().unwrap_or_default().to_owned()),
+        "lane": stain.lane().map(|l| l.as_str()),
+        "pins": stain.pins().map(|p| p.route_header_value().to_str().unwrap_or_default().to_owned()),
         "services": services,
         "discovery": {
             "source": admin.registry.source(),

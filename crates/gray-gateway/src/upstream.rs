@@ -10,7 +10,7 @@ use std::{
 };
 
 use futures_util::StreamExt;
-use gray_balance::{Balance, BalanceLayer, RecordRouted, Routed, future::ResponseFuture};
+use gray_balance::{Balance, BalanceLayer, RecordRouted, Routed, future::BalanceFuture};
 use gray_core::{Labelled, Labels, Lane, Stain};
 use gray_discovery::{
     Instance, InstanceId, ServiceInstances,
@@ -124,7 +124,7 @@ type Endpoint = Tagged<HttpEndpoint<HttpConnector, Incoming>>;
 pub(crate) type Balancer = Balance<InstanceId, Endpoint>;
 
 /// The future of a request sent through [`Balancer`].
-pub(crate) type BalancerCall = ResponseFuture<Endpoint, Request<Incoming>>;
+pub(crate) type BalancerCall = BalanceFuture<Endpoint, Request<Incoming>>;
 
 /// One routed service.
 pub(crate) struct Upstream {

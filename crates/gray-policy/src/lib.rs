@@ -81,7 +81,7 @@ mod decision;
 mod error;
 mod policy;
 mod presets;
-mod route;
+pub mod route;
 mod subset;
 mod table;
 
@@ -92,13 +92,6 @@ pub use self::{
     policy::{Fallback, FlagValues, OnUnready, Policy, Unlabelled},
     subset::OwnedSubset,
     table::WithPolicy,
-};
-
-// Used by gray-balance; not part of the stable API.
-#[doc(hidden)]
-pub use self::{
-    route::{Chain, Class, Counts, Key, Miss, Route},
-    subset::Subset,
 };
 
 #[cfg(test)]

@@ -1,25 +1,89 @@
-//! The routing internals that `gray-balance` runs on every request: an instance's
-//! [`Class`], a request's [`Key`], the [`Chain`] of [`Subset`]s it may use, and the
-//! [`walk`](Policy::walk) over them.
+//! The routing kernel: what a balancer runs on every request, and the contract between
+//! a [`Policy`] and any index of instances.
 //!
-//! The rest is used by gray-balance and hidden from the docs; the subsets themselves are in
-//! `subset.rs`.
+//! A policy knows what labels mean and in which order subsets are tried; a balancer knows
+//! which instances it has and which are ready. They meet in five calls, made in this
+//! order, none of which allocates or locks:
+//!
+//! 1. **When an instance joins** (not per request), the balancer asks its [`Class`]:
+//!    [`Policy::classify`] reads the lane and the versions from its labels. The balancer
+//!    files the instance under every [`Subset`] the class belongs to: [`Subset::All`], then
+//!    [`Subset::Baseline`] or [`Subset::Lane`], then each [`Subset::Version`] (with
+//!    [`Unlabelled::Wildcard`](crate::Unlabelled::Wildcard), unlabelled instances also
+//!    count for every lane and every version; [`Policy::serves`] says whether a class
+//!    belongs to a subset, for a balancer that keeps no index).
+//! 2. **Per request**, [`Policy::key`] turns the request's stain into a [`Key`]: its lane
+//!    and its version pin for this service (`None` for a request with no stain at all:
+//!    the policy's own lane then applies).
+//! 3. [`Policy::walk`] tries the [`Chain`] of subsets the key may use ([`Policy::chain`]:
+//!    the pinned version, the lane, baseline, all, as the fallback allows) and asks the
+//!    balancer, through a closure, for the [`Counts`] of each: how many of its instances
+//!    are present (known and not ejected) and how many are ready now. It stops at the
+//!    first subset with a ready instance ([`Route`]), or says why there is none ([`Miss`]):
+//!    nothing fits, or the first subset that has instances has none ready and the policy
+//!    fails fast.
+//! 4. The balancer picks an instance of [`Route::subset`] by its own strategy.
+//! 5. On a miss, [`Policy::unroutable`] builds the typed error ([`Unroutable`]) that
+//!    names the service, the lane, the pin and the policy.
+//!
+//! gray-balance's `Balance` is one implementation (an index that answers each count in
+//! O(1)); the example below is another, in a few lines. [`Policy::decide`] runs the same
+//! walk over a plain list and returns every step as a [`Decision`](crate::Decision).
+//!
+//! ```
+//! use gray_core::{Labels, Lane, Stain};
+//! use gray_policy::{Fallback, Policy, route::{Counts, Miss, Subset}};
+//!
+//! let policy = Policy::new().with_fallback(Fallback::Baseline);
+//! // The balancer's instances: a class each (computed once), and whether it is ready.
+//! let instances = [
+//!     ("b1", policy.classify(&Labels::new()), true),
+//!     ("g1", policy.classify(&Labels::from_iter([("gray", "true")])), false),
+//! ];
+//! let counts = |subset: Subset<'_>| {
+//!     let members = instances.iter().filter(|(_, class, _)| policy.serves(class, subset));
+//!     members.fold(Counts::default(), |c, (_, _, ready)| Counts {
+//!         present: c.present + 1,
+//!         ready: c.ready + usize::from(*ready),
+//!     })
+//! };
+//!
+//! // A gray request: its only gray instance is present but not ready, and the default
+//! // `OnUnready::Fail` fails fast rather than falling back.
+//! let gray = Stain::in_lane(Lane::new("gray")?);
+//! let key = policy.key("orders", Some(&gray));
+//! assert_eq!(policy.chain(&key).iter().collect::<Vec<_>>().len(), 2); // lane, baseline
+//! let miss = policy.walk(&key, counts).unwrap_err();
+//! assert_eq!(miss, Miss::Unready { subset: Subset::Lane(key.lane().unwrap()), present: 1 });
+//! let error = policy.unroutable("orders", &key, &miss);
+//! assert_eq!(error.service(), "orders");
+//!
+//! // A baseline request is routed to the baseline subset, where `b1` is ready.
+//! let baseline = Stain::baseline();
+//! let key = policy.key("orders", Some(&baseline));
+//! let route = policy.walk(&key, counts).unwrap();
+//! assert_eq!((route.subset, route.fallback, route.counts.ready), (Subset::Baseline, false, 1));
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
 
 use serde::Serialize;
 
-use super::{
+pub use crate::subset::Subset;
+use crate::{
     error::{Unroutable, UnroutableReason},
     policy::{Fallback, FlagValues, OnUnready, Policy, Unlabelled},
-    subset::Subset,
 };
 use gray_core::{Labels, Lane, Stain, Version};
 
 // === impl Policy ===
 
-// Used by gray-balance; not part of the stable API.
-#[doc(hidden)]
+/// The routing kernel's side of a policy; see the [module docs](self).
 impl Policy {
-    /// The [`Class`] of an instance with these labels.
+    /// The [`Class`] of an instance with these labels: its lane (the lane label, else the
+    /// flag label's lane) and the versions it serves (the version label and the version
+    /// list, without duplicates). A label value that is not a valid name counts as absent
+    /// (a debug event, target `gray::matching`). Call it when an instance joins, not per
+    /// request.
     pub fn classify(&self, labels: &Labels) -> Class {
         let mut lane = None;
         if let Some(value) = self.lane_key.as_deref().and_then(|k| labels.get(k)) {
@@ -70,7 +134,9 @@ impl Policy {
         Class { lane, versions }
     }
 
-    /// `true` when an instance of class `class` belongs to `subset`.
+    /// `true` when an instance of class `class` belongs to `subset` (with
+    /// [`Unlabelled::Wildcard`], an instance without a lane belongs to every lane, and one
+    /// without versions to every version).
     pub fn serves(&self, class: &Class, subset: Subset<'_>) -> bool {
         let wildcard = self.unlabelled == Unlabelled::Wildcard;
         match subset {
@@ -109,7 +175,8 @@ impl Policy {
         }
     }
 
-    /// The subsets a request with `key` may use, in order.
+    /// The subsets a request with `key` may use, in order: the primary one (the pinned
+    /// version, else the lane, else baseline), then what the [`Fallback`] allows.
     pub fn chain<'a>(&self, key: &Key<'a>) -> Chain<'a> {
         let mut chain = Chain::default();
         let primary = match (key.pin, key.lane) {
@@ -166,7 +233,8 @@ impl Policy {
         })
     }
 
-    /// The typed error for a request to `service` with `key` that `miss`ed.
+    /// The typed error for a request to `service` with `key` that `miss`ed: what a
+    /// balancer returns (a gateway answers 503).
     pub fn unroutable(&self, service: &str, key: &Key<'_>, miss: &Miss<'_>) -> Unroutable {
         Unroutable {
             service: service.into(),
@@ -185,9 +253,8 @@ impl Policy {
     }
 }
 
-/// What an instance's labels mean to a [`Policy`]: its lane and the versions it serves.
-// Used by gray-balance; not part of the stable API.
-#[doc(hidden)]
+/// What an instance's labels mean to a [`Policy`]: its lane and the versions it serves
+/// ([`Policy::classify`]).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct Class {
     lane: Option<Lane>,
@@ -219,9 +286,8 @@ impl Class {
     }
 }
 
-/// A request's routing key for one service; see [`Policy::key`].
-// Used by gray-balance; not part of the stable API.
-#[doc(hidden)]
+/// A request's routing key for one service: its lane and its version pin for that service
+/// ([`Policy::key`]). Borrows the request's stain (or the policy's own lane): no allocation.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Key<'a> {
     lane: Option<&'a Lane>,
@@ -248,9 +314,8 @@ impl<'a> Key<'a> {
     }
 }
 
-/// The subsets a request may use, in order: at most four, no allocation.
-// Used by gray-balance; not part of the stable API.
-#[doc(hidden)]
+/// The subsets a request may use, in order: at most four, no allocation
+/// ([`Policy::chain`]).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Chain<'a> {
     subsets: [Option<Subset<'a>>; 4],
@@ -283,9 +348,8 @@ impl<'a> Chain<'a> {
     }
 }
 
-/// How many instances of a subset are present (not ejected) and ready.
-// Used by gray-balance; not part of the stable API.
-#[doc(hidden)]
+/// How many instances of a subset are present (not ejected) and ready: what a balancer
+/// answers for each subset during [`Policy::walk`].
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Counts {
     /// Instances present: known and not ejected, ready or not.
@@ -294,9 +358,7 @@ pub struct Counts {
     pub ready: usize,
 }
 
-/// Where [`Policy::walk`] sends a request.
-// Used by gray-balance; not part of the stable API.
-#[doc(hidden)]
+/// Where [`Policy::walk`] sends a request: the subset to pick from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Route<'a> {
     /// The subset to pick from.
@@ -308,10 +370,9 @@ pub struct Route<'a> {
 }
 
 /// Why [`Policy::walk`] found no subset.
-// Used by gray-balance; not part of the stable API.
-#[doc(hidden)]
-// Not `#[non_exhaustive]`: gray-balance matches every variant, and a new one must
-// break its build rather than fall through.
+///
+/// Deliberately not `#[non_exhaustive]`: a balancer must handle every way a walk can end,
+/// so a new one is a breaking change of this contract, not a silent fall-through.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Miss<'a> {
     /// No subset the policy allows has an instance.

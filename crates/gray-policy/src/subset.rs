@@ -1,6 +1,6 @@
 //! The sets of instances a request may be served by: [`Subset`], borrowed from a request's
 //! key on the request path, and [`OwnedSubset`], as a [`Decision`](super::Decision) and an
-//! [`Unroutable`](super::Unroutable) error name it (the one that is part of the stable API).
+//! [`Unroutable`](super::Unroutable) error name it.
 
 use std::fmt;
 
@@ -8,11 +8,12 @@ use serde::Serialize;
 
 use gray_core::{Lane, Version};
 
-/// A set of instances a request may be served by, borrowed from the request's key.
-// Used by gray-balance; not part of the stable API.
-#[doc(hidden)]
-// Not `#[non_exhaustive]`: gray-balance matches every variant, and a new one must
-// break its build rather than fall through.
+/// A set of instances a request may be served by, borrowed from the request's
+/// [`Key`](crate::route::Key): what [`Policy::walk`](crate::Policy::walk) asks a balancer
+/// to count.
+///
+/// Deliberately not `#[non_exhaustive]`: a balancer's index must know every kind of
+/// subset, so a new one is a breaking change of the routing contract.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Subset<'a> {
     /// The instances serving this version (and, with [`Unlabelled::Wildcard`](super::Unlabelled::Wildcard), those
@@ -74,7 +75,6 @@ pub enum OwnedSubset {
 
 impl OwnedSubset {
     /// The borrowed form.
-    #[doc(hidden)] // Used by gray-balance; not part of the stable API.
     pub fn as_subset(&self) -> Subset<'_> {
         match self {
             OwnedSubset::Version(v) => Subset::Version(v),

@@ -3,6 +3,7 @@
 use http::{HeaderMap, HeaderName, HeaderValue};
 
 use super::*;
+use crate::route::Subset;
 use gray_config::{self as config, Format};
 use gray_core::{
     Carriers, Labels, Lane, Pins, Stain, Version,

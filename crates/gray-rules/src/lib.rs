@@ -167,14 +167,21 @@ impl VersionFrom {
 
 /// The rule that decided a request, and the stain it decided.
 #[derive(Debug, Clone)]
-pub struct Decision<'a> {
+pub struct RuleMatch<'a> {
     rule: &'a Rule,
     stain: Stain,
 }
 
-// === impl Decision ===
+/// The former name of [`RuleMatch`].
+#[deprecated(
+    since = "0.3.0",
+    note = "renamed `RuleMatch` (one name for one thing); removed in 0.4.0"
+)]
+pub type Decision<'a> = RuleMatch<'a>;
 
-impl<'a> Decision<'a> {
+// === impl RuleMatch ===
+
+impl<'a> RuleMatch<'a> {
     /// The rule that fired.
     pub fn rule(&self) -> &'a Rule {
         self.rule
@@ -187,18 +194,6 @@ impl<'a> Decision<'a> {
 
     /// The decided stain, by value.
     pub fn into_stain(self) -> Stain {
-        self.stain
-    }
-
-    /// The former name of [`stain`](Self::stain).
-    #[deprecated(since = "0.2.0", note = "renamed to `stain`")]
-    pub fn context(&self) -> &Stain {
-        &self.stain
-    }
-
-    /// The former name of [`into_stain`](Self::into_stain).
-    #[deprecated(since = "0.2.0", note = "renamed to `into_stain`")]
-    pub fn into_context(self) -> Stain {
         self.stain
     }
 }
@@ -298,13 +293,13 @@ impl RuleSet {
 
     /// The first rule that matches `req`, and its stain. `None` when the set is switched
     /// off or no rule matches. Random conditions and splits use a per-thread generator.
-    pub fn evaluate(&self, req: &RequestView<'_>) -> Option<Decision<'_>> {
+    pub fn evaluate(&self, req: &RequestView<'_>) -> Option<RuleMatch<'_>> {
         let mut dice = None;
         self.evaluate_inner(req, &mut dice)
     }
 
     /// Like [`RuleSet::evaluate`], drawing random rolls from `dice` (deterministic tests).
-    pub fn evaluate_with(&self, req: &RequestView<'_>, dice: &mut Dice) -> Option<Decision<'_>> {
+    pub fn evaluate_with(&self, req: &RequestView<'_>, dice: &mut Dice) -> Option<RuleMatch<'_>> {
         let mut slot = Some(dice.clone());
         let out = self.evaluate_inner(req, &mut slot);
         if let Some(d) = slot {
@@ -317,13 +312,13 @@ impl RuleSet {
         &self,
         req: &RequestView<'_>,
         dice: &mut Option<Dice>,
-    ) -> Option<Decision<'_>> {
+    ) -> Option<RuleMatch<'_>> {
         if !self.enabled {
             return None;
         }
         self.rules.iter().find_map(|rule| {
             rule.matches(req, dice)
-                .map(|stain| Decision { rule, stain })
+                .map(|stain| RuleMatch { rule, stain })
         })
     }
 

@@ -101,13 +101,13 @@ proptest! {
                 headers.append(name, v);
             }
         }
-        let ctx = carriers.extract(&headers).unwrap_or_default();
+        let stain = carriers.extract(&headers).unwrap_or_default();
         let mut out = headers.clone();
         carriers.strip(&mut out);
         prop_assert!(!carriers.is_present(&out), "stripped headers still carry a stain: {out:?}");
-        carriers.inject(&ctx, &mut out);
+        carriers.inject(&stain, &mut out);
         let again = carriers.extract(&out).unwrap_or_default();
-        prop_assert_eq!(again, ctx);
+        prop_assert_eq!(again, stain);
     }
 
     /// Valid stains survive a round trip through every carrier.
@@ -121,12 +121,12 @@ proptest! {
             all.map(|v| Version::new(v).expect("version")),
             svc.iter().map(|(s, v)| (s.as_str(), Version::new(v).expect("version"))),
         ).expect("pins");
-        let ctx = Stain::baseline()
+        let stain = Stain::baseline()
             .with_lane(lane.map(|l| Lane::new(l).expect("lane")))
             .with_pins(pins);
         let carriers = Carriers::default().with(BaggageMember::new("gray.lane").expect("key"));
         let mut headers = HeaderMap::new();
-        carriers.inject(&ctx, &mut headers);
-        prop_assert_eq!(carriers.extract(&headers).unwrap_or_default(), ctx);
+        carriers.inject(&stain, &mut headers);
+        prop_assert_eq!(carriers.extract(&headers).unwrap_or_default(), stain);
     }
 }

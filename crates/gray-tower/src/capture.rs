@@ -31,8 +31,8 @@
 //!     .layer(CaptureStainLayer::new())
 //!     .service(Buffer::new(inner, 16));
 //!
-//! let ctx = Stain::in_lane(Lane::new("gray")?);
-//! let res = client.oneshot(Request::new(())).with_stain(ctx).await?;
+//! let stain = Stain::in_lane(Lane::new("gray")?);
+//! let res = client.oneshot(Request::new(())).with_stain(stain).await?;
 //! assert_eq!(res.body().as_ref().unwrap(), "gray");
 //! # Ok(())
 //! # }
@@ -126,8 +126,8 @@ where
 
     fn call(&mut self, mut req: Request<B>) -> Self::Future {
         if req.extensions().get::<Stain>().is_none() {
-            if let Some(ctx) = self.current() {
-                req.extensions_mut().insert(ctx);
+            if let Some(stain) = self.current() {
+                req.extensions_mut().insert(stain);
             }
         }
         self.inner.call(req)

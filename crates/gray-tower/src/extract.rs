@@ -130,7 +130,7 @@ where
 {
     type Response = S::Response;
     type Error = S::Error;
-    type Future = ResponseFuture<S::Future>;
+    type Future = StainedFuture<S::Future>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
         self.inner.poll_ready(cx)
@@ -141,15 +141,22 @@ where
             .config
             .carriers
             .extract_or(req.headers(), &self.config.default);
-        ResponseFuture::stained(stain, req, &mut self.inner)
+        StainedFuture::stained(stain, req, &mut self.inner)
     }
 }
+
+/// The former name of [`StainedFuture`].
+#[deprecated(
+    since = "0.3.0",
+    note = "renamed `StainedFuture` (one name for one thing); removed in 0.4.0"
+)]
+pub type ResponseFuture<F> = StainedFuture<F>;
 
 pin_project! {
     /// The response future of [`ExtractStain`]: the inner future, polled with the
     /// request's stain as the task-local stain.
     #[derive(Debug)]
-    pub struct ResponseFuture<F> {
+    pub struct StainedFuture<F> {
         #[pin]
         inner: Scope<F>,
     }
@@ -166,7 +173,7 @@ pin_project! {
     }
 }
 
-impl<F: Future> ResponseFuture<F> {
+impl<F: Future> StainedFuture<F> {
     /// Puts `stain` into the request extensions and calls `inner` with it as the
     /// task-local stain, which stays set for every poll of the returned future: what
     /// [`ExtractStain`] and the edge do once they know a request's stain.
@@ -185,7 +192,7 @@ impl<F: Future> ResponseFuture<F> {
         S: Service<Request<B>, Future = F>,
     {
         req.extensions_mut().insert(stain);
-        ResponseFuture {
+        StainedFuture {
             inner: Scope::Plain {
                 fut: inner.call(req),
             },
@@ -197,29 +204,15 @@ impl<F: Future> ResponseFuture<F> {
         S: Service<R, Future = F>,
     {
         let fut = task::sync_scope(stain.clone(), || inner.call(req));
-        ResponseFuture {
+        StainedFuture {
             inner: Scope::TaskLocal {
                 fut: task::scope(stain, fut),
             },
         }
     }
-
-    /// Calls `inner` with `stain` as the task-local stain, and keeps it set for every poll
-    /// of the returned future (the request extensions are left as they are).
-    #[doc(hidden)] // Public by accident; the layers of this crate are the API.
-    #[deprecated(
-        since = "0.2.0",
-        note = "use `ExtractStainLayer`, or `gray_core::task::{sync_scope, scope}` in a layer of your own"
-    )]
-    pub fn scoped<S, R>(stain: Stain, req: R, inner: &mut S) -> Self
-    where
-        S: Service<R, Future = F>,
-    {
-        Self::in_scope(stain, req, inner)
-    }
 }
 
-impl<F: Future> Future for ResponseFuture<F> {
+impl<F: Future> Future for StainedFuture<F> {
     type Output = F::Output;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {

@@ -27,7 +27,7 @@
 //!
 //! ```toml
 //! [dependencies]
-//! gray-tower = { version = "0.2", features = ["reqwest"] }
+//! gray-tower = { version = "0.3", features = ["reqwest"] }
 //! ```
 //!
 //! (beside `axum`, `reqwest` and `tokio`, which it has anyway).
@@ -124,31 +124,3 @@ pub use gray_core::{
     codec::{BaggageMember, DEFAULT_BAGGAGE_KEY, PlainHeader, RouteHeader},
 };
 pub use gray_policy::Policy;
-
-/// The former names of this crate's layers, before `Context` became [`Stain`](gray_core::Stain).
-#[doc(hidden)]
-pub mod deprecated {
-    /// Renamed [`ExtractStainLayer`](crate::ExtractStainLayer).
-    #[deprecated(since = "0.2.0", note = "renamed to `ExtractStainLayer`")]
-    pub type ExtractContextLayer = crate::ExtractStainLayer;
-    /// Renamed [`ExtractStain`](crate::ExtractStain).
-    #[deprecated(since = "0.2.0", note = "renamed to `ExtractStain`")]
-    pub type ExtractContext<S> = crate::ExtractStain<S>;
-    /// Renamed [`PropagateStainLayer`](crate::PropagateStainLayer).
-    #[deprecated(since = "0.2.0", note = "renamed to `PropagateStainLayer`")]
-    pub type PropagateContextLayer = crate::PropagateStainLayer;
-    /// Renamed [`PropagateStain`](crate::PropagateStain).
-    #[deprecated(since = "0.2.0", note = "renamed to `PropagateStain`")]
-    pub type PropagateContext<S> = crate::PropagateStain<S>;
-    /// Renamed [`CaptureStainLayer`](crate::CaptureStainLayer).
-    #[deprecated(since = "0.2.0", note = "renamed to `CaptureStainLayer`")]
-    pub type CaptureContextLayer = crate::CaptureStainLayer;
-    /// Renamed [`CaptureStain`](crate::CaptureStain).
-    #[deprecated(since = "0.2.0", note = "renamed to `CaptureStain`")]
-    pub type CaptureContext<S> = crate::CaptureStain<S>;
-    /// Renamed [`EdgeLayer`](crate::EdgeLayer).
-    #[deprecated(since = "0.2.0", note = "renamed to `EdgeLayer`")]
-    pub type StainLayer = crate::EdgeLayer;
-}
-#[allow(deprecated)]
-pub use deprecated::*;

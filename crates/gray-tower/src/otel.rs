@@ -210,7 +210,7 @@ where
 {
     type Response = S::Response;
     type Error = S::Error;
-    type Future = ResponseFuture<S::Future>;
+    type Future = AttachedFuture<S::Future>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
         self.inner.poll_ready(cx)
@@ -226,22 +226,29 @@ where
             }
             None => self.inner.call(req),
         };
-        ResponseFuture { inner, attached }
+        AttachedFuture { inner, attached }
     }
 }
+
+/// The former name of [`AttachedFuture`].
+#[deprecated(
+    since = "0.3.0",
+    note = "renamed `AttachedFuture` (one name for one thing); removed in 0.4.0"
+)]
+pub type ResponseFuture<F> = AttachedFuture<F>;
 
 pin_project! {
     /// The response future of [`AttachLane`]: the inner future, polled with the
     /// OpenTelemetry context that carries the lane.
     #[derive(Debug)]
-    pub struct ResponseFuture<F> {
+    pub struct AttachedFuture<F> {
         #[pin]
         inner: F,
         attached: Option<OtelContext>,
     }
 }
 
-impl<F: Future> Future for ResponseFuture<F> {
+impl<F: Future> Future for AttachedFuture<F> {
     type Output = F::Output;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {

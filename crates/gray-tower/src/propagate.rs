@@ -39,8 +39,8 @@
 //!
 //! // A stale lane on the request is replaced by the stain's decision.
 //! let stale = Request::builder().header("x-gray-lane", "blue").body(())?;
-//! let ctx = Stain::in_lane(Lane::new("canary")?);
-//! let res = client.oneshot(stale).with_stain(ctx).await?;
+//! let stain = Stain::in_lane(Lane::new("canary")?);
+//! let res = client.oneshot(stale).with_stain(stain).await?;
 //! assert_eq!(res.body().as_ref().unwrap(), "canary");
 //! # Ok(())
 //! # }
@@ -72,16 +72,6 @@ pub enum Existing {
     KeepIfPresent,
 }
 
-#[allow(non_upper_case_globals)]
-impl Existing {
-    /// The former name of [`Existing::KeepIfPresent`], once the default.
-    #[deprecated(
-        since = "0.2.0",
-        note = "renamed `Existing::KeepIfPresent`; the default is now `Existing::Replace`"
-    )]
-    pub const Keep: Existing = Existing::KeepIfPresent;
-}
-
 /// How a stain is written onto outbound headers; shared by [`PropagateStain`] and the
 /// reqwest middleware.
 #[derive(Debug, Clone, Default)]
@@ -104,12 +94,12 @@ impl Propagator {
         Some(stain)
     }
 
-    fn write(&self, ctx: &Stain, headers: &mut HeaderMap) {
+    fn write(&self, stain: &Stain, headers: &mut HeaderMap) {
         match self.existing {
             Existing::KeepIfPresent if self.carriers.is_present(headers) => {
-                self.carriers.merge_baggage(ctx, headers);
+                self.carriers.merge_baggage(stain, headers);
             }
-            Existing::KeepIfPresent | Existing::Replace => self.carriers.inject(ctx, headers),
+            Existing::KeepIfPresent | Existing::Replace => self.carriers.inject(stain, headers),
         }
     }
 }
@@ -140,12 +130,6 @@ impl PropagateStainLayer {
     pub fn with_existing(mut self, existing: Existing) -> Self {
         Arc::make_mut(&mut self.propagator).existing = existing;
         self
-    }
-
-    /// The former name of [`PropagateStainLayer::with_existing`].
-    #[deprecated(since = "0.2.0", note = "renamed `with_existing`")]
-    pub fn existing(self, existing: Existing) -> Self {
-        self.with_existing(existing)
     }
 
     /// The carriers this layer writes.
@@ -198,8 +182,8 @@ where
 
     fn call(&mut self, mut req: Request<B>) -> Self::Future {
         // Cloning a stain is at most three `Arc` increments.
-        let ctx = req.extensions().get::<Stain>().cloned();
-        if let Some(found) = self.propagator.apply(ctx.as_ref(), req.headers_mut()) {
+        let stain = req.extensions().get::<Stain>().cloned();
+        if let Some(found) = self.propagator.apply(stain.as_ref(), req.headers_mut()) {
             req.extensions_mut().insert(found);
         }
         self.inner.call(req)
@@ -288,9 +272,6 @@ mod tests {
         let headers = sent(layer, Request::new(()), stain).await;
         assert_eq!(headers["x-gray-lane"], "gray");
         assert_eq!(headers["baggage"], "userId=42,gray.lane=gray");
-        #[allow(deprecated)]
-        let old = Existing::Keep;
-        assert_eq!(old, Existing::KeepIfPresent);
         assert_eq!(Existing::default(), Existing::Replace);
     }
 

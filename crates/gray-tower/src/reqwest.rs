@@ -52,12 +52,6 @@ impl PropagateMiddleware {
         self.propagator.existing = existing;
         self
     }
-
-    /// The former name of [`PropagateMiddleware::with_existing`].
-    #[deprecated(since = "0.2.0", note = "renamed `with_existing`")]
-    pub fn existing(self, existing: Existing) -> Self {
-        self.with_existing(existing)
-    }
 }
 
 #[async_trait::async_trait]

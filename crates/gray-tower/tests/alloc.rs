@@ -69,22 +69,22 @@ fn codec_and_task_local_steps_allocate_nothing() {
     let inbound = inbound_headers();
 
     // 1. Extract: the interned lane comes back as an `Arc` clone.
-    let (ctx, n) = measure(|| carriers.extract(&inbound));
-    let ctx = ctx.expect("a stain");
-    assert_eq!(ctx.lane(), Some(&gray));
+    let (stain, n) = measure(|| carriers.extract(&inbound));
+    let stain = stain.expect("a stain");
+    assert_eq!(stain.lane(), Some(&gray));
     assert_eq!(
         n, 0,
         "Carriers::extract of an interned lane allocated {n} times"
     );
 
     // 2. The synchronous scope around `call()`, and reading the stain back in it.
-    let (seen, n) = measure(|| task::sync_scope(ctx.clone(), task::current));
-    assert_eq!(seen.as_ref(), Some(&ctx));
+    let (seen, n) = measure(|| task::sync_scope(stain.clone(), task::current));
+    assert_eq!(seen.as_ref(), Some(&stain));
     assert_eq!(n, 0, "task::sync_scope + task::current allocated {n} times");
 
     // 3. The scope around the response future, polled by hand.
-    let (seen, n) = measure(|| poll_once(task::scope(ctx.clone(), async { task::current() })));
-    assert_eq!(seen.as_ref(), Some(&ctx));
+    let (seen, n) = measure(|| poll_once(task::scope(stain.clone(), async { task::current() })));
+    assert_eq!(seen.as_ref(), Some(&stain));
     assert_eq!(n, 0, "task::scope + task::current allocated {n} times");
 
     // 4. Inject into an outbound map that already has room: remove, then write again.
@@ -92,7 +92,7 @@ fn codec_and_task_local_steps_allocate_nothing() {
     outbound.insert("accept", HeaderValue::from_static("*/*"));
     let ((), n) = measure(|| {
         carriers.strip(&mut outbound);
-        carriers.inject(&ctx, &mut outbound);
+        carriers.inject(&stain, &mut outbound);
     });
     assert_eq!(outbound["x-gray-lane"], "gray");
     assert_eq!(outbound["accept"], "*/*");
@@ -105,8 +105,8 @@ fn default_carriers_learn_a_lane_on_first_sight() {
     // the name and the interner learns it; after warm-up, extraction allocates nothing.
     let carriers = Carriers::default();
     let inbound = inbound_headers();
-    let (ctx, n) = measure(|| carriers.extract(&inbound));
-    assert_eq!(ctx.expect("a stain").lane(), Some(&gray()));
+    let (stain, n) = measure(|| carriers.extract(&inbound));
+    assert_eq!(stain.expect("a stain").lane(), Some(&gray()));
     assert_eq!(n, 0, "extract of a learned lane allocated {n} times");
 }
 
@@ -117,8 +117,8 @@ fn an_unknown_lane_is_built_on_the_heap() {
     // its `HeaderValue` bytes and the `Arc`).
     let carriers = Carriers::default().with_names(Names::new().with_learning_cap(0));
     let inbound = inbound_headers();
-    let (ctx, n) = measure(|| carriers.extract(&inbound));
-    assert_eq!(ctx.expect("a stain").lane(), Some(&gray()));
+    let (stain, n) = measure(|| carriers.extract(&inbound));
+    assert_eq!(stain.expect("a stain").lane(), Some(&gray()));
     println!("extract of a lane that is not interned: {n} allocations");
     assert!(
         n > 0,
@@ -128,7 +128,7 @@ fn an_unknown_lane_is_built_on_the_heap() {
 
 /// The allocations of one `http::Extensions::insert` of a stain, as `ExtractStain`
 /// makes for every inbound request; `existing` other entries are in the map already.
-fn extensions_insert_cost(ctx: &Stain, existing: bool) -> usize {
+fn extensions_insert_cost(stain: &Stain, existing: bool) -> usize {
     /// Stands for what a server puts there before the layer runs (peer address, ...).
     #[derive(Clone)]
     struct Earlier;
@@ -145,7 +145,7 @@ fn extensions_insert_cost(ctx: &Stain, existing: bool) -> usize {
     let mut done = Vec::with_capacity(requests.len());
     let ((), n) = measure(|| {
         let mut req = requests.pop().expect("a request per run");
-        req.extensions_mut().insert(ctx.clone());
+        req.extensions_mut().insert(stain.clone());
         done.push(req);
     });
     assert_eq!(done.len(), 9);
@@ -158,9 +158,9 @@ fn the_extensions_insert_costs_three_allocations_or_one() {
     // allocates the box, the hash table and the boxed value; a later one only the value
     // (while the table has room). Every other step of the path allocates nothing, so
     // this is the whole per-request cost of the layers; see the next test.
-    let ctx = Stain::in_lane(gray());
-    assert_eq!(extensions_insert_cost(&ctx, false), 3);
-    assert_eq!(extensions_insert_cost(&ctx, true), 1);
+    let stain = Stain::in_lane(gray());
+    assert_eq!(extensions_insert_cost(&stain, false), 3);
+    assert_eq!(extensions_insert_cost(&stain, true), 1);
     assert_eq!(extensions_insert_cost(&Stain::baseline(), false), 3);
 }
 
@@ -247,19 +247,19 @@ fn the_baggage_carrier_costs_nothing_for_a_request_without_baggage() {
     let mut by_member = HeaderMap::with_capacity(8);
     by_member.insert("baggage", HeaderValue::from_static("gray.lane=gray"));
     for inbound in [inbound_headers(), by_member] {
-        let (ctx, n) = measure(|| carriers.extract_or(&inbound, &Stain::baseline()));
-        assert_eq!(ctx.lane(), Some(&gray));
-        assert_eq!(ctx.baggage(), None);
+        let (stain, n) = measure(|| carriers.extract_or(&inbound, &Stain::baseline()));
+        assert_eq!(stain.lane(), Some(&gray));
+        assert_eq!(stain.baggage(), None);
         assert_eq!(n, 0, "extract with the baggage carrier allocated {n} times");
     }
 
     // Writing states the lane on all three carriers, `baggage` from its encoded member.
-    let ctx = Stain::in_lane(gray.clone());
+    let stain = Stain::in_lane(gray.clone());
     let mut outbound = HeaderMap::with_capacity(8);
     outbound.insert("accept", HeaderValue::from_static("*/*"));
     let ((), n) = measure(|| {
         outbound.remove("baggage");
-        carriers.inject(&ctx, &mut outbound);
+        carriers.inject(&stain, &mut outbound);
     });
     assert_eq!(outbound["x-gray-lane"], "gray");
     assert_eq!(outbound["baggage"], "gray.lane=gray");
@@ -284,8 +284,8 @@ fn ten_inherited_members_cost_a_bounded_number_of_allocations() {
     );
 
     // Keeping them: the list under construction, and the shared copy in the stain.
-    let (ctx, n) = measure(|| carriers.extract_or(&inbound, &Stain::baseline()));
-    assert_eq!(ctx.baggage().map(|b| b.len()), Some(10));
+    let (stain, n) = measure(|| carriers.extract_or(&inbound, &Stain::baseline()));
+    assert_eq!(stain.baggage().map(|b| b.len()), Some(10));
     println!("extract of 10 inherited members: {n} allocations");
     assert!(n <= 2, "extract of 10 members allocated {n} times");
 
@@ -293,7 +293,7 @@ fn ten_inherited_members_cost_a_bounded_number_of_allocations() {
     let mut outbound = HeaderMap::with_capacity(8);
     let ((), n) = measure(|| {
         outbound.remove("baggage");
-        carriers.inject(&ctx, &mut outbound);
+        carriers.inject(&stain, &mut outbound);
     });
     assert_eq!(
         outbound["baggage"].to_str().ok(),

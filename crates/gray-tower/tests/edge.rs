@@ -29,7 +29,7 @@ static ALLOCATOR: Counting = Counting;
 struct Seen {
     uri: Uri,
     headers: HeaderMap,
-    ctx: Option<Stain>,
+    stain: Option<Stain>,
     task_ctx: Option<Stain>,
     decision: Option<EdgeDecision>,
     path_rejected: Option<PathRejected>,
@@ -38,7 +38,7 @@ struct Seen {
 
 impl Seen {
     fn lane(&self) -> Option<String> {
-        self.ctx
+        self.stain
             .as_ref()
             .and_then(|c| c.lane())
             .map(|l| l.to_string())
@@ -60,7 +60,7 @@ fn backend() -> impl Service<Request<()>, Response = Response<Seen>, Error = Inf
         Ok::<_, Infallible>(Response::new(Seen {
             uri: req.uri().clone(),
             headers: req.headers().clone(),
-            ctx: req.extensions().get::<Stain>().cloned(),
+            stain: req.extensions().get::<Stain>().cloned(),
             task_ctx: task::current(),
             decision: req.extensions().get::<EdgeDecision>().cloned(),
             path_rejected: req.extensions().get::<PathRejected>().copied(),
@@ -72,7 +72,7 @@ fn backend() -> impl Service<Request<()>, Response = Response<Seen>, Error = Inf
 async fn send(layer: &EdgeLayer, req: Request<()>) -> Seen {
     let svc = tower::Layer::layer(layer, backend());
     let seen = svc.oneshot(req).await.expect("infallible").into_body();
-    assert_eq!(seen.ctx, seen.task_ctx, "extensions and task-local agree");
+    assert_eq!(seen.stain, seen.task_ctx, "extensions and task-local agree");
     seen
 }
 
@@ -132,7 +132,7 @@ async fn seed003_whitelist_through_a_trusted_proxy_hop() {
         request("10.0.0.2:51000", &[("x-forwarded-for", "192.168.1.100")]),
     )
     .await;
-    assert_eq!(seen.ctx.as_ref().and_then(|c| c.lane()), Some(&gray()));
+    assert_eq!(seen.stain.as_ref().and_then(|c| c.lane()), Some(&gray()));
     assert_eq!(seen.headers["x-gray-lane"], "gray");
     assert_eq!(seen.headers["gray"], "true");
     assert_eq!(seen.headers["x-gray-flag"], "true");
@@ -149,7 +149,7 @@ async fn seed003_whitelist_through_a_trusted_proxy_hop() {
         request("10.0.0.2:51000", &[("x-forwarded-for", "198.51.100.4")]),
     )
     .await;
-    assert!(seen.ctx.expect("ctx").is_baseline());
+    assert!(seen.stain.expect("stain").is_baseline());
     assert_eq!(seen.headers["x-gray-flag"], "false");
     assert_eq!(seen.headers["x-gray-ip"], "198.51.100.4");
     assert!(seen.headers.get("x-gray-lane").is_none());
@@ -160,7 +160,7 @@ async fn seed003_whitelist_through_a_trusted_proxy_hop() {
         request("10.0.0.2:51000", &[("x-forwarded-for", "192.168.1.100")]),
     )
     .await;
-    assert!(seen.ctx.expect("ctx").is_baseline());
+    assert!(seen.stain.expect("stain").is_baseline());
     assert_eq!(seen.headers["x-gray-flag"], "false");
 }
 
@@ -185,7 +185,7 @@ async fn spoofed_stains_and_forwarded_for_are_ignored_and_stripped() {
         ),
     )
     .await;
-    assert!(seen.ctx.expect("ctx").is_baseline());
+    assert!(seen.stain.expect("stain").is_baseline());
     let d = seen.decision.expect("decision");
     assert_eq!(d.client_ip, Some("203.0.113.9".parse().expect("ip")));
     assert!(!d.trusted);
@@ -207,7 +207,7 @@ async fn spoofed_stains_and_forwarded_for_are_ignored_and_stripped() {
         ),
     )
     .await;
-    assert!(seen.ctx.expect("ctx").is_baseline());
+    assert!(seen.stain.expect("stain").is_baseline());
     assert!(seen.headers.get("gray").is_none());
 
     // Without seed 003 headers configured, forged ones are removed, not passed on.
@@ -249,7 +249,7 @@ async fn the_decision_extension_can_be_left_out() {
     let seen = send(&without, beta()).await;
     assert!(seen.decision.is_none());
     assert_eq!(
-        seen.ctx
+        seen.stain
             .and_then(|c| c.lane().map(|l| l.to_string()))
             .as_deref(),
         Some("beta")
@@ -291,7 +291,7 @@ async fn trusted_clients_and_precedence() {
         .with_precedence(Precedence::InboundFirst);
 
     let lane_of = |seen: &Seen| {
-        seen.ctx
+        seen.stain
             .as_ref()
             .and_then(|c| c.lane())
             .map(|l| l.to_string())
@@ -407,7 +407,7 @@ async fn live_rules_take_effect_for_the_next_request() {
     let live = LiveRules::new(RuleSet::default());
     let edge = EdgeLayer::new(live.clone());
     let seen = send(&edge, request("1.2.3.4:1", &[])).await;
-    assert!(seen.ctx.expect("ctx").is_baseline());
+    assert!(seen.stain.expect("stain").is_baseline());
     live.apply(
         r#"{"rules":[{"name":"all","lane":"gray"}]}"#,
         Format::Json,
@@ -592,7 +592,7 @@ async fn every_forged_carrier_is_stripped_from_untrusted_clients() {
     .await;
     assert_eq!(seen.lane().as_deref(), Some("gray"));
     assert_eq!(
-        seen.ctx
+        seen.stain
             .as_ref()
             .and_then(|c| c.version_for("orders"))
             .map(|v| v.to_string()),
@@ -1020,7 +1020,7 @@ async fn the_clients_other_baggage_members_travel_on_the_edges_decision() {
         let seen = send(&edge, request(peer, &[("baggage", members)])).await;
         assert_eq!(seen.lane().as_deref(), lane, "{peer}");
         let inherited = seen
-            .ctx
+            .stain
             .as_ref()
             .and_then(|c| c.baggage())
             .map(|b| b.as_str().to_owned());

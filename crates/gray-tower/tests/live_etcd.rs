@@ -11,7 +11,7 @@ use gray_test_support::{
     etcd::{Cluster, Etcd},
 };
 use gray_tower::edge::{
-    EtcdConfig, EtcdSource, LiveRules, Revision, RuleSourceError, Status, WatchHandle,
+    EtcdConfig, EtcdSource, LiveRules, Revision, RuleSourceError, RulesStatus, WatchHandle,
 };
 use tokio::sync::watch;
 
@@ -36,11 +36,11 @@ fn name(live: &LiveRules) -> Option<String> {
 
 /// Waits (bounded by `within`) until the rules' status satisfies `ok`.
 async fn wait_for(
-    rx: &mut watch::Receiver<Status>,
+    rx: &mut watch::Receiver<RulesStatus>,
     within: Duration,
     what: &str,
-    ok: impl Fn(&Status) -> bool,
-) -> Status {
+    ok: impl Fn(&RulesStatus) -> bool,
+) -> RulesStatus {
     let waited = match tokio::time::timeout(within, rx.wait_for(|s| ok(s))).await {
         Ok(Ok(status)) => Some(status.clone()),
         _ => None,
@@ -64,7 +64,7 @@ async fn source_status(
 }
 
 /// Rules read from `source` and followed, once the watch runs: what a gateway does.
-async fn follow(source: &EtcdSource) -> (LiveRules, watch::Receiver<Status>, WatchHandle) {
+async fn follow(source: &EtcdSource) -> (LiveRules, watch::Receiver<RulesStatus>, WatchHandle) {
     let live = LiveRules::from_source(source, Format::Json)
         .await
         .expect("first load");

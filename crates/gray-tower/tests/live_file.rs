@@ -6,7 +6,7 @@ use gray_core::hash::content_hash;
 use gray_rules::Format;
 use gray_source::SourceError;
 use gray_test_support::{TempDir, WAIT};
-use gray_tower::edge::{FileSource, LiveRules, Revision, RuleSourceError, Status};
+use gray_tower::edge::{FileSource, LiveRules, Revision, RuleSourceError, RulesStatus};
 use tokio::sync::watch;
 
 /// Writes atomically: a temporary file, then a rename.
@@ -18,10 +18,10 @@ fn write(path: &Path, text: &str) {
 
 /// Waits (bounded) until the status satisfies `ok`.
 async fn wait_for(
-    rx: &mut watch::Receiver<Status>,
+    rx: &mut watch::Receiver<RulesStatus>,
     what: &str,
-    ok: impl Fn(&Status) -> bool,
-) -> Status {
+    ok: impl Fn(&RulesStatus) -> bool,
+) -> RulesStatus {
     let waited = match tokio::time::timeout(WAIT, rx.wait_for(|s| ok(s))).await {
         Ok(Ok(status)) => Some(status.clone()),
         _ => None,

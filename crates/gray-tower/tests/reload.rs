@@ -45,14 +45,14 @@ fn version_seen(req: &Request<()>) -> Result<u64, String> {
     if info != format!(r#"{{"all":"v{n}"}}"#).as_str() {
         return Err(format!("lane gen-{n} with route header {info:?}"));
     }
-    let ctx = req.extensions().get::<Stain>().ok_or("no context")?;
-    if ctx.lane().map(|l| l.as_str()) != Some(lane) {
-        return Err(format!("extension lane {ctx:?} vs header {lane}"));
+    let stain = req.extensions().get::<Stain>().ok_or("no context")?;
+    if stain.lane().map(|l| l.as_str()) != Some(lane) {
+        return Err(format!("extension lane {stain:?} vs header {lane}"));
     }
-    if ctx.version_for("any").map(|v| v.as_str()) != Some(&format!("v{n}")) {
-        return Err(format!("extension pins {ctx:?} vs lane {lane}"));
+    if stain.version_for("any").map(|v| v.as_str()) != Some(&format!("v{n}")) {
+        return Err(format!("extension pins {stain:?} vs lane {lane}"));
     }
-    if task::current().as_ref() != Some(ctx) {
+    if task::current().as_ref() != Some(stain) {
         return Err("task-local differs from the extension".into());
     }
     let d = req

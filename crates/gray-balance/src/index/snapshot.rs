@@ -9,7 +9,7 @@ use std::{
 };
 
 use gray_core::{Lane, Version};
-use gray_policy::{Counts, Subset};
+use gray_policy::route::{Counts, Subset};
 
 use super::{ALL, BASELINE, FIXED, FRESH_SCAN, Slot, UNVERSIONED};
 use crate::chunked::Chunked;

@@ -3,7 +3,10 @@
 use std::{collections::HashMap, sync::Arc};
 
 use gray_core::{Labels, Lane};
-use gray_policy::{Class, Counts, Policy, Subset};
+use gray_policy::{
+    Policy,
+    route::{Class, Counts, Subset},
+};
 
 use super::{Entry, Index, State};
 use crate::meter::{Clock, Feedback, Id, Meter};

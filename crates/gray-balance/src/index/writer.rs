@@ -3,7 +3,7 @@
 use std::{collections::HashMap, hash::Hash, sync::Arc};
 
 use gray_core::{Lane, Version};
-use gray_policy::{Availability, Class};
+use gray_policy::{Availability, route::Class};
 
 use super::{
     ALL, BASELINE, Entry, FIXED, NONE, Slot, UNVERSIONED,

@@ -251,7 +251,7 @@ fn balance_and_its_future_are_send_and_sync() {
     fn assert_send_sync<T: Send + Sync + 'static>() {}
     fn assert_send<T: Send + 'static>() {}
     assert_send_sync::<Balance<&'static str, Endpoint>>();
-    assert_send::<crate::future::ResponseFuture<Endpoint, Req>>();
+    assert_send::<crate::future::BalanceFuture<Endpoint, Req>>();
     assert_send::<crate::Picked<&'static str, Endpoint>>();
     assert_send::<crate::Driver<Changes<Endpoint>>>();
     assert_send_sync::<BalanceLayer>();

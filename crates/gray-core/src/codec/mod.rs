@@ -68,7 +68,7 @@
 //! assert_eq!(outbound["baggage"], "tenant=acme,userId=42;ttl=5,gray.lane=canary");
 //! ```
 
-mod baggage;
+mod member;
 mod plain;
 mod route;
 
@@ -76,9 +76,9 @@ use std::{fmt, sync::Arc};
 
 use http::{HeaderMap, HeaderName, HeaderValue};
 
-use self::baggage::Own;
+use self::member::Own;
 pub use self::{
-    baggage::{
+    member::{
         BaggageMember, DEFAULT_BAGGAGE_KEY, DEFAULT_MAX_MEMBERS, InheritedBaggage,
         InvalidBaggageKey, W3C_MIN_BYTES, W3C_MIN_MEMBERS,
     },
@@ -118,12 +118,6 @@ pub struct Rejection {
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Reason {
-    /// No longer produced: a header that appears more than once is read as its first value.
-    #[deprecated(
-        since = "0.2.0",
-        note = "never produced: a header that appears more than once is read as its first value"
-    )]
-    Duplicated,
     /// The value is longer than the configured cap.
     TooLong {
         /// Length of the value, in bytes.
@@ -143,13 +137,6 @@ pub enum Reason {
     InvalidService(InvalidService),
     /// The JSON route header does not parse.
     InvalidJson(String),
-    /// No longer produced: a `baggage` member that appears more than once is read as its
-    /// first one.
-    #[deprecated(
-        since = "0.2.0",
-        note = "never produced: the stain's `baggage` member is read as its first one"
-    )]
-    DuplicatedMember,
 }
 
 // === impl Rejection ===
@@ -176,10 +163,8 @@ impl Rejection {
 // === impl Reason ===
 
 impl fmt::Display for Reason {
-    #[allow(deprecated)] // Displays the variants kept for compatibility as well.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Reason::Duplicated => f.write_str("it appears more than once"),
             Reason::TooLong { len, max } => {
                 write!(f, "its value is {len} bytes, more than the cap of {max}")
             }
@@ -189,7 +174,6 @@ impl fmt::Display for Reason {
             Reason::InvalidName(e) => fmt::Display::fmt(e, f),
             Reason::InvalidService(e) => fmt::Display::fmt(e, f),
             Reason::InvalidJson(e) => write!(f, "its value is not a valid route rule: {e}"),
-            Reason::DuplicatedMember => f.write_str("it holds the stain's member more than once"),
         }
     }
 }
@@ -364,7 +348,7 @@ impl Carrier {
         match self {
             Carrier::Plain(c) => c.header_name(),
             Carrier::Route(c) => c.header_name(),
-            Carrier::Baggage(_) => &baggage::BAGGAGE,
+            Carrier::Baggage(_) => &member::BAGGAGE,
         }
     }
 }

@@ -118,11 +118,11 @@ impl PlainHeader {
         Ok(Some(stain))
     }
 
-    pub(super) fn encode(&self, ctx: &Stain, headers: &mut HeaderMap) {
+    pub(super) fn encode(&self, stain: &Stain, headers: &mut HeaderMap) {
         let value = match &self.form {
-            Form::Flag(lane) => (ctx.lane() == Some(lane)).then_some(TRUE),
-            Form::Lane => ctx.lane().map(|l| l.header_value().clone()),
-            Form::Version => ctx
+            Form::Flag(lane) => (stain.lane() == Some(lane)).then_some(TRUE),
+            Form::Lane => stain.lane().map(|l| l.header_value().clone()),
+            Form::Version => stain
                 .pins()
                 .and_then(Pins::all_version)
                 .map(|v| v.header_value().clone()),
@@ -162,16 +162,16 @@ mod tests {
             Lane::new("gray").unwrap(),
         ));
         for v in [&b"true"[..], b"TRUE", b"True", b"tRuE"] {
-            let ctx = c.extract(&headers(&[("gray", v)])).unwrap();
-            assert_eq!(ctx.lane().unwrap(), "gray");
+            let stain = c.extract(&headers(&[("gray", v)])).unwrap();
+            assert_eq!(stain.lane().unwrap(), "gray");
         }
         for v in [&b"false"[..], b"FALSE", b"False"] {
-            let ctx = c.extract(&headers(&[("gray", v)])).unwrap();
-            assert!(ctx.is_baseline());
+            let stain = c.extract(&headers(&[("gray", v)])).unwrap();
+            assert!(stain.is_baseline());
         }
         for v in [&b"yes"[..], b"1", b"truee", b" true x", b"\xff\xfe"] {
-            let ctx = c.extract(&headers(&[("gray", v)])).unwrap();
-            assert!(ctx.is_baseline(), "{v:?}");
+            let stain = c.extract(&headers(&[("gray", v)])).unwrap();
+            assert!(stain.is_baseline(), "{v:?}");
         }
         assert_eq!(c.extract(&HeaderMap::new()), None);
     }
@@ -232,10 +232,10 @@ mod tests {
     #[test]
     fn version_form_pins_all() {
         let c = carriers(PlainHeader::version(HeaderName::from_static("version")));
-        let ctx = c.extract(&headers(&[("version", b"2.0")])).unwrap();
-        assert_eq!(ctx.version_for("anything").unwrap(), "2.0");
+        let stain = c.extract(&headers(&[("version", b"2.0")])).unwrap();
+        assert_eq!(stain.version_for("anything").unwrap(), "2.0");
         let mut out = HeaderMap::new();
-        c.inject(&ctx, &mut out);
+        c.inject(&stain, &mut out);
         assert_eq!(out["version"], "2.0");
     }
 }

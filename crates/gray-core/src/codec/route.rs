@@ -24,9 +24,9 @@ use crate::{
 ///     "x-gray-info",
 ///     HeaderValue::from_static(r#"{"all":"v2","custom":{"svc-b":"v3"}}"#),
 /// );
-/// let ctx = carriers.extract(&headers).unwrap();
-/// assert_eq!(ctx.version_for("svc-a").unwrap(), "v2");
-/// assert_eq!(ctx.version_for("svc-b").unwrap(), "v3");
+/// let stain = carriers.extract(&headers).unwrap();
+/// assert_eq!(stain.version_for("svc-a").unwrap(), "v2");
+/// assert_eq!(stain.version_for("svc-b").unwrap(), "v3");
 /// ```
 #[derive(Debug, Clone)]
 pub struct RouteHeader {
@@ -99,8 +99,8 @@ impl RouteHeader {
         )))
     }
 
-    pub(super) fn encode(&self, ctx: &Stain, headers: &mut HeaderMap) {
-        match ctx.pins() {
+    pub(super) fn encode(&self, stain: &Stain, headers: &mut HeaderMap) {
+        match stain.pins() {
             Some(pins) => {
                 headers.insert(&self.header.name, pins.route_header_value().clone());
             }
@@ -128,13 +128,13 @@ mod tests {
     #[test]
     fn parses_seed_002_and_round_trips() {
         let raw = br#"{"all":"v2","custom":{"svc-b":"v3"},"note":"ignored"}"#;
-        let ctx = extract(raw).unwrap();
-        assert_eq!(ctx.version_for("svc-b").unwrap(), "v3");
-        assert_eq!(ctx.version_for("svc-c").unwrap(), "v2");
+        let stain = extract(raw).unwrap();
+        assert_eq!(stain.version_for("svc-b").unwrap(), "v3");
+        assert_eq!(stain.version_for("svc-c").unwrap(), "v2");
         let mut out = HeaderMap::new();
         Carriers::new()
             .with(RouteHeader::new(HeaderName::from_static("x-gray-info")))
-            .inject(&ctx, &mut out);
+            .inject(&stain, &mut out);
         assert_eq!(out["x-gray-info"].as_bytes(), raw);
     }
 
@@ -149,8 +149,8 @@ mod tests {
             b"[]",
             b"\xff",
         ] {
-            let ctx = extract(raw).unwrap();
-            assert!(ctx.is_baseline(), "{}", String::from_utf8_lossy(raw));
+            let stain = extract(raw).unwrap();
+            assert!(stain.is_baseline(), "{}", String::from_utf8_lossy(raw));
         }
         assert_eq!(extract(br#"{"all":"","custom":{"a":null}}"#), None);
     }

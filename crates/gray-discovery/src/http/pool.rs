@@ -400,19 +400,19 @@ impl<C, IO: Read + Write, B: Body + 'static> std::ops::Deref for Target<C, IO, B
 }
 
 /// The response future of an endpoint.
-pub struct ResponseFuture {
+pub struct EndpointFuture {
     inner: Pin<Box<dyn Future<Output = Result<Response<ResponseBody>, BoxError>> + Send>>,
 }
 
-// === impl ResponseFuture ===
+// === impl EndpointFuture ===
 
-impl fmt::Debug for ResponseFuture {
+impl fmt::Debug for EndpointFuture {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("ResponseFuture").finish_non_exhaustive()
+        f.debug_struct("EndpointFuture").finish_non_exhaustive()
     }
 }
 
-impl Future for ResponseFuture {
+impl Future for EndpointFuture {
     type Output = Result<Response<ResponseBody>, BoxError>;
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
@@ -432,12 +432,12 @@ where
 {
     /// Sends `request` (origin-form URI, HTTP/1.1, `Host` set if missing) on an idle
     /// connection, or on a new one.
-    pub(crate) fn send(self, mut request: Request<B>) -> ResponseFuture {
+    pub(crate) fn send(self, mut request: Request<B>) -> EndpointFuture {
         *request.version_mut() = Version::HTTP_11;
         if !request.headers().contains_key(HOST) {
             request.headers_mut().insert(HOST, self.host.clone());
         }
-        ResponseFuture {
+        EndpointFuture {
             inner: Box::pin(self.run(request)),
         }
     }

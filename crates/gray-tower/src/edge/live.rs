@@ -1,12 +1,12 @@
 //! The rule set in force, swapped atomically while requests flow, and kept up to date
 //! from a file or an etcd key.
 //!
-//! [`LiveRules`] holds the current [`Snapshot`] behind `arc-swap`: a request loads it once
+//! [`LiveRules`] holds the current [`RulesSnapshot`] behind `arc-swap`: a request loads it once
 //! (no lock, no contention with writers) and is decided by that one snapshot from start to
 //! end, even if a reload lands meanwhile. Every accepted version gets the next
 //! *generation* number; the [`Revision`] says where it came from. A version that fails to
 //! parse or validate is **rejected**: the previous snapshot stays in force, a `tracing`
-//! error event (target `gray::rules`) is emitted, and [`Status`] records it.
+//! error event (target `gray::rules`) is emitted, and [`RulesStatus`] records it.
 //!
 //! ```
 //! use gray_rules::{Format, RuleSet};
@@ -39,7 +39,7 @@
 //!
 //! - a new version is parsed and put in force, or rejected (the previous one stays);
 //! - a deleted key, or a source that cannot be read for a while (a missing file, etcd
-//!   unreachable), changes nothing: a warning event, and [`Status::last_error`];
+//!   unreachable), changes nothing: a warning event, and [`RulesStatus::last_error`];
 //! - the source's own freshness (last contact, etcd revision and cluster, failures) is
 //!   [`WatchHandle::status`].
 //!
@@ -108,7 +108,7 @@ use super::error::RuleSourceError;
 
 /// One accepted rule-set version.
 #[derive(Debug)]
-pub struct Snapshot {
+pub struct RulesSnapshot {
     rules: RuleSet,
     generation: u64,
     revision: Revision,
@@ -116,9 +116,9 @@ pub struct Snapshot {
     content: Option<u64>,
 }
 
-// === impl Snapshot ===
+// === impl RulesSnapshot ===
 
-impl Snapshot {
+impl RulesSnapshot {
     /// The rules.
     pub fn rules(&self) -> &RuleSet {
         &self.rules
@@ -138,7 +138,7 @@ impl Snapshot {
 /// What is in force and what was last rejected.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
-pub struct Status {
+pub struct RulesStatus {
     /// The generation in force.
     pub generation: u64,
     /// The revision in force.
@@ -150,12 +150,12 @@ pub struct Status {
 }
 
 struct Shared {
-    current: ArcSwap<Snapshot>,
+    current: ArcSwap<RulesSnapshot>,
     // Serializes writers so generations are handed out in store order.
     write: Mutex<()>,
     next_generation: AtomicU64,
     rejected: AtomicU64,
-    status: watch::Sender<Status>,
+    status: watch::Sender<RulesStatus>,
 }
 
 /// The rule set in force, shared by every clone; see the [module docs](self).
@@ -174,20 +174,20 @@ impl fmt::Debug for LiveRules {
     }
 }
 
-/// A loaded snapshot; dereferences to [`Snapshot`]. Hold it only while deciding a request.
-pub struct SnapshotGuard(arc_swap::Guard<Arc<Snapshot>>);
+/// A loaded snapshot; dereferences to [`RulesSnapshot`]. Hold it only while deciding a request.
+pub struct RulesGuard(arc_swap::Guard<Arc<RulesSnapshot>>);
 
-// === impl SnapshotGuard ===
+// === impl RulesGuard ===
 
-impl Deref for SnapshotGuard {
-    type Target = Snapshot;
+impl Deref for RulesGuard {
+    type Target = RulesSnapshot;
 
-    fn deref(&self) -> &Snapshot {
+    fn deref(&self) -> &RulesSnapshot {
         &self.0
     }
 }
 
-impl fmt::Debug for SnapshotGuard {
+impl fmt::Debug for RulesGuard {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         fmt::Debug::fmt(&**self, f)
     }
@@ -211,7 +211,7 @@ impl LiveRules {
     }
 
     fn first(rules: RuleSet, revision: Revision, content: Option<u64>) -> Self {
-        let status = Status {
+        let status = RulesStatus {
             generation: 1,
             revision: revision.clone(),
             rejected: 0,
@@ -219,7 +219,7 @@ impl LiveRules {
         };
         LiveRules {
             shared: Arc::new(Shared {
-                current: ArcSwap::from_pointee(Snapshot {
+                current: ArcSwap::from_pointee(RulesSnapshot {
                     rules,
                     generation: 1,
                     revision,
@@ -234,12 +234,12 @@ impl LiveRules {
     }
 
     /// The snapshot in force: one atomic load, no lock.
-    pub fn load(&self) -> SnapshotGuard {
-        SnapshotGuard(self.shared.current.load())
+    pub fn load(&self) -> RulesGuard {
+        RulesGuard(self.shared.current.load())
     }
 
     /// The snapshot in force, as an owned handle.
-    pub fn snapshot(&self) -> Arc<Snapshot> {
+    pub fn snapshot(&self) -> Arc<RulesSnapshot> {
         self.shared.current.load_full()
     }
 
@@ -255,7 +255,7 @@ impl LiveRules {
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner());
         let generation = self.shared.next_generation.fetch_add(1, Ordering::Relaxed);
-        self.shared.current.store(Arc::new(Snapshot {
+        self.shared.current.store(Arc::new(RulesSnapshot {
             rules,
             generation,
             revision: revision.clone(),
@@ -291,8 +291,8 @@ impl LiveRules {
         }
     }
 
-    /// Records a rejected version: an error event, [`Status::rejected`] and
-    /// [`Status::last_error`]. The rules in force do not change.
+    /// Records a rejected version: an error event, [`RulesStatus::rejected`] and
+    /// [`RulesStatus::last_error`]. The rules in force do not change.
     pub fn reject(&self, error: &dyn fmt::Display, revision: &Revision) {
         let rejected = self.shared.rejected.fetch_add(1, Ordering::Relaxed) + 1;
         let message = error.to_string();
@@ -309,7 +309,7 @@ impl LiveRules {
     }
 
     /// Records that a source failed (unreadable file, lost etcd connection): a warning
-    /// event and [`Status::last_error`]. Nothing is rejected and the rules do not change.
+    /// event and [`RulesStatus::last_error`]. Nothing is rejected and the rules do not change.
     pub fn source_failed(&self, error: &dyn fmt::Display) {
         let message = error.to_string();
         tracing::warn!(
@@ -323,12 +323,12 @@ impl LiveRules {
     }
 
     /// The current status.
-    pub fn status(&self) -> Status {
+    pub fn status(&self) -> RulesStatus {
         self.shared.status.borrow().clone()
     }
 
     /// A receiver that sees every status change (accepted or rejected versions).
-    pub fn subscribe(&self) -> watch::Receiver<Status> {
+    pub fn subscribe(&self) -> watch::Receiver<RulesStatus> {
         self.shared.status.subscribe()
     }
 

@@ -13,9 +13,27 @@ pub use self::{
     config::{KNOWN_STAIN_HEADERS, Precedence, X_GRAY_FLAG, X_GRAY_IP},
     error::RuleSourceError,
     layer::EdgeLayer,
-    live::{LiveRules, Revision, Snapshot, SnapshotGuard, Status},
+    live::{LiveRules, Revision, RulesGuard, RulesSnapshot, RulesStatus},
     service::{DecidedBy, Edge, EdgeDecision, PathRejected, RawUri},
 };
+/// The former name of [`RulesSnapshot`].
+#[deprecated(
+    since = "0.3.0",
+    note = "renamed `RulesSnapshot` (one name for one thing); removed in 0.4.0"
+)]
+pub type Snapshot = RulesSnapshot;
+/// The former name of [`RulesGuard`].
+#[deprecated(
+    since = "0.3.0",
+    note = "renamed `RulesGuard` (one name for one thing); removed in 0.4.0"
+)]
+pub type SnapshotGuard = RulesGuard;
+/// The former name of [`RulesStatus`].
+#[deprecated(
+    since = "0.3.0",
+    note = "renamed `RulesStatus` (one name for one thing); removed in 0.4.0"
+)]
+pub type Status = RulesStatus;
 #[cfg(feature = "etcd")]
 pub use gray_source::etcd::{EtcdConfig, EtcdSource, EtcdTls};
 #[cfg(feature = "file")]

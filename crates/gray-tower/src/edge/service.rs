@@ -6,7 +6,7 @@ use std::{
 
 use gray_core::Stain;
 use gray_rules::{
-    Decision, RequestView,
+    RequestView, RuleMatch,
     path::{PathError, normalize_uri},
 };
 use http::{HeaderValue, Request, Uri};
@@ -17,7 +17,7 @@ use super::{
     config::{Config, Precedence, X_GRAY_FLAG, X_GRAY_IP},
     hop,
 };
-use crate::extract::ResponseFuture;
+use crate::extract::StainedFuture;
 
 /// What decided a request's stain at the edge.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -128,7 +128,7 @@ impl<S> Edge<S> {
     define_inner_service_accessors!();
 }
 
-fn from_rule(d: Decision<'_>, e: &mut EdgeDecision) -> Stain {
+fn from_rule(d: RuleMatch<'_>, e: &mut EdgeDecision) -> Stain {
     e.decided_by = DecidedBy::Rule;
     e.rule_index = Some(d.rule().index());
     e.rule_name = d.rule().shared_name().cloned();
@@ -146,7 +146,7 @@ where
 {
     type Response = S::Response;
     type Error = S::Error;
-    type Future = ResponseFuture<S::Future>;
+    type Future = StainedFuture<S::Future>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
         self.inner.poll_ready(cx)
@@ -179,7 +179,7 @@ where
             client_ip,
             trusted,
         };
-        let ctx = if path.is_err() {
+        let stain = if path.is_err() {
             decision.decided_by = DecidedBy::PathRejected;
             Stain::baseline()
         } else {
@@ -196,17 +196,17 @@ where
                 Precedence::RulesFirst => match rule() {
                     Some(d) => from_rule(d, &mut decision),
                     None => match inbound() {
-                        Some(ctx) => {
+                        Some(stain) => {
                             decision.decided_by = DecidedBy::Inbound;
-                            ctx
+                            stain
                         }
                         None => Stain::baseline(),
                     },
                 },
                 Precedence::InboundFirst => match inbound() {
-                    Some(ctx) => {
+                    Some(stain) => {
                         decision.decided_by = DecidedBy::Inbound;
-                        ctx
+                        stain
                     }
                     None => match rule() {
                         Some(d) => from_rule(d, &mut decision),
@@ -218,11 +218,11 @@ where
         drop(snapshot);
         // The client's other `baggage` members travel on whatever decided the stain (with a
         // baggage carrier configured; the stain's own member is never inherited).
-        let ctx = match ctx.baggage() {
-            Some(_) => ctx,
+        let stain = match stain.baggage() {
+            Some(_) => stain,
             None => {
                 let inherited = config.carriers.inherited_baggage(req.headers());
-                ctx.with_baggage(inherited)
+                stain.with_baggage(inherited)
             }
         };
 
@@ -231,9 +231,9 @@ where
             config.removal.apply(headers);
         }
         // Rewrites every carrier: the decided stain, or none for baseline.
-        config.carriers.inject(&ctx, headers);
+        config.carriers.inject(&stain, headers);
         if let Some(lane) = &config.seed003 {
-            let flag = if ctx.lane() == Some(lane) {
+            let flag = if stain.lane() == Some(lane) {
                 "true"
             } else {
                 "false"
@@ -263,9 +263,9 @@ where
             extensions.insert(decision);
         }
         if config.task_local {
-            ResponseFuture::stained(ctx, req, &mut self.inner)
+            StainedFuture::stained(stain, req, &mut self.inner)
         } else {
-            ResponseFuture::stained_unscoped(ctx, req, &mut self.inner)
+            StainedFuture::stained_unscoped(stain, req, &mut self.inner)
         }
     }
 }

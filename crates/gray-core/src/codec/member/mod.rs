@@ -16,8 +16,8 @@ use http::{HeaderMap, HeaderName, HeaderValue};
 use self::list::{Builder, members, scan_all, total_len};
 pub(super) use self::write::Own;
 use super::{Decoded, Reason, Rejection, StainKeys};
-pub use crate::baggage::InheritedBaggage;
-use crate::baggage::grammar::{is_token_byte, malformed, percent_decode};
+pub use crate::w3c::InheritedBaggage;
+use crate::w3c::grammar::{is_token_byte, malformed, percent_decode};
 use crate::{
     name::{Lane, MAX_NAME_LEN, Names},
     stain::Stain,
@@ -226,11 +226,16 @@ impl BaggageMember {
         self.rewrite(Own::Remove, None, &StainKeys::none(), headers);
     }
 
-    pub(super) fn encode(&self, ctx: &Stain, stain_keys: &StainKeys<'_>, headers: &mut HeaderMap) {
-        let own = match ctx.lane() {
+    pub(super) fn encode(
+        &self,
+        stain: &Stain,
+        stain_keys: &StainKeys<'_>,
+        headers: &mut HeaderMap,
+    ) {
+        let own = match stain.lane() {
             Some(lane) => Own::Write(lane),
             None => Own::Remove,
         };
-        self.rewrite(own, ctx.baggage(), stain_keys, headers);
+        self.rewrite(own, stain.baggage(), stain_keys, headers);
     }
 }

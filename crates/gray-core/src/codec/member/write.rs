@@ -11,9 +11,9 @@ use super::{
     list::{Builder, scan_all, total_len},
 };
 use crate::{
-    baggage::grammar::{key_of, malformed},
     codec::StainKeys,
     name::Lane,
+    w3c::grammar::{key_of, malformed},
 };
 
 /// What a rewrite does with the stain's own member.

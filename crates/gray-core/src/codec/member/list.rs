@@ -4,7 +4,7 @@
 use http::{HeaderMap, HeaderValue};
 
 use super::BAGGAGE;
-use crate::baggage::grammar::{Member, Scan};
+use crate::w3c::grammar::{Member, Scan};
 
 /// The members of every `baggage` line, in order (malformed ones as `Err`).
 pub(super) fn scan_all(headers: &HeaderMap) -> impl Iterator<Item = Result<Member<'_>, &[u8]>> {

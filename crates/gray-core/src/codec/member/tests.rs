@@ -3,7 +3,7 @@
 use super::*;
 use crate::{
     Carriers,
-    baggage::grammar::{Scan, is_token_byte, is_value_byte, trim_ows},
+    w3c::grammar::{Scan, is_token_byte, is_value_byte, trim_ows},
 };
 
 fn carriers() -> Carriers {
@@ -61,8 +61,8 @@ fn a_duplicated_member_is_read_as_its_first_one() {
 #[test]
 fn a_bad_member_is_unstained() {
     let unstained = |values: &[&str]| {
-        let ctx = carriers().extract(&headers(values));
-        ctx.is_some_and(|c| c.is_baseline())
+        let stain = carriers().extract(&headers(values));
+        stain.is_some_and(|c| c.is_baseline())
     };
     assert!(unstained(&["gray.lane=a%2"]));
     assert!(unstained(&["gray.lane=%%"]));
