@@ -25,11 +25,13 @@ pub struct Server {
 
 impl Server {
     /// The address it listens on.
+    #[must_use]
     pub fn addr(&self) -> SocketAddr {
         self.addr
     }
 
     /// `http://127.0.0.1:port` followed by `path`.
+    #[must_use]
     pub fn url(&self, path: &str) -> String {
         format!("http://{}{}", self.addr, path)
     }
@@ -78,13 +80,14 @@ pub struct Seen {
 
 impl Seen {
     /// Parses an [`echo`] body.
+    #[must_use]
     pub fn parse(body: &str) -> Seen {
         let mut seen = Seen::default();
         for line in body.lines() {
             let Some((key, value)) = line.split_once('=') else {
                 continue;
             };
-            let value = (!value.is_empty()).then(|| value.to_string());
+            let value = (!value.is_empty()).then(|| value.to_owned());
             match key {
                 "lane" => seen.lane = value,
                 "ext" => seen.extension_lane = value,
@@ -123,11 +126,13 @@ pub async fn echo(stain: Option<axum::Extension<gray_core::Stain>>, headers: Hea
 impl Server {
     /// A server already running in `handle`, listening on `addr` (for servers other than
     /// axum's, such as a tonic gRPC server); aborted when dropped.
+    #[must_use]
     pub fn running(addr: SocketAddr, handle: JoinHandle<()>) -> Server {
         Server { addr, handle }
     }
 
     /// This server as the instance `id` of a registry, labelled `labels`.
+    #[must_use]
     pub fn instance(&self, id: &str, labels: &[(&str, &str)]) -> gray_discovery::Instance {
         gray_discovery::Instance::new(
             id.parse().expect("an instance id"),

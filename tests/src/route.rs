@@ -35,11 +35,12 @@ pub struct Lines(pub HashMap<String, String>);
 
 impl Lines {
     /// Parses `key=value` lines (the value runs to the end of the line).
+    #[must_use]
     pub fn parse(body: &str) -> Lines {
         Lines(
             body.lines()
                 .filter_map(|line| line.split_once('='))
-                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .map(|(k, v)| (k.to_owned(), v.to_owned()))
                 .collect(),
         )
     }
@@ -50,6 +51,7 @@ impl Lines {
     }
 
     /// Every line, each key prefixed with `prefix`, in a `key=value` body.
+    #[must_use]
     pub fn prefixed(&self, prefix: &str) -> String {
         let mut lines: Vec<_> = self
             .0
@@ -62,6 +64,7 @@ impl Lines {
 }
 
 /// The lane of the current stain (task-local), `""` for baseline.
+#[must_use]
 pub fn current_lane() -> String {
     gray_tower::current()
         .and_then(|s| s.lane().map(ToString::to_string))
@@ -105,6 +108,7 @@ pub async fn instances(carriers: &Carriers) -> Instances {
 /// A client of `d` routing by the stain; with `capture`, `CaptureStainLayer` hands the
 /// caller's stain to the balancer in the buffer's worker task (else only the stain
 /// `PropagateStainLayer` puts into the extensions reaches it).
+#[must_use]
 pub fn routed_client(d: &Instances, carriers: &Carriers, capture: bool) -> RoutedClient {
     let instance = |id: &str, server: &Server, labels: Labels| {
         Instance::new(
@@ -142,6 +146,7 @@ pub fn routed_client(d: &Instances, carriers: &Carriers, capture: bool) -> Route
 }
 
 /// `GET /` for the routed client.
+#[must_use]
 pub fn get_root() -> Request<Empty<Bytes>> {
     Request::get("/")
         .body(Empty::new())

@@ -172,9 +172,9 @@ const TRACEPARENT: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-
 /// platform must propagate. Among them `userId=42;ttl=5` and percent-encoded values.
 fn sixty_four_members() -> String {
     let mut members = vec![
-        "userId=42;ttl=5".to_string(),
-        "name=J%C3%BCrgen%20M%C3%BCller".to_string(),
-        "query=a%3Db%2Cc%3Bd;p".to_string(),
+        "userId=42;ttl=5".to_owned(),
+        "name=J%C3%BCrgen%20M%C3%BCller".to_owned(),
+        "query=a%3Db%2Cc%3Bd;p".to_owned(),
     ];
     for i in members.len()..63 {
         members.push(format!("k{i:02}=v{i:02}"));
@@ -313,7 +313,7 @@ async fn stale_duplicated_malformed_and_conflicting_stains_never_misroute() {
             "d-gray"
         };
         let expected_baggage = if decision.is_empty() {
-            "userId=42".to_string()
+            "userId=42".to_owned()
         } else {
             format!("userId=42,gray.lane={decision}")
         };

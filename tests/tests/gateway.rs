@@ -28,7 +28,7 @@ async fn upstream(id: &'static str) -> Server {
                 .get(name)
                 .and_then(|v| v.to_str().ok())
                 .unwrap_or("-")
-                .to_string()
+                .to_owned()
         };
         format!(
             "{id} {uri} lane={} secret={} body={}",

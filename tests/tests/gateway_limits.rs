@@ -76,7 +76,7 @@ async fn closed(stream: &mut TcpStream) -> bool {
         match tokio::time::timeout(WAIT, stream.read(&mut buf)).await {
             Err(_) => return false,
             Ok(Ok(0) | Err(_)) => return true,
-            Ok(Ok(_)) => continue,
+            Ok(Ok(_)) => {}
         }
     }
 }

@@ -61,13 +61,13 @@ impl Hop for Node {
             return Ok(Response::new(HopReply {
                 lane: lane_of(from_task.as_ref()),
                 route,
-                trail: vec![self.name.to_string()],
+                trail: vec![self.name.to_owned()],
             }));
         };
         // A fresh outbound request: the stain comes only from the layers.
         let path = request.into_inner().path;
         let mut reply = next(Request::new(HopRequest { path })).await?.into_inner();
-        reply.trail.insert(0, self.name.to_string());
+        reply.trail.insert(0, self.name.to_owned());
         Ok(Response::new(reply))
     }
 }

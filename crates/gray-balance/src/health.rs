@@ -102,16 +102,19 @@ impl Default for Ejection {
 
 impl Ejection {
     /// The default: see [`Ejection::default`].
+    #[must_use]
     pub fn new() -> Self {
         Self::default()
     }
 
     /// No ejection at all.
+    #[must_use]
     pub fn disabled() -> Self {
         Ejection::new().with_consecutive(0)
     }
 
     /// Connection errors in a row that eject an endpoint; `0` turns ejection off.
+    #[must_use]
     pub fn with_consecutive(mut self, consecutive: u32) -> Self {
         self.consecutive = consecutive;
         self
@@ -119,17 +122,20 @@ impl Ejection {
 
     /// How long an endpoint stays out: `backoff.delay(n)` for the `n`th ejection in a row
     /// (also how long an unready endpoint stays out).
+    #[must_use]
     pub fn with_backoff(mut self, backoff: Backoff) -> Self {
         self.backoff = backoff;
         self
     }
 
     /// Connection errors in a row that eject an endpoint (`0`: never).
+    #[must_use]
     pub fn consecutive(&self) -> u32 {
         self.consecutive
     }
 
     /// The backoff of ejections in a row.
+    #[must_use]
     pub fn backoff(&self) -> Backoff {
         self.backoff
     }

@@ -43,18 +43,21 @@ impl BalanceLayer {
     }
 
     /// How to pick among the ready endpoints of a subset.
+    #[must_use]
     pub fn with_pick(mut self, pick: Pick) -> Self {
         self.config.router.pick = pick;
         self
     }
 
     /// When and for how long to eject endpoints.
+    #[must_use]
     pub fn with_ejection(mut self, ejection: Ejection) -> Self {
         self.config.ejection = ejection;
         self
     }
 
     /// How to recognise a connection error.
+    #[must_use]
     pub fn with_classifier(mut self, classify: Classifier) -> Self {
         self.config.classify = classify;
         self
@@ -65,6 +68,7 @@ impl BalanceLayer {
     /// endpoint service or a layer around it can report the subset and whether a fallback
     /// was taken. [`RecordRouted::Never`] by default: a record costs one extensions insert;
     /// [`RecordRouted::Fallbacks`] pays it only for the requests that fell back.
+    #[must_use]
     pub fn with_routed(mut self, record: RecordRouted) -> Self {
         self.config.router.record = record;
         self

@@ -8,7 +8,10 @@
 
 use std::sync::{
     Arc,
-    atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering::*},
+    atomic::{
+        AtomicBool, AtomicU32, AtomicU64,
+        Ordering::{Acquire, Relaxed, Release},
+    },
 };
 
 use tokio::{sync::mpsc::UnboundedSender, time::Instant};
@@ -240,7 +243,7 @@ impl Meter {
                 if sample > current {
                     sample
                 } else {
-                    current + sample * (1.0 - decay)
+                    sample.mul_add(1.0 - decay, current)
                 }
             };
             match self
@@ -469,6 +472,8 @@ mod tests {
                 tokio::time::advance(Duration::from_micros(rng.below(5_000))).await;
                 t.finish(Completion::Success);
             } else {
+                // A request that never completes: its ticket stays counted in flight.
+                #[allow(clippy::mem_forget)]
                 std::mem::forget(Ticket::new(m.clone(), false, 0));
             }
             tokio::time::advance(Duration::from_millis(rng.below(3_000))).await;

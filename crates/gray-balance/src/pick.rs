@@ -106,11 +106,13 @@ pub struct Routed {
 
 impl Routed {
     /// The subset the endpoint was picked from.
+    #[must_use]
     pub fn subset(&self) -> &OwnedSubset {
         &self.subset
     }
 
     /// `true` when that subset is not the request's primary one.
+    #[must_use]
     pub fn fallback(&self) -> bool {
         self.fallback
     }
@@ -332,21 +334,25 @@ impl<K: Send + Sync, S: Send + Sync> Picked<K, S> {
     }
 
     /// The endpoint's discovery key.
+    #[must_use]
     pub fn key(&self) -> &K {
         &self.ticket.owner().key
     }
 
     /// The endpoint (for a URL-rewriting client, its [`gray_core::Origin`]).
+    #[must_use]
     pub fn endpoint(&self) -> &S {
         &self.ticket.owner().service
     }
 
     /// The endpoint's labels.
+    #[must_use]
     pub fn labels(&self) -> &Labels {
         &self.ticket.owner().labels
     }
 
     /// The subset it was picked from, and whether that was a fallback.
+    #[must_use]
     pub fn routed(&self) -> &Routed {
         &self.routed
     }

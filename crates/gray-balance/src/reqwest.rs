@@ -165,12 +165,14 @@ impl<K, S> Default for RouteMiddleware<K, S> {
 
 impl<K, S> RouteMiddleware<K, S> {
     /// Routes nothing yet; unknown hosts pass.
+    #[must_use]
     pub fn new() -> Self {
         Self::default()
     }
 
     /// Routes URLs whose host is `host` (compared without case, whatever the port) through
     /// `balance`.
+    #[must_use]
     pub fn route(mut self, host: impl AsRef<str>, balance: Balance<K, S>) -> Self {
         self.routes
             .insert(host.as_ref().to_ascii_lowercase().into(), balance);
@@ -178,12 +180,14 @@ impl<K, S> RouteMiddleware<K, S> {
     }
 
     /// What to do with URLs whose host no balancer routes.
+    #[must_use]
     pub fn with_unknown_hosts(mut self, unknown: UnknownHosts) -> Self {
         self.unknown = unknown;
         self
     }
 
     /// The balancer that routes `host`, if any.
+    #[must_use]
     pub fn balancer(&self, host: &str) -> Option<&Balance<K, S>> {
         self.routes.get(host.to_ascii_lowercase().as_str())
     }

@@ -222,26 +222,31 @@ where
 
 impl<K, S> Balance<K, S> {
     /// The service this balancer calls.
+    #[must_use]
     pub fn service_name(&self) -> &str {
         &self.inner.router.service
     }
 
     /// The routing policy.
+    #[must_use]
     pub fn policy(&self) -> &Policy {
         &self.inner.router.policy
     }
 
     /// The number of known endpoints (ready, unready or ejected).
+    #[must_use]
     pub fn len(&self) -> usize {
         self.inner.snapshot.load().len()
     }
 
     /// `true` when no endpoint is known.
+    #[must_use]
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
 
     /// The number of endpoints that may take a request: neither ejected nor unready.
+    #[must_use]
     pub fn ready_len(&self) -> usize {
         self.inner.snapshot.load().ready_len()
     }
@@ -249,6 +254,7 @@ impl<K, S> Balance<K, S> {
     /// The decision the balancer would make now for a request carrying `stain` (`None`: no
     /// stain at all, so the policy's own lane): the same [`Policy::walk`] over the live
     /// endpoints, as a value (for a gateway's admin endpoint).
+    #[must_use]
     pub fn explain(&self, stain: Option<&Stain>) -> Decision<K>
     where
         K: Clone,

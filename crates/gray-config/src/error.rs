@@ -77,38 +77,45 @@ impl ConfigError {
     }
 
     /// The source: a file path, an etcd key, or whatever name the caller gave.
+    #[must_use]
     pub fn source_name(&self) -> &str {
         &self.source_name
     }
 
     /// The line of the error, from 1, when the format reports it.
+    #[must_use]
     pub fn line(&self) -> Option<usize> {
         self.line
     }
 
     /// The column of the error, from 1, when the format reports it.
+    #[must_use]
     pub fn column(&self) -> Option<usize> {
         self.column
     }
 
     /// The dotted path of the field at fault, such as `services.orders[1].address`;
     /// `None` for the document as a whole.
+    #[must_use]
     pub fn field(&self) -> Option<&str> {
         self.field.as_deref()
     }
 
     /// What is wrong, without the position and the field.
+    #[must_use]
     pub fn message(&self) -> &str {
         &self.message
     }
 
     /// The source's name, shared: for an error type of a program's own that keeps it.
+    #[must_use]
     pub fn shared_source(&self) -> &Arc<str> {
         &self.source_name
     }
 
     /// The cargo feature of gray-config that would read this document's format, when the
     /// error is that the format was not compiled in (`"toml"`, `"yaml"`).
+    #[must_use]
     pub fn disabled_feature(&self) -> Option<&'static str> {
         self.disabled
     }

@@ -89,6 +89,7 @@ impl Format {
     /// assert_eq!(Format::from_path("conf/rules.yml".as_ref()), Some(Format::Yaml));
     /// assert_eq!(Format::from_path("rules".as_ref()), None);
     /// ```
+    #[must_use]
     pub fn from_path(path: &Path) -> Option<Format> {
         let ext = path.extension()?.to_str()?;
         if ext.eq_ignore_ascii_case("toml") {
@@ -148,6 +149,7 @@ struct Failure {
 
 impl<'a> Document<'a> {
     /// The document `text`, in `format`, read from `source`.
+    #[must_use]
     pub fn new(text: &'a str, format: Format, source: &'a str) -> Self {
         Document {
             text,
@@ -181,16 +183,19 @@ impl<'a> Document<'a> {
     }
 
     /// The text.
+    #[must_use]
     pub fn text(&self) -> &'a str {
         self.text
     }
 
     /// The format.
+    #[must_use]
     pub fn format(&self) -> Format {
         self.format
     }
 
     /// The source's name.
+    #[must_use]
     pub fn source_name(&self) -> &'a str {
         self.source
     }
@@ -226,11 +231,13 @@ impl<'a> Document<'a> {
     /// assert_eq!(doc.string_at("rules[0].name").as_deref(), Some("a"));
     /// assert_eq!(doc.position("rules[1]"), None);
     /// ```
+    #[must_use]
     pub fn position(&self, field: &str) -> Option<(usize, Option<usize>)> {
         self.seek(field).map(|(position, _)| position)?
     }
 
     /// The string at `field`, if the document has one there (see [`Document::position`]).
+    #[must_use]
     pub fn string_at(&self, field: &str) -> Option<String> {
         self.seek(field)?.1
     }

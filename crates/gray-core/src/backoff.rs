@@ -37,6 +37,7 @@ impl Default for Backoff {
 
 impl Backoff {
     /// Starts at `min` (at least 1 ms) and doubles up to `max` (at least `min`), with jitter.
+    #[must_use]
     pub fn new(min: Duration, max: Duration) -> Self {
         let min = min.max(Duration::from_millis(1));
         Backoff {
@@ -47,23 +48,27 @@ impl Backoff {
     }
 
     /// The same delays without jitter: exactly `min · 2ⁿ⁻¹`, capped at `max`.
+    #[must_use]
     pub fn without_jitter(mut self) -> Self {
         self.jitter = false;
         self
     }
 
     /// The first delay.
+    #[must_use]
     pub fn min(&self) -> Duration {
         self.min
     }
 
     /// The longest delay.
+    #[must_use]
     pub fn max(&self) -> Duration {
         self.max
     }
 
     /// The delay before attempt `attempt` (from 1) since the last success; attempt 0 is
     /// treated as 1.
+    #[must_use]
     pub fn delay(&self, attempt: u32) -> Duration {
         let exp = attempt.saturating_sub(1).min(30);
         let full = self

@@ -167,6 +167,7 @@ impl CarrierConfig {
 static BAGGAGE: HeaderName = HeaderName::from_static("baggage");
 
 /// The stain's `baggage` member under [`DEFAULT_BAGGAGE_KEY`].
+#[must_use]
 pub fn default_member() -> BaggageMember {
     match BaggageMember::new(DEFAULT_BAGGAGE_KEY) {
         Ok(member) => member,

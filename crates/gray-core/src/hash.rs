@@ -42,11 +42,13 @@ fn fmix64(mut h: u64) -> u64 {
 }
 
 /// The hash of `bytes`: a revision of a file's content.
+#[must_use]
 pub fn content_hash(bytes: &[u8]) -> u64 {
     fmix64(fnv1a(FNV_OFFSET, bytes))
 }
 
 /// The hash of `key` under `salt`: `fmix64(FNV-1a(salt ‖ 0xFF ‖ key))`.
+#[must_use]
 pub fn keyed_hash(salt: &[u8], key: &[u8]) -> u64 {
     let h = fnv1a(FNV_OFFSET, salt);
     let h = fnv1a(h, &[0xFF]);
@@ -61,6 +63,7 @@ pub fn keyed_hash(salt: &[u8], key: &[u8]) -> u64 {
 ///
 /// assert_eq!(keyed_hash_parts(b"s", &[b"user-", b"7"]), keyed_hash(b"s", b"user-7"));
 /// ```
+#[must_use]
 pub fn keyed_hash_parts(salt: &[u8], parts: &[&[u8]]) -> u64 {
     let mut h = fnv1a(FNV_OFFSET, salt);
     h = fnv1a(h, &[0xFF]);

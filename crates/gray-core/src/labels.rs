@@ -21,6 +21,7 @@ pub struct Labels(BTreeMap<String, String>);
 
 impl Labels {
     /// No labels.
+    #[must_use]
     pub fn new() -> Self {
         Self::default()
     }
@@ -46,11 +47,13 @@ impl Labels {
     }
 
     /// The number of labels.
+    #[must_use]
     pub fn len(&self) -> usize {
         self.0.len()
     }
 
     /// `true` when there are no labels.
+    #[must_use]
     pub fn is_empty(&self) -> bool {
         self.0.is_empty()
     }

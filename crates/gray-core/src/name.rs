@@ -343,6 +343,7 @@ impl Default for Names {
 
 impl Names {
     /// An interner that knows no name yet and learns up to [`DEFAULT_LEARNED_NAMES`].
+    #[must_use]
     pub fn new() -> Self {
         Names {
             lanes: HashMap::new(),
@@ -353,12 +354,14 @@ impl Names {
 
     /// Sets how many decoded names this interner learns (`0`: none). Forgets what it had
     /// learned.
+    #[must_use]
     pub fn with_learning_cap(mut self, cap: usize) -> Self {
         self.learned = Arc::new(Learned::new(cap));
         self
     }
 
     /// Adds lanes that always decode without allocating.
+    #[must_use]
     pub fn with_lanes(mut self, lanes: impl IntoIterator<Item = Lane>) -> Self {
         for lane in lanes {
             self.insert_lane(lane);
@@ -367,6 +370,7 @@ impl Names {
     }
 
     /// Adds versions that always decode without allocating.
+    #[must_use]
     pub fn with_versions(mut self, versions: impl IntoIterator<Item = Version>) -> Self {
         for version in versions {
             self.insert_version(version);

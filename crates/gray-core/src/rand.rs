@@ -32,6 +32,7 @@ impl Default for Rng {
 impl Rng {
     /// A generator seeded from the thread's generator (itself seeded at random once per
     /// thread): two generators made one after the other draw different sequences.
+    #[must_use]
     pub fn new() -> Self {
         Rng {
             state: thread_seed(),
@@ -39,6 +40,7 @@ impl Rng {
     }
 
     /// A deterministic sequence from `seed`.
+    #[must_use]
     pub fn seeded(seed: u64) -> Self {
         Rng { state: seed }
     }
@@ -63,6 +65,7 @@ impl Rng {
 }
 
 /// One random draw from the calling thread's generator, without keeping a [`Rng`].
+#[must_use]
 pub fn random_u64() -> u64 {
     thread_seed()
 }

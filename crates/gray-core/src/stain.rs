@@ -43,6 +43,7 @@ pub struct Stain {
 
 impl Stain {
     /// An unstained request: baseline traffic.
+    #[must_use]
     pub const fn baseline() -> Self {
         Stain {
             lane: None,
@@ -52,6 +53,7 @@ impl Stain {
     }
 
     /// A stain in `lane`, without version pins.
+    #[must_use]
     pub fn in_lane(lane: Lane) -> Self {
         Stain {
             lane: Some(lane),
@@ -66,24 +68,28 @@ impl Stain {
     }
 
     /// This stain with its lane replaced.
+    #[must_use]
     pub fn with_lane(mut self, lane: Option<Lane>) -> Self {
         self.lane = lane;
         self
     }
 
     /// This stain with its version pins replaced. Empty pins are dropped.
+    #[must_use]
     pub fn with_pins(mut self, pins: Pins) -> Self {
         self.pins = (!pins.is_empty()).then(|| Arc::new(pins));
         self
     }
 
     /// This stain with shared version pins replaced.
+    #[must_use]
     pub fn with_shared_pins(mut self, pins: Option<Arc<Pins>>) -> Self {
         self.pins = pins.filter(|p| !p.is_empty());
         self
     }
 
     /// This stain with its inherited `baggage` members replaced.
+    #[must_use]
     pub fn with_baggage(mut self, baggage: Option<InheritedBaggage>) -> Self {
         self.baggage = baggage;
         self
@@ -91,32 +97,38 @@ impl Stain {
 
     /// The inbound `baggage` members (other than the stain's own) this stain carries
     /// onward; `None` when the request had none or no `baggage` carrier is configured.
+    #[must_use]
     pub fn baggage(&self) -> Option<&InheritedBaggage> {
         self.baggage.as_ref()
     }
 
     /// The lane, or `None` for baseline.
+    #[must_use]
     pub fn lane(&self) -> Option<&Lane> {
         self.lane.as_ref()
     }
 
     /// The version pins, if any.
+    #[must_use]
     pub fn pins(&self) -> Option<&Pins> {
         self.pins.as_deref()
     }
 
     /// The version pins as the shared handle (cheap to clone).
+    #[must_use]
     pub fn shared_pins(&self) -> Option<&Arc<Pins>> {
         self.pins.as_ref()
     }
 
     /// `true` when the stain carries neither a lane nor a version pin (inherited
     /// `baggage` members do not count).
+    #[must_use]
     pub fn is_baseline(&self) -> bool {
         self.lane.is_none() && self.pins.is_none()
     }
 
     /// The version pinned for `service`: its own entry first, else `all`.
+    #[must_use]
     pub fn version_for(&self, service: &str) -> Option<&Version> {
         self.pins.as_deref().and_then(|p| p.version_for(service))
     }

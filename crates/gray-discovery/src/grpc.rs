@@ -56,12 +56,14 @@ impl fmt::Debug for GrpcChannels {
 
 impl GrpcChannels {
     /// Channels with tonic's default options.
+    #[must_use]
     pub fn new() -> Self {
         Self::default()
     }
 
     /// Applies `configure` to the [`Endpoint`] of every instance before its channel is
     /// made (timeouts, keep-alive, TLS, ...).
+    #[must_use]
     pub fn with_endpoint(
         mut self,
         configure: impl Fn(Endpoint) -> Endpoint + Send + Sync + 'static,
@@ -71,6 +73,7 @@ impl GrpcChannels {
     }
 
     /// The endpoint of `instance`, configured.
+    #[must_use]
     pub fn endpoint(&self, instance: &Instance) -> Endpoint {
         let endpoint = Endpoint::from(instance.address().uri());
         match &self.configure {

@@ -116,6 +116,7 @@ impl<C, B> fmt::Debug for HttpEndpoints<C, B> {
 impl<B> HttpEndpoints<HttpConnector, B> {
     /// Plain-HTTP endpoints over TCP with `TCP_NODELAY` set (requests and responses are
     /// small and latency-bound), 256 idle connections per instance at most, each kept 90 s.
+    #[must_use]
     pub fn new() -> Self {
         let mut connector = HttpConnector::new();
         connector.set_nodelay(true);
@@ -143,6 +144,7 @@ impl<C, B> HttpEndpoints<C, B> {
     /// Keeps at most `max` idle connections per instance (default 256); a connection
     /// released when `max` are idle is closed. `0` closes every connection after its
     /// response.
+    #[must_use]
     pub fn with_max_idle_per_instance(mut self, max: usize) -> Self {
         Arc::make_mut(&mut self.settings).max_idle = max;
         self
@@ -150,6 +152,7 @@ impl<C, B> HttpEndpoints<C, B> {
 
     /// Closes, instead of reusing, a connection that has been idle longer than `timeout`
     /// (default 90 s; instances commonly close idle connections after 60 s or more).
+    #[must_use]
     pub fn with_idle_timeout(mut self, timeout: Duration) -> Self {
         Arc::make_mut(&mut self.settings).idle_timeout = timeout;
         self
@@ -161,12 +164,14 @@ impl<C, B> HttpEndpoints<C, B> {
     /// Default: no limit. Each connection keeps one timer and moves it from request to
     /// request, which costs an atomic operation per request rather than two visits to
     /// tokio's timer wheel, as wrapping each call in `tokio::time::timeout` does.
+    #[must_use]
     pub fn with_response_timeout(mut self, timeout: Duration) -> Self {
         Arc::make_mut(&mut self.settings).response_timeout = Some(timeout);
         self
     }
 
     /// The HTTP/1 options of new connections (header limits, buffer sizes, and so on).
+    #[must_use]
     pub fn with_http1(mut self, builder: hyper::client::conn::http1::Builder) -> Self {
         Arc::make_mut(&mut self.settings).http1 = builder;
         self

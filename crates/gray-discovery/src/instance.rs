@@ -48,6 +48,7 @@ impl InstanceId {
     }
 
     /// The id as a string.
+    #[must_use]
     pub fn as_str(&self) -> &str {
         &self.0
     }
@@ -284,26 +285,31 @@ impl Instance {
     }
 
     /// Its id, unique within its service.
+    #[must_use]
     pub fn id(&self) -> &InstanceId {
         &self.0.id
     }
 
     /// Where it listens.
+    #[must_use]
     pub fn address(&self) -> &Address {
         &self.0.address
     }
 
     /// Its labels.
+    #[must_use]
     pub fn labels(&self) -> &Labels {
         &self.0.labels
     }
 
     /// This instance with other labels.
+    #[must_use]
     pub fn with_labels(self, labels: Labels) -> Self {
         Instance::new(self.id().clone(), self.address().clone(), labels)
     }
 
     /// The registry record of this instance: its address and labels.
+    #[must_use]
     pub fn record(&self) -> Record {
         Record {
             address: self.address().clone(),

@@ -38,21 +38,25 @@ pub struct InstanceSet {
 
 impl InstanceSet {
     /// An empty set.
+    #[must_use]
     pub fn new() -> Self {
         Self::default()
     }
 
     /// The number of instances.
+    #[must_use]
     pub fn len(&self) -> usize {
         self.instances.len()
     }
 
     /// `true` when there is no instance.
+    #[must_use]
     pub fn is_empty(&self) -> bool {
         self.instances.is_empty()
     }
 
     /// The instance with id `id`.
+    #[must_use]
     pub fn get(&self, id: &str) -> Option<&Instance> {
         self.instances.get(id)
     }

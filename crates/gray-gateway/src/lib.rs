@@ -161,21 +161,25 @@ impl Gateway {
     }
 
     /// The proxy's address.
+    #[must_use]
     pub fn addr(&self) -> SocketAddr {
         self.addr
     }
 
     /// The admin endpoint's address.
+    #[must_use]
     pub fn admin_addr(&self) -> Option<SocketAddr> {
         self.admin
     }
 
     /// The staining rules in force.
+    #[must_use]
     pub fn rules(&self) -> &LiveRules {
         &self.rules
     }
 
     /// The instances of every service, as discovery has them now.
+    #[must_use]
     pub fn registry(&self) -> &Registry {
         &self.registry
     }

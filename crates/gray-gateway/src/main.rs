@@ -7,6 +7,9 @@
 //!
 //! See the crate docs for what it does and the configuration reference.
 
+// A command-line program ends with the status it reports, like `nginx -t`.
+#![allow(clippy::exit)]
+
 use std::path::PathBuf;
 
 use gray_gateway::{Gateway, config::Config};

@@ -104,6 +104,7 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 
 impl Metrics {
     /// Empty metrics, giving at most `max_lanes` lanes a label value of their own.
+    #[must_use]
     pub fn new(max_lanes: usize) -> Arc<Metrics> {
         let requests = Family::<RequestLabels, Counter>::default();
         let fallbacks = Family::<FallbackLabels, Counter>::default();

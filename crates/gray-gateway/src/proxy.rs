@@ -316,7 +316,7 @@ fn first_segment(path: &str) -> Option<Cow<'_, str>> {
         let alone = format!("/{segment}");
         let normal = gray_rules::path::normalize(&alone).ok()?;
         match normal.strip_prefix('/') {
-            Some("") => continue,
+            Some("") => {}
             Some(s) => return Some(Cow::Owned(s.to_owned())),
             None => return None,
         }

@@ -156,6 +156,7 @@ pub struct Decision<Id> {
 
 impl<Id> Decision<Id> {
     /// The ready instances the request may go to, or `None` when it is unroutable.
+    #[must_use]
     pub fn candidates(&self) -> Option<&[Id]> {
         match &self.outcome {
             Outcome::Routed { candidates, .. } => Some(candidates),
@@ -164,11 +165,13 @@ impl<Id> Decision<Id> {
     }
 
     /// `true` when the request goes to a fallback subset.
+    #[must_use]
     pub fn fallback_taken(&self) -> bool {
         matches!(self.outcome, Outcome::Routed { fallback: true, .. })
     }
 
     /// The error, when the request is unroutable.
+    #[must_use]
     pub fn error(&self) -> Option<&Unroutable> {
         match &self.outcome {
             Outcome::Unroutable(e) => Some(e),

@@ -43,31 +43,37 @@ pub enum UnroutableReason {
 
 impl Unroutable {
     /// The target service.
+    #[must_use]
     pub fn service(&self) -> &str {
         &self.service
     }
 
     /// The policy's name.
+    #[must_use]
     pub fn policy(&self) -> &str {
         &self.policy
     }
 
     /// The request's lane (`None`: baseline).
+    #[must_use]
     pub fn lane(&self) -> Option<&Lane> {
         self.lane.as_ref()
     }
 
     /// The version the request pinned for the service.
+    #[must_use]
     pub fn pin(&self) -> Option<&Version> {
         self.pin.as_ref()
     }
 
     /// The policy's fallback.
+    #[must_use]
     pub fn fallback(&self) -> Fallback {
         self.fallback
     }
 
     /// Why.
+    #[must_use]
     pub fn reason(&self) -> &UnroutableReason {
         &self.reason
     }
@@ -125,6 +131,7 @@ impl PolicyError {
     }
 
     /// The field at fault, as [`PolicyConfig`](super::PolicyConfig) names it.
+    #[must_use]
     pub fn field(&self) -> &str {
         self.field
     }

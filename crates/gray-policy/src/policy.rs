@@ -123,6 +123,7 @@ impl Policy {
     /// The default policy, named `default`: lanes from the label `lane` and the lenient
     /// flag `gray` (flag lane `gray`), versions from `version` and `versions`, unlabelled
     /// instances are baseline, no fallback, an unready subset fails, no own lane.
+    #[must_use]
     pub fn new() -> Self {
         Policy {
             name: DEFAULT_POLICY_NAME.into(),
@@ -141,36 +142,42 @@ impl Policy {
     }
 
     /// Names the policy (errors and decisions quote it).
+    #[must_use]
     pub fn with_name(mut self, name: impl AsRef<str>) -> Self {
         self.name = name.as_ref().into();
         self
     }
 
     /// The label that names an instance's lane (`None` to ignore lane labels).
+    #[must_use]
     pub fn with_lane_key(mut self, key: Option<&str>) -> Self {
         self.lane_key = key.map(Into::into);
         self
     }
 
     /// The boolean label that puts an instance in the flag lane (`None` to ignore it).
+    #[must_use]
     pub fn with_flag_key(mut self, key: Option<&str>) -> Self {
         self.flag_key = key.map(Into::into);
         self
     }
 
     /// The lane that the flag label puts an instance in (default `gray`).
+    #[must_use]
     pub fn with_flag_lane(mut self, lane: Lane) -> Self {
         self.flag_lane = lane;
         self
     }
 
     /// How the flag label is read.
+    #[must_use]
     pub fn with_flag_values(mut self, values: FlagValues) -> Self {
         self.flag_values = values;
         self
     }
 
     /// The labels for one version and for a version list (`None` to ignore either).
+    #[must_use]
     pub fn with_version_keys(mut self, version: Option<&str>, versions: Option<&str>) -> Self {
         self.version_key = version.map(Into::into);
         self.versions_key = versions.map(Into::into);
@@ -178,18 +185,21 @@ impl Policy {
     }
 
     /// What an instance without a label means.
+    #[must_use]
     pub fn with_unlabelled(mut self, unlabelled: Unlabelled) -> Self {
         self.unlabelled = unlabelled;
         self
     }
 
     /// Where a request goes when its primary subset has no available instance.
+    #[must_use]
     pub fn with_fallback(mut self, fallback: Fallback) -> Self {
         self.fallback = fallback;
         self
     }
 
     /// What a subset with instances but none ready means.
+    #[must_use]
     pub fn with_on_unready(mut self, on_unready: OnUnready) -> Self {
         self.on_unready = on_unready;
         self
@@ -197,6 +207,7 @@ impl Policy {
 
     /// The lane of the calling instance itself, used for requests that carry no stain at
     /// all (seed 000).
+    #[must_use]
     pub fn with_own_lane(mut self, lane: Option<Lane>) -> Self {
         self.own_lane = lane;
         self
@@ -204,47 +215,56 @@ impl Policy {
 
     /// Switches gray routing on or off (seed 001's global switch). Off, every request is
     /// routed as unstained.
+    #[must_use]
     pub fn with_enabled(mut self, enabled: bool) -> Self {
         self.enabled = enabled;
         self
     }
 
     /// The policy's name.
+    #[must_use]
     pub fn name(&self) -> &str {
         &self.name
     }
 
     /// The fallback.
+    #[must_use]
     pub fn fallback(&self) -> Fallback {
         self.fallback
     }
 
     /// What an unlabelled instance means.
+    #[must_use]
     pub fn unlabelled(&self) -> Unlabelled {
         self.unlabelled
     }
 
     /// What an unready subset means.
+    #[must_use]
     pub fn on_unready(&self) -> OnUnready {
         self.on_unready
     }
 
     /// The calling instance's own lane.
+    #[must_use]
     pub fn own_lane(&self) -> Option<&Lane> {
         self.own_lane.as_ref()
     }
 
     /// Whether gray routing is on.
+    #[must_use]
     pub fn is_enabled(&self) -> bool {
         self.enabled
     }
 
     /// `true` when the policy reads instance lanes (so request lanes matter).
+    #[must_use]
     pub fn reads_lanes(&self) -> bool {
         self.lane_key.is_some() || self.flag_key.is_some()
     }
 
     /// `true` when the policy reads instance versions (so request pins matter).
+    #[must_use]
     pub fn reads_versions(&self) -> bool {
         self.version_key.is_some() || self.versions_key.is_some()
     }

@@ -23,6 +23,7 @@ impl Policy {
     /// | stain | instance label | fallback |
     /// |---|---|---|
     /// | header `gray: true/false`, case-insensitive, anything else = false; when absent, the calling instance's own gray flag | `gray` metadata, missing/invalid = baseline | gray→gray, else baseline; baseline→baseline only, none = error |
+    #[must_use]
     pub fn seed_000() -> Self {
         Policy::new()
             .with_name("seed-000")
@@ -39,6 +40,7 @@ impl Policy {
     /// | stain | instance label | fallback |
     /// |---|---|---|
     /// | header `version`; global on/off switch | `version`; instance without it matches anything | request without version matches anything |
+    #[must_use]
     pub fn seed_001() -> Self {
         Policy::new()
             .with_name("seed-001")
@@ -55,6 +57,7 @@ impl Policy {
     /// | stain | instance label | fallback |
     /// |---|---|---|
     /// | header `x-gray-info` = JSON `{"all": "v2", "custom": {"svc-b": "v3"}}`, custom wins; default rule from config when absent | `version` | no match → all instances, round-robin |
+    #[must_use]
     pub fn seed_002() -> Self {
         Policy::new()
             .with_name("seed-002")
@@ -70,6 +73,7 @@ impl Policy {
     /// | stain | instance label | fallback |
     /// |---|---|---|
     /// | client IP in a whitelist; edge writes `X-Gray-Flag` and `X-Gray-Ip` | `gray=true` | no match → all instances; propagates through nested calls A→B→C |
+    #[must_use]
     pub fn seed_003() -> Self {
         Policy::new()
             .with_name("seed-003")
@@ -86,6 +90,7 @@ impl Policy {
     /// | stain | instance label | fallback |
     /// |---|---|---|
     /// | API version from path (`/v1/…`), query (`?v=1`) or header, pluggable | `versions` list, e.g. `1.0,2.0` | request without version → any |
+    #[must_use]
     pub fn seed_004() -> Self {
         Policy::new()
             .with_name("seed-004")
@@ -103,6 +108,7 @@ impl Policy {
     /// assert_eq!(Policy::preset("seed-003"), Some(Policy::seed_003()));
     /// assert_eq!(Policy::preset("seed-3"), None);
     /// ```
+    #[must_use]
     pub fn preset(name: &str) -> Option<Self> {
         Some(match name {
             "seed-000" => Self::seed_000(),

@@ -137,6 +137,7 @@ impl Policy {
     /// `true` when an instance of class `class` belongs to `subset` (with
     /// [`Unlabelled::Wildcard`], an instance without a lane belongs to every lane, and one
     /// without versions to every version).
+    #[must_use]
     pub fn serves(&self, class: &Class, subset: Subset<'_>) -> bool {
         let wildcard = self.unlabelled == Unlabelled::Wildcard;
         match subset {
@@ -156,6 +157,7 @@ impl Policy {
     ///
     /// `stain` is `None` when the request carries no stain at all; the policy's own
     /// lane then applies.
+    #[must_use]
     pub fn key<'a>(&'a self, service: &str, stain: Option<&'a Stain>) -> Key<'a> {
         if !self.enabled {
             return Key::default();
@@ -177,6 +179,7 @@ impl Policy {
 
     /// The subsets a request with `key` may use, in order: the primary one (the pinned
     /// version, else the lane, else baseline), then what the [`Fallback`] allows.
+    #[must_use]
     pub fn chain<'a>(&self, key: &Key<'a>) -> Chain<'a> {
         let mut chain = Chain::default();
         let primary = match (key.pin, key.lane) {
@@ -235,6 +238,7 @@ impl Policy {
 
     /// The typed error for a request to `service` with `key` that `miss`ed: what a
     /// balancer returns (a gateway answers 503).
+    #[must_use]
     pub fn unroutable(&self, service: &str, key: &Key<'_>, miss: &Miss<'_>) -> Unroutable {
         Unroutable {
             service: service.into(),
@@ -276,11 +280,13 @@ impl Class {
     }
 
     /// The instance's lane; `None` for baseline.
+    #[must_use]
     pub fn lane(&self) -> Option<&Lane> {
         self.lane.as_ref()
     }
 
     /// The versions the instance serves, without duplicates.
+    #[must_use]
     pub fn versions(&self) -> &[Version] {
         &self.versions
     }
@@ -299,16 +305,19 @@ pub struct Key<'a> {
 
 impl<'a> Key<'a> {
     /// The request's lane, `None` for baseline.
+    #[must_use]
     pub fn lane(&self) -> Option<&'a Lane> {
         self.lane
     }
 
     /// The version the request pins for the service.
+    #[must_use]
     pub fn pin(&self) -> Option<&'a Version> {
         self.pin
     }
 
     /// `true` when the lane is the calling instance's own (the request had no stain).
+    #[must_use]
     pub fn is_own_lane(&self) -> bool {
         self.own_lane
     }
@@ -338,11 +347,13 @@ impl<'a> Chain<'a> {
     }
 
     /// The number of subsets.
+    #[must_use]
     pub fn len(&self) -> usize {
         self.len
     }
 
     /// `true` when the chain is empty (never, for a chain from [`Policy::chain`]).
+    #[must_use]
     pub fn is_empty(&self) -> bool {
         self.len == 0
     }

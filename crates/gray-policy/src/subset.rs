@@ -32,6 +32,7 @@ pub enum Subset<'a> {
 
 impl Subset<'_> {
     /// The owned form, for reports and errors.
+    #[must_use]
     pub fn to_owned(&self) -> OwnedSubset {
         match *self {
             Subset::Version(v) => OwnedSubset::Version(v.clone()),
@@ -75,6 +76,7 @@ pub enum OwnedSubset {
 
 impl OwnedSubset {
     /// The borrowed form.
+    #[must_use]
     pub fn as_subset(&self) -> Subset<'_> {
         match self {
             OwnedSubset::Version(v) => Subset::Version(v),

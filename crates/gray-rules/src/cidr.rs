@@ -47,6 +47,7 @@ pub struct Cidr(IpNet);
 
 impl Cidr {
     /// The network.
+    #[must_use]
     pub fn net(&self) -> IpNet {
         self.0
     }
@@ -74,6 +75,7 @@ impl From<IpNet> for Cidr {
 
 impl CidrList {
     /// An empty list: contains nothing.
+    #[must_use]
     pub fn new() -> Self {
         Self::default()
     }
@@ -110,6 +112,7 @@ impl CidrList {
     }
 
     /// `true` when `ip` is inside one of the networks.
+    #[must_use]
     pub fn contains(&self, ip: IpAddr) -> bool {
         match canonical_ip(ip) {
             IpAddr::V4(v4) => {
@@ -124,6 +127,7 @@ impl CidrList {
     }
 
     /// `true` when the list holds no network.
+    #[must_use]
     pub fn is_empty(&self) -> bool {
         self.nets.is_empty()
     }

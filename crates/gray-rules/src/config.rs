@@ -262,6 +262,7 @@ pub struct StickyConfig {
 
 impl StickyConfig {
     /// Users whose `by` key hashes below `percent` (from 0 to 100), without salt.
+    #[must_use]
     pub fn new(by: KeyConfig, percent: f64) -> Self {
         StickyConfig {
             by,
@@ -404,6 +405,7 @@ pub struct RandomConfig {
 
 impl RandomConfig {
     /// `percent` of requests, from 0 to 100.
+    #[must_use]
     pub fn new(percent: f64) -> Self {
         RandomConfig { percent }
     }

@@ -94,37 +94,44 @@ impl RulesError {
     }
 
     /// The source: a file path, an etcd key, or whatever name the caller gave.
+    #[must_use]
     pub fn source_name(&self) -> &str {
         &self.0.source_name
     }
 
     /// The line of the error, from 1, when the rule set was parsed from text.
+    #[must_use]
     pub fn line(&self) -> Option<usize> {
         self.0.line
     }
 
     /// The column of the error, from 1, when the format reports it.
+    #[must_use]
     pub fn column(&self) -> Option<usize> {
         self.0.column
     }
 
     /// The 0-based index of the rule at fault, if the error is inside a rule.
+    #[must_use]
     pub fn rule_index(&self) -> Option<usize> {
         self.0.rule.as_ref().map(|(i, _)| *i)
     }
 
     /// The name of the rule at fault, if it has one.
+    #[must_use]
     pub fn rule_name(&self) -> Option<&str> {
         self.0.rule.as_ref().and_then(|(_, n)| n.as_deref())
     }
 
     /// The field at fault, as a dotted path inside the rule (or the document, for an error
     /// outside every rule).
+    #[must_use]
     pub fn field(&self) -> &str {
         &self.0.field
     }
 
     /// What went wrong.
+    #[must_use]
     pub fn problem(&self) -> &Problem {
         &self.0.problem
     }

@@ -27,6 +27,7 @@ pub const BUCKETS: u32 = 10_000;
 /// assert_eq!(sticky_bucket(b"", b"user-42"), 4299);
 /// assert_eq!(sticky_bucket(b"salt", b"alice"), 9232);
 /// ```
+#[must_use]
 pub fn sticky_bucket(salt: &[u8], key: &[u8]) -> u32 {
     // BUCKETS fits in u32, so the remainder does too.
     (keyed_hash(salt, key) % u64::from(BUCKETS)) as u32
@@ -41,6 +42,7 @@ pub struct Dice {
 
 impl Dice {
     /// A deterministic sequence from `seed` (for tests and replay).
+    #[must_use]
     pub fn seeded(seed: u64) -> Self {
         Dice {
             rng: Rng::seeded(seed),
@@ -48,6 +50,7 @@ impl Dice {
     }
 
     /// A sequence seeded from the thread's generator.
+    #[must_use]
     pub fn from_thread() -> Self {
         Dice { rng: Rng::new() }
     }

@@ -183,16 +183,19 @@ pub type Decision<'a> = RuleMatch<'a>;
 
 impl<'a> RuleMatch<'a> {
     /// The rule that fired.
+    #[must_use]
     pub fn rule(&self) -> &'a Rule {
         self.rule
     }
 
     /// The decided stain (baseline for a `baseline = true` rule or a baseline split arm).
+    #[must_use]
     pub fn stain(&self) -> &Stain {
         &self.stain
     }
 
     /// The decided stain, by value.
+    #[must_use]
     pub fn into_stain(self) -> Stain {
         self.stain
     }
@@ -271,28 +274,33 @@ impl RuleSet {
     }
 
     /// `false` when the global switch is off: nothing is decided.
+    #[must_use]
     pub fn is_enabled(&self) -> bool {
         self.enabled
     }
 
     /// The rules, in priority order.
+    #[must_use]
     pub fn rules(&self) -> &[Rule] {
         &self.rules
     }
 
     /// The source the set was loaded from.
+    #[must_use]
     pub fn source(&self) -> &str {
         &self.source
     }
 
     /// Every lane and version the rules decide, interned: give it to
     /// [`Carriers::with_names`](gray_core::Carriers::with_names) so decoding them allocates nothing.
+    #[must_use]
     pub fn names(&self) -> &Names {
         &self.names
     }
 
     /// The first rule that matches `req`, and its stain. `None` when the set is switched
     /// off or no rule matches. Random conditions and splits use a per-thread generator.
+    #[must_use]
     pub fn evaluate(&self, req: &RequestView<'_>) -> Option<RuleMatch<'_>> {
         let mut dice = None;
         self.evaluate_inner(req, &mut dice)

@@ -75,6 +75,7 @@ pub enum PathErrorKind {
 
 impl PathErrorKind {
     /// A short, stable name (`encoded_slash`, `above_root`, …), for logs and JSON bodies.
+    #[must_use]
     pub fn as_str(self) -> &'static str {
         match self {
             PathErrorKind::NotAbsolute => "not_absolute",
@@ -121,11 +122,13 @@ impl PathError {
     }
 
     /// What is wrong.
+    #[must_use]
     pub fn kind(&self) -> PathErrorKind {
         self.kind
     }
 
     /// The byte offset in the input where the problem starts.
+    #[must_use]
     pub fn offset(&self) -> usize {
         self.offset
     }
@@ -186,6 +189,7 @@ pub fn normalize(path: &str) -> Result<Cow<'_, str>, PathError> {
 }
 
 /// `true` when [`normalize`] returns `path` unchanged. One pass, no allocation.
+#[must_use]
 pub fn is_normal(path: &str) -> bool {
     let bytes = path.as_bytes();
     if bytes.first() != Some(&b'/') {

@@ -49,6 +49,7 @@ impl<'a> RequestView<'a> {
     }
 
     /// A view from raw parts: `path` (without query), `query` (without `?`) and headers.
+    #[must_use]
     pub fn from_parts(path: &'a str, query: Option<&'a str>, headers: &'a HeaderMap) -> Self {
         RequestView {
             path,
@@ -59,6 +60,7 @@ impl<'a> RequestView<'a> {
     }
 
     /// Sets the client IP that `ip` conditions and `client_ip` keys read.
+    #[must_use]
     pub fn with_client_ip(mut self, ip: Option<IpAddr>) -> Self {
         self.client_ip = ip.map(canonical_ip);
         self
@@ -66,21 +68,25 @@ impl<'a> RequestView<'a> {
 
     /// The path, as the request URI holds it. Behind gray-tower's edge layer that is the
     /// normalised path ([`crate::path::normalize`]), the one the upstream receives.
+    #[must_use]
     pub fn path(&self) -> &'a str {
         self.path
     }
 
     /// The raw query string, without `?`.
+    #[must_use]
     pub fn query(&self) -> Option<&'a str> {
         self.query
     }
 
     /// The headers.
+    #[must_use]
     pub fn headers(&self) -> &'a HeaderMap {
         self.headers
     }
 
     /// The client IP, IPv4-mapped IPv6 addresses turned into IPv4.
+    #[must_use]
     pub fn client_ip(&self) -> Option<IpAddr> {
         self.client_ip
     }
@@ -92,6 +98,7 @@ impl<'a> RequestView<'a> {
     }
 
     /// The first value of cookie `name`, unquoted, across every `cookie` header line.
+    #[must_use]
     pub fn cookie(&self, name: &str) -> Option<&'a [u8]> {
         self.cookies(name).next()
     }
@@ -112,6 +119,7 @@ impl<'a> RequestView<'a> {
 
     /// The first value of query parameter `name`, percent-decoded (borrowed when the raw
     /// value needs no decoding). A parameter without `=` has an empty value.
+    #[must_use]
     pub fn query_param(&self, name: &str) -> Option<Cow<'a, [u8]>> {
         self.query_params(name)
             .next()
@@ -141,13 +149,14 @@ impl<'a> RequestView<'a> {
 }
 
 /// IPv4-mapped IPv6 (`::ffff:1.2.3.4`) → IPv4, so whitelists need only one form.
+#[must_use]
 pub fn canonical_ip(ip: IpAddr) -> IpAddr {
     match ip {
         IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
             Some(v4) => IpAddr::V4(v4),
             None => IpAddr::V6(v6),
         },
-        v4 => v4,
+        IpAddr::V4(v4) => IpAddr::V4(v4),
     }
 }
 
@@ -193,6 +202,7 @@ pub(crate) fn decoded(raw: &[u8]) -> impl Iterator<Item = u8> + '_ {
 }
 
 /// Percent-decodes `raw` (query form: `+` is a space), borrowing when nothing changes.
+#[must_use]
 pub fn percent_decode(raw: &[u8]) -> Cow<'_, [u8]> {
     if !raw.iter().any(|&b| b == b'%' || b == b'+') {
         return Cow::Borrowed(raw);

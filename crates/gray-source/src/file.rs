@@ -76,17 +76,20 @@ impl FileSource {
     }
 
     /// Polls every `interval` (at least 1 ms).
+    #[must_use]
     pub fn with_interval(mut self, interval: Duration) -> Self {
         self.interval = interval.max(Duration::from_millis(1));
         self
     }
 
     /// The file.
+    #[must_use]
     pub fn path(&self) -> &Path {
         &self.path
     }
 
     /// The polling interval.
+    #[must_use]
     pub fn interval(&self) -> Duration {
         self.interval
     }

@@ -15,22 +15,26 @@ pub struct WatchHandle {
 impl WatchHandle {
     /// Takes ownership of the task that follows a source, without a status (it stays
     /// empty).
+    #[must_use]
     pub fn new(task: JoinHandle<()>) -> Self {
         WatchHandle::with_status(task, StatusHandle::new())
     }
 
     /// Takes ownership of the task that follows a source, and of the status it reports to
     /// (usually [`Updates::status_handle`](crate::Updates::status_handle)).
+    #[must_use]
     pub fn with_status(task: JoinHandle<()>, status: StatusHandle) -> Self {
         WatchHandle { task, status }
     }
 
     /// How fresh the followed source is now.
+    #[must_use]
     pub fn status(&self) -> Status {
         self.status.get()
     }
 
     /// A handle that reads the source's status from elsewhere (a metrics endpoint).
+    #[must_use]
     pub fn status_handle(&self) -> StatusHandle {
         self.status.clone()
     }
@@ -39,6 +43,7 @@ impl WatchHandle {
     pub fn stop(self) {}
 
     /// Whether the task has ended (it only ends when stopped, or when its runtime does).
+    #[must_use]
     pub fn is_finished(&self) -> bool {
         self.task.is_finished()
     }

@@ -39,6 +39,7 @@ pub struct Status {
 
 impl Status {
     /// The time since the last contact, or `None` before the first.
+    #[must_use]
     pub fn since_last_contact(&self) -> Option<Duration> {
         self.last_contact.map(|at| at.elapsed())
     }
@@ -64,6 +65,7 @@ impl fmt::Debug for StatusHandle {
 
 impl StatusHandle {
     /// A handle with an empty status.
+    #[must_use]
     pub fn new() -> Self {
         StatusHandle {
             inner: Arc::new(watch::Sender::new(Status::default())),
@@ -71,12 +73,14 @@ impl StatusHandle {
     }
 
     /// The status now.
+    #[must_use]
     pub fn get(&self) -> Status {
         self.inner.borrow().clone()
     }
 
     /// A receiver woken when anything but [`Status::last_contact`] changes (contacts are
     /// frequent; read them when woken, or when needed).
+    #[must_use]
     pub fn subscribe(&self) -> watch::Receiver<Status> {
         self.inner.subscribe()
     }

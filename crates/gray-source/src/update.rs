@@ -121,11 +121,13 @@ impl Updates {
     }
 
     /// How fresh this watch is now.
+    #[must_use]
     pub fn status(&self) -> Status {
         self.status.get()
     }
 
     /// A handle that reads the status from elsewhere (a metrics endpoint).
+    #[must_use]
     pub fn status_handle(&self) -> StatusHandle {
         self.status.clone()
     }

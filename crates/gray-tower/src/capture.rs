@@ -56,6 +56,7 @@ pub struct CaptureStainLayer {
 
 impl CaptureStainLayer {
     /// A new capture layer.
+    #[must_use]
     pub fn new() -> Self {
         Self::default()
     }
@@ -64,6 +65,7 @@ impl CaptureStainLayer {
     /// OpenTelemetry baggage reads their `baggage` member key (default `gray.lane`) and
     /// interns the lane with their names.
     #[cfg(feature = "opentelemetry")]
+    #[must_use]
     pub fn with_carriers(mut self, carriers: gray_core::Carriers) -> Self {
         self.carriers = std::sync::Arc::new(carriers);
         self

@@ -70,11 +70,13 @@ pub struct ExtractStainLayer {
 
 impl ExtractStainLayer {
     /// Reads the default carriers (`x-gray-lane` and `x-gray-info`).
+    #[must_use]
     pub fn new() -> Self {
         Self::default()
     }
 
     /// Reads `carriers` (use the same ones on the client layers).
+    #[must_use]
     pub fn with_carriers(mut self, carriers: Carriers) -> Self {
         Arc::make_mut(&mut self.config).carriers = carriers;
         self
@@ -83,12 +85,14 @@ impl ExtractStainLayer {
     /// Uses `stain` for requests that carry no stain at all (an explicit `gray: false`
     /// still means baseline). Seed 000 sets this to the instance's own lane on gray
     /// instances.
+    #[must_use]
     pub fn with_default(mut self, stain: Stain) -> Self {
         Arc::make_mut(&mut self.config).default = stain;
         self
     }
 
     /// The carriers this layer reads.
+    #[must_use]
     pub fn carriers(&self) -> &Carriers {
         &self.config.carriers
     }

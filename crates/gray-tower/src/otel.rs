@@ -160,12 +160,14 @@ impl Default for AttachLaneLayer {
 
 impl AttachLaneLayer {
     /// Attaches the lane as the member [`DEFAULT_BAGGAGE_KEY`] (`gray.lane`).
+    #[must_use]
     pub fn new() -> Self {
         Self::default()
     }
 
     /// Attaches the lane under the key of the first `baggage` carrier of `carriers` (the
     /// default key without one).
+    #[must_use]
     pub fn with_carriers(mut self, carriers: Carriers) -> Self {
         self.key = Key::from(Arc::<str>::from(member_key(&carriers)));
         self

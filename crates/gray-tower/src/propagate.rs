@@ -115,11 +115,13 @@ pub struct PropagateStainLayer {
 
 impl PropagateStainLayer {
     /// Writes the default carriers (`x-gray-lane` and `x-gray-info`); the decision wins.
+    #[must_use]
     pub fn new() -> Self {
         Self::default()
     }
 
     /// Writes `carriers` (use the same ones as the server layer).
+    #[must_use]
     pub fn with_carriers(mut self, carriers: Carriers) -> Self {
         Arc::make_mut(&mut self.propagator).carriers = carriers;
         self
@@ -127,12 +129,14 @@ impl PropagateStainLayer {
 
     /// Sets the rule for a request that already carries a stain (default
     /// [`Existing::Replace`]).
+    #[must_use]
     pub fn with_existing(mut self, existing: Existing) -> Self {
         Arc::make_mut(&mut self.propagator).existing = existing;
         self
     }
 
     /// The carriers this layer writes.
+    #[must_use]
     pub fn carriers(&self) -> &Carriers {
         &self.propagator.carriers
     }

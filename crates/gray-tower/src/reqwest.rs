@@ -36,11 +36,13 @@ pub struct PropagateMiddleware {
 
 impl PropagateMiddleware {
     /// Writes the default carriers (`x-gray-lane` and `x-gray-info`); the decision wins.
+    #[must_use]
     pub fn new() -> Self {
         Self::default()
     }
 
     /// Writes `carriers` (use the same ones as the server layer).
+    #[must_use]
     pub fn with_carriers(mut self, carriers: Carriers) -> Self {
         self.propagator.carriers = carriers;
         self
@@ -48,6 +50,7 @@ impl PropagateMiddleware {
 
     /// Sets the rule for a request that already carries a stain (default
     /// [`Existing::Replace`]).
+    #[must_use]
     pub fn with_existing(mut self, existing: Existing) -> Self {
         self.propagator.existing = existing;
         self

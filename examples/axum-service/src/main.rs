@@ -23,7 +23,7 @@ type BoxError = Box<dyn std::error::Error + Send + Sync>;
 async fn stock(headers: HeaderMap) -> String {
     let lane = match gray_tower::current().and_then(|stain| stain.lane().cloned()) {
         Some(lane) => format!("lane `{lane}`"),
-        None => "baseline".to_string(),
+        None => "baseline".to_owned(),
     };
     let baggage = headers.get("baggage").and_then(|v| v.to_str().ok());
     format!("stock served {lane}, baggage: {}", baggage.unwrap_or("-"))

@@ -44,7 +44,7 @@ fn current_lane() -> Option<String> {
 
 async fn b_handler(State(id): State<&'static str>) -> Json<Answer> {
     Json(Answer {
-        instance: id.to_string(),
+        instance: id.to_owned(),
         lane: current_lane(),
         downstream: None,
     })
@@ -77,7 +77,7 @@ async fn a_handler(State(state): State<AState>) -> Result<Json<Answer>, String> 
     let body = res.into_body().collect().await.map_err(|e| e.to_string())?;
     let b: Answer = serde_json::from_slice(&body.to_bytes()).map_err(|e| e.to_string())?;
     Ok(Json(Answer {
-        instance: state.id.to_string(),
+        instance: state.id.to_owned(),
         lane: current_lane(),
         downstream: Some(Box::new(b)),
     }))
@@ -233,7 +233,7 @@ fallback = "baseline"
     let trusted: IpAddr = [127, 0, 0, 1].into();
     let untrusted: IpAddr = [127, 0, 0, 2].into();
     let proxy: IpAddr = [127, 0, 0, 3].into();
-    let gray_header = || vec![("x-gray-lane", "gray".to_string())];
+    let gray_header = || vec![("x-gray-lane", "gray".to_owned())];
     let cases = vec![
         Case {
             what: "unstained",
@@ -341,7 +341,7 @@ async fn report(gateway: SocketAddr, case: &Case) -> usize {
             let b = answer
                 .downstream
                 .as_ref()
-                .map_or("-".to_string(), |b| b.instance.clone());
+                .map_or("-".to_owned(), |b| b.instance.clone());
             let ok = (lane.as_str(), answer.instance.as_str(), b.as_str()) == case.expect;
             println!(
                 "  {:<40} {:<9} {:<7} {:<7} {}",

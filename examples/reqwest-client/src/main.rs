@@ -21,7 +21,7 @@ async fn lane_header(headers: HeaderMap) -> String {
         .get("x-gray-lane")
         .and_then(|v| v.to_str().ok())
         .unwrap_or("baseline")
-        .to_string()
+        .to_owned()
 }
 
 #[tokio::main]

@@ -381,6 +381,7 @@ impl Default for Carriers {
 
 impl Carriers {
     /// No carriers at all; add them with [`Carriers::with`].
+    #[must_use]
     pub fn new() -> Self {
         Carriers {
             list: Vec::new(),
@@ -389,6 +390,7 @@ impl Carriers {
     }
 
     /// Adds a carrier. Earlier carriers win when several are present.
+    #[must_use]
     pub fn with(mut self, carrier: impl Into<Carrier>) -> Self {
         let carrier = carrier.into();
         if let Carrier::Plain(plain) = &carrier {
@@ -403,11 +405,13 @@ impl Carriers {
     /// Adds the W3C `baggage` member [`DEFAULT_BAGGAGE_KEY`] (`gray.lane`):
     /// `Carriers::default().with_baggage()` reads and writes `x-gray-lane`, `x-gray-info`
     /// and `baggage`, and carries every other `baggage` member onward.
+    #[must_use]
     pub fn with_baggage(self) -> Self {
         self.with(BaggageMember::default())
     }
 
     /// Uses `names` to intern decoded lanes and versions (no allocation for known names).
+    #[must_use]
     pub fn with_names(mut self, names: Names) -> Self {
         self.names = names;
         for carrier in &self.list {
@@ -421,6 +425,7 @@ impl Carriers {
     }
 
     /// The interner used while decoding.
+    #[must_use]
     pub fn names(&self) -> &Names {
         &self.names
     }
@@ -432,6 +437,7 @@ impl Carriers {
 
     /// The first `baggage` member carrier, the one whose member OpenTelemetry interop
     /// reads and whose caps bound the inherited members; `None` when baggage is off.
+    #[must_use]
     pub fn baggage(&self) -> Option<&BaggageMember> {
         self.stain_keys().members().next()
     }
@@ -477,6 +483,7 @@ impl Carriers {
     /// keeps them: for a layer that decides the stain by other means (an edge's rules) and
     /// still carries the members onward with [`Stain::with_baggage`]. `None` without a
     /// `baggage` carrier or without other members.
+    #[must_use]
     pub fn inherited_baggage(&self, headers: &HeaderMap) -> Option<InheritedBaggage> {
         let carrier = self.baggage()?;
         carrier
@@ -568,6 +575,7 @@ impl Carriers {
     }
 
     /// `true` when any carrier is present in `headers`, valid or not.
+    #[must_use]
     pub fn is_present(&self, headers: &HeaderMap) -> bool {
         self.list.iter().any(|c| c.is_present(headers))
     }

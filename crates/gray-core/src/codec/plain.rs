@@ -69,6 +69,7 @@ impl PlainHeader {
     }
 
     /// Caps the accepted value length (default 256 bytes); longer values are ignored.
+    #[must_use]
     pub fn with_max_len(mut self, max_len: usize) -> Self {
         self.header.max_len = max_len;
         self

@@ -50,6 +50,7 @@ impl RouteHeader {
     }
 
     /// Caps the accepted value length; longer values are ignored.
+    #[must_use]
     pub fn with_max_len(mut self, max_len: usize) -> Self {
         self.header.max_len = max_len;
         self

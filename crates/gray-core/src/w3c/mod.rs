@@ -35,6 +35,7 @@ pub struct InheritedBaggage {
 impl InheritedBaggage {
     /// Parses a W3C baggage list (`k=v;prop,k2=v2`): malformed members are dropped (with a
     /// debug event), well-formed ones kept byte for byte. `None` when no member is left.
+    #[must_use]
     pub fn parse(list: &str) -> Option<Self> {
         let mut out = Vec::with_capacity(list.len());
         for member in Scan::new(list.as_bytes()) {
@@ -60,6 +61,7 @@ impl InheritedBaggage {
     }
 
     /// The members, joined by `,`, as they arrived.
+    #[must_use]
     pub fn as_str(&self) -> &str {
         &self.members
     }
@@ -78,11 +80,13 @@ impl InheritedBaggage {
     }
 
     /// How many members there are (at least one).
+    #[must_use]
     pub fn len(&self) -> usize {
         self.iter().count()
     }
 
     /// Always `false`: an `InheritedBaggage` holds at least one member.
+    #[must_use]
     pub fn is_empty(&self) -> bool {
         self.members.is_empty()
     }

@@ -140,17 +140,20 @@ impl Registrar {
 
     /// The lease TTL of registrations, rounded up to whole seconds (at least 1 s). Default
     /// 10 s.
+    #[must_use]
     pub fn with_ttl(mut self, ttl: Duration) -> Self {
         self.ttl = ttl.max(Duration::from_secs(1));
         self
     }
 
     /// The key prefix, without a trailing `/`.
+    #[must_use]
     pub fn prefix(&self) -> &str {
         &self.prefix
     }
 
     /// The key of instance `id` of `service`: `<prefix>/<service>/<id>`.
+    #[must_use]
     pub fn key(&self, service: &str, id: &str) -> String {
         format!("{}/{service}/{id}", self.prefix)
     }

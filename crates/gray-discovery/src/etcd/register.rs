@@ -57,6 +57,7 @@ impl Registration {
     }
 
     /// The etcd key of the instance.
+    #[must_use]
     pub fn key(&self) -> &str {
         &self.key
     }

@@ -35,6 +35,7 @@ impl Layout {
     /// The source's one entry (a file, one etcd key) is a whole instance file in `format`
     /// (feature `file`; see [`crate::file`]).
     #[cfg(feature = "file")]
+    #[must_use]
     pub fn document(format: Format) -> Self {
         Layout(Kind::Document(format))
     }
@@ -51,6 +52,7 @@ impl Layout {
     }
 
     /// The key prefix of a [`Layout::keys`], with its trailing `/`.
+    #[must_use]
     pub fn prefix(&self) -> Option<&str> {
         match &self.0 {
             Kind::Keys { prefix } => Some(prefix),

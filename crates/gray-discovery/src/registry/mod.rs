@@ -248,6 +248,7 @@ impl Registry {
     }
 
     /// The names of the services that have at least one instance now, sorted.
+    #[must_use]
     pub fn services(&self) -> Vec<String> {
         self.inner
             .catalog
@@ -261,11 +262,13 @@ impl Registry {
     /// How fresh the source is: the last contact (a file read, any etcd response), the
     /// last etcd revision applied, the cluster ID, whether it is reachable now, and the last
     /// failure. The gateway's `/metrics` and `/explain` show it, for staleness alerts.
+    #[must_use]
     pub fn status(&self) -> Status {
         self.inner.status.get()
     }
 
     /// What the registry follows: `file instances.toml`, `etcd prefix /gray/ at [..]`.
+    #[must_use]
     pub fn source(&self) -> &str {
         &self.inner.describe
     }

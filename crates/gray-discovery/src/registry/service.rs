@@ -189,11 +189,13 @@ impl ServiceInstances {
     }
 
     /// The service's name.
+    #[must_use]
     pub fn name(&self) -> &str {
         &self.state.name
     }
 
     /// The instances now, sorted by id (for an explanation, metrics, a readiness check).
+    #[must_use]
     pub fn instances(&self) -> Vec<Instance> {
         self.state.instances()
     }
@@ -203,6 +205,7 @@ impl ServiceInstances {
     /// every stream is independent of the others. A stream that is not polled for a while
     /// keeps one pending change per instance at most (the latest), so it costs nothing to
     /// hold one in a balancer that sees no traffic.
+    #[must_use]
     pub fn discover(&self) -> InstanceDiscover {
         InstanceDiscover {
             subscriber: self.state.subscribe(),

@@ -323,6 +323,7 @@ impl Config {
 }
 
 /// The default carriers: `x-gray-lane` and `x-gray-info` ([`gray_core::Carriers::default`]).
+#[must_use]
 pub fn default_carriers() -> Vec<CarrierConfig> {
     let text = r#"[{"kind": "lane"}, {"kind": "route"}]"#;
     serde_json::from_str(text).unwrap_or_default()

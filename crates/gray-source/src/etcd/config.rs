@@ -133,6 +133,7 @@ impl EtcdConfig {
     }
 
     /// How long connecting to one member may take (at least 1 ms).
+    #[must_use]
     pub fn with_connect_timeout(mut self, timeout: Duration) -> Self {
         self.connect_timeout = timeout.max(Duration::from_millis(1));
         self
@@ -140,6 +141,7 @@ impl EtcdConfig {
 
     /// How long one request (a listing, a watch creation, a login) may take before it is
     /// abandoned and retried (at least 1 ms).
+    #[must_use]
     pub fn with_request_timeout(mut self, timeout: Duration) -> Self {
         self.request_timeout = timeout.max(Duration::from_millis(1));
         self
@@ -151,6 +153,7 @@ impl EtcdConfig {
     /// answers pings on a connection without one, or closer than its
     /// `--grpc-keepalive-min-time` (5 s by default), with `too_many_pings` and closes the
     /// connection. Keep `interval` above that minimum (see [`DEFAULT_KEEP_ALIVE`]).
+    #[must_use]
     pub fn with_keep_alive(mut self, keep_alive: Option<(Duration, Duration)>) -> Self {
         self.keep_alive = keep_alive.map(|(interval, timeout)| {
             (
@@ -166,12 +169,14 @@ impl EtcdConfig {
     /// notification every third of `deadline`, so a member that answers never reaches it.
     /// `None` turns the deadline off (HTTP/2 keep-alive is then the only guard against a
     /// frozen member). At least 3 ms.
+    #[must_use]
     pub fn with_progress_deadline(mut self, deadline: Option<Duration>) -> Self {
         self.progress_deadline = deadline.map(|d| d.max(Duration::from_millis(3)));
         self
     }
 
     /// Waits `backoff` between failed attempts (never after a success).
+    #[must_use]
     pub fn with_backoff(mut self, backoff: Backoff) -> Self {
         self.backoff = backoff;
         self
@@ -179,6 +184,7 @@ impl EtcdConfig {
 
     /// Logs in as `user` with `password` (etcd authentication); the token is renewed when
     /// it expires.
+    #[must_use]
     pub fn with_user(mut self, user: impl Into<String>, password: impl Into<String>) -> Self {
         self.user = Some((user.into(), password.into()));
         self
@@ -186,47 +192,56 @@ impl EtcdConfig {
 
     /// Connects with TLS (needs the feature `etcd-tls`; without it, connecting fails with
     /// a [`SourceError::Config`] naming the feature).
+    #[must_use]
     pub fn with_tls(mut self, tls: EtcdTls) -> Self {
         self.tls = Some(tls);
         self
     }
 
     /// The endpoints.
+    #[must_use]
     pub fn endpoints(&self) -> &[String] {
         &self.endpoints
     }
 
     /// The time allowed to connect to one member.
+    #[must_use]
     pub fn connect_timeout(&self) -> Duration {
         self.connect_timeout
     }
 
     /// The time allowed per request.
+    #[must_use]
     pub fn request_timeout(&self) -> Duration {
         self.request_timeout
     }
 
     /// The HTTP/2 keep-alive interval and timeout, if on.
+    #[must_use]
     pub fn keep_alive(&self) -> Option<(Duration, Duration)> {
         self.keep_alive
     }
 
     /// The progress deadline, if on.
+    #[must_use]
     pub fn progress_deadline(&self) -> Option<Duration> {
         self.progress_deadline
     }
 
     /// The reconnection backoff.
+    #[must_use]
     pub fn backoff(&self) -> Backoff {
         self.backoff
     }
 
     /// The user name, with authentication.
+    #[must_use]
     pub fn user(&self) -> Option<&str> {
         self.user.as_ref().map(|(user, _)| user.as_str())
     }
 
     /// The TLS settings, if any.
+    #[must_use]
     pub fn tls(&self) -> Option<&EtcdTls> {
         self.tls.as_ref()
     }

@@ -109,16 +109,19 @@ impl EtcdSource {
     }
 
     /// The key, or the prefix.
+    #[must_use]
     pub fn key_or_prefix(&self) -> &str {
         &self.key
     }
 
     /// Whether this source follows a prefix rather than one key.
+    #[must_use]
     pub fn is_prefix(&self) -> bool {
         self.prefix
     }
 
     /// The cluster and its options.
+    #[must_use]
     pub fn config(&self) -> &EtcdConfig {
         &self.config
     }

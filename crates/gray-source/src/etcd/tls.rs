@@ -59,6 +59,7 @@ impl EtcdTls {
     }
 
     /// Presents the client certificate in the PEM file `cert`, with its key in `key`.
+    #[must_use]
     pub fn with_identity_files(
         mut self,
         cert: impl Into<PathBuf>,
@@ -69,12 +70,14 @@ impl EtcdTls {
     }
 
     /// Presents the client certificate `cert` (PEM), with its key `key` (PEM).
+    #[must_use]
     pub fn with_identity_pem(mut self, cert: impl Into<Vec<u8>>, key: impl Into<Vec<u8>>) -> Self {
         self.identity = Some((Pem::Bytes(cert.into()), Pem::Bytes(key.into())));
         self
     }
 
     /// Checks the members' certificates for `name` rather than the endpoint's host.
+    #[must_use]
     pub fn with_server_name(mut self, name: impl Into<String>) -> Self {
         self.server_name = Some(name.into());
         self

@@ -52,6 +52,7 @@ impl EdgeLayer {
     /// they read is stripped from untrusted clients.
     /// [`CarrierConfig::carriers`](gray_core::CarrierConfig::carriers) builds them from a
     /// configuration file.
+    #[must_use]
     pub fn with_carriers(mut self, carriers: Carriers) -> Self {
         let config = self.config_mut();
         config.carriers = carriers;
@@ -60,6 +61,7 @@ impl EdgeLayer {
     }
 
     /// Trusts these proxies to report the client address.
+    #[must_use]
     pub fn with_proxies(mut self, proxies: TrustedProxies) -> Self {
         let config = self.config_mut();
         config.resolver = config.resolver.clone().with_proxies(proxies);
@@ -68,6 +70,7 @@ impl EdgeLayer {
 
     /// Reads `header` for the client address chain (default `X-Forwarded-For`): the header
     /// the trusted proxies write.
+    #[must_use]
     pub fn with_forwarded_header(mut self, header: ForwardedHeader) -> Self {
         let config = self.config_mut();
         config.resolver = config.resolver.clone().with_header(header);
@@ -76,12 +79,14 @@ impl EdgeLayer {
 
     /// Clients whose inbound stain is honoured (internal callers, test harnesses), by their
     /// resolved client IP. Everyone else's carriers are stripped.
+    #[must_use]
     pub fn with_trusted_clients(mut self, clients: CidrList) -> Self {
         self.config_mut().trusted_clients = clients;
         self
     }
 
     /// Which decides first for a trusted client that sends a stain.
+    #[must_use]
     pub fn with_precedence(mut self, precedence: Precedence) -> Self {
         self.config_mut().precedence = precedence;
         self
@@ -89,6 +94,7 @@ impl EdgeLayer {
 
     /// Also writes seed 003's headers: `x-gray-flag: true` when the decided lane is
     /// `lane` (`false` otherwise) and `x-gray-ip: <client IP>` (omitted when unknown).
+    #[must_use]
     pub fn with_seed003_headers(mut self, lane: Lane) -> Self {
         self.config_mut().seed003 = Some(lane);
         self
@@ -100,6 +106,7 @@ impl EdgeLayer {
     /// of `baggage` under [`DEFAULT_BAGGAGE_KEY`](gray_core::codec::DEFAULT_BAGGAGE_KEY).
     /// Turn it off only where one of those headers means something else to the services
     /// behind (seed 004's API `version` header, say).
+    #[must_use]
     pub fn with_strip_known(mut self, on: bool) -> Self {
         let config = self.config_mut();
         config.strip_known = on;
@@ -109,6 +116,7 @@ impl EdgeLayer {
 
     /// Also strips these headers from untrusted clients (replacing the previous list):
     /// headers only the services behind read.
+    #[must_use]
     pub fn with_strip(mut self, headers: impl IntoIterator<Item = HeaderName>) -> Self {
         let config = self.config_mut();
         config.strip = headers.into_iter().collect();
@@ -121,6 +129,7 @@ impl EdgeLayer {
     /// yes; see [`hop`](super::hop)). Then `Connection: x-gray-lane` cannot remove the stain
     /// the edge writes. Turn it off only on a service that handles `Upgrade` (WebSocket)
     /// requests itself and forwards nothing: the edge would remove `Upgrade`.
+    #[must_use]
     pub fn with_hop_by_hop(mut self, on: bool) -> Self {
         self.config_mut().hop_by_hop = on;
         self
@@ -130,6 +139,7 @@ impl EdgeLayer {
     /// request to it (default: yes; see [`gray_rules::path`]). A path it rejects is never
     /// given to the rules: the request is baseline and carries a
     /// [`PathRejected`](super::PathRejected) extension for the service behind to answer 400.
+    #[must_use]
     pub fn with_path_normalization(mut self, on: bool) -> Self {
         self.config_mut().normalize_paths = on;
         self
@@ -139,6 +149,7 @@ impl EdgeLayer {
     /// extensions, beside the [`Stain`](gray_core::Stain) (default: yes). Where nothing
     /// reads it (a proxy that only forwards), turning it off saves an allocation and a map
     /// insert per request.
+    #[must_use]
     pub fn with_decision_extension(mut self, on: bool) -> Self {
         self.config_mut().decision_extension = on;
         self
@@ -150,18 +161,21 @@ impl EdgeLayer {
     /// inserted either way. Where nothing behind the edge reads the task-local (a proxy
     /// whose balancer reads the extension, as gray-balance does first), turning it off
     /// saves moving the stain into and out of the task-local at every poll.
+    #[must_use]
     pub fn with_task_local(mut self, on: bool) -> Self {
         self.config_mut().task_local = on;
         self
     }
 
     /// The rules this layer decides by.
+    #[must_use]
     pub fn rules(&self) -> &LiveRules {
         &self.config.rules
     }
 
     /// The headers stripped whole from untrusted clients: the configured carriers', the
     /// known ones (unless switched off) and the extra ones, without duplicates.
+    #[must_use]
     pub fn stripped_headers(&self) -> &[HeaderName] {
         self.config.removal.headers()
     }

@@ -120,16 +120,19 @@ pub struct RulesSnapshot {
 
 impl RulesSnapshot {
     /// The rules.
+    #[must_use]
     pub fn rules(&self) -> &RuleSet {
         &self.rules
     }
 
     /// The generation: 1 for the first version, +1 for each accepted one.
+    #[must_use]
     pub fn generation(&self) -> u64 {
         self.generation
     }
 
     /// Where this version came from.
+    #[must_use]
     pub fn revision(&self) -> &Revision {
         &self.revision
     }
@@ -201,11 +204,13 @@ impl From<RuleSet> for LiveRules {
 
 impl LiveRules {
     /// `rules` in force as generation 1, [`Revision::Initial`].
+    #[must_use]
     pub fn new(rules: RuleSet) -> Self {
         Self::with_revision(rules, Revision::Initial)
     }
 
     /// `rules` in force as generation 1, from `revision`.
+    #[must_use]
     pub fn with_revision(rules: RuleSet, revision: Revision) -> Self {
         Self::first(rules, revision, None)
     }
@@ -234,16 +239,19 @@ impl LiveRules {
     }
 
     /// The snapshot in force: one atomic load, no lock.
+    #[must_use]
     pub fn load(&self) -> RulesGuard {
         RulesGuard(self.shared.current.load())
     }
 
     /// The snapshot in force, as an owned handle.
+    #[must_use]
     pub fn snapshot(&self) -> Arc<RulesSnapshot> {
         self.shared.current.load_full()
     }
 
     /// Puts `rules` in force; returns the new generation.
+    #[must_use]
     pub fn replace(&self, rules: RuleSet, revision: Revision) -> u64 {
         self.put(rules, revision, None)
     }
@@ -323,11 +331,13 @@ impl LiveRules {
     }
 
     /// The current status.
+    #[must_use]
     pub fn status(&self) -> RulesStatus {
         self.shared.status.borrow().clone()
     }
 
     /// A receiver that sees every status change (accepted or rejected versions).
+    #[must_use]
     pub fn subscribe(&self) -> watch::Receiver<RulesStatus> {
         self.shared.status.subscribe()
     }

@@ -35,6 +35,7 @@ pub enum DecidedBy {
 
 impl DecidedBy {
     /// `rule`, `inbound`, `default` or `path_rejected`: for logs and JSON bodies.
+    #[must_use]
     pub fn as_str(self) -> &'static str {
         match self {
             DecidedBy::Rule => "rule",
@@ -120,6 +121,7 @@ impl<S> Edge<S> {
     /// assert_eq!(from("192.0.2.1:50000").oneshot(request()).await.unwrap(), None);
     /// # });
     /// ```
+    #[must_use]
     pub fn with_peer(mut self, peer: std::net::SocketAddr) -> Self {
         self.peer = Some(peer.ip());
         self

@@ -128,18 +128,21 @@ impl BaggageMember {
     }
 
     /// Caps the members kept and written, never below the W3C minimum of 64.
+    #[must_use]
     pub fn with_max_members(mut self, max: usize) -> Self {
         self.max_members = max.max(W3C_MIN_MEMBERS);
         self
     }
 
     /// Caps the bytes read and written, never below the W3C minimum of 8192.
+    #[must_use]
     pub fn with_max_bytes(mut self, max: usize) -> Self {
         self.max_bytes = max.max(W3C_MIN_BYTES);
         self
     }
 
     /// The member key.
+    #[must_use]
     pub fn key(&self) -> &str {
         &self.key
     }
@@ -192,12 +195,12 @@ impl BaggageMember {
                 },
             ))
         } else {
-            found.map_or(Ok(None), |value| self.decode_value(value, names))
+            found.map_or(Ok(None), |value| Self::decode_value(value, names))
         };
         (decoded, inherited)
     }
 
-    fn decode_value(&self, value: &[u8], names: &Names) -> Result<Option<Decoded>, Rejection> {
+    fn decode_value(value: &[u8], names: &Names) -> Result<Option<Decoded>, Rejection> {
         if value.is_empty() {
             return Err(Rejection::new(&BAGGAGE, Reason::Empty));
         }

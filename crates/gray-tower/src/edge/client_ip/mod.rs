@@ -73,6 +73,7 @@ pub const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for
 pub struct PeerAddr(pub SocketAddr);
 
 /// The peer address of a request: [`PeerAddr`], else (feature `axum`) `ConnectInfo`.
+#[must_use]
 pub fn peer_ip(extensions: &Extensions) -> Option<IpAddr> {
     if let Some(PeerAddr(addr)) = extensions.get::<PeerAddr>() {
         return Some(addr.ip());
@@ -102,6 +103,7 @@ pub enum ForwardedHeader {
 
 impl ForwardedHeader {
     /// The header's name.
+    #[must_use]
     pub fn header_name(self) -> HeaderName {
         match self {
             ForwardedHeader::XForwardedFor => X_FORWARDED_FOR,
@@ -155,17 +157,20 @@ enum Trust {
 
 impl TrustedProxies {
     /// No proxy is trusted: the TCP peer is the client.
+    #[must_use]
     pub fn none() -> Self {
         TrustedProxies(Trust::None)
     }
 
     /// Exactly `n` proxies stand in front of this service (the peer being the first).
     /// `0` is the same as [`TrustedProxies::none`].
+    #[must_use]
     pub fn hops(n: usize) -> Self {
         TrustedProxies(Trust::Hops(n))
     }
 
     /// Every address in `proxies` is a trusted proxy.
+    #[must_use]
     pub fn cidrs(proxies: CidrList) -> Self {
         TrustedProxies(Trust::Cidrs(proxies))
     }
@@ -182,6 +187,7 @@ pub struct ClientIpResolver {
 
 impl ClientIpResolver {
     /// A resolver trusting `trust`, reading `X-Forwarded-For`.
+    #[must_use]
     pub fn new(trust: TrustedProxies) -> Self {
         ClientIpResolver {
             trust,
@@ -190,23 +196,27 @@ impl ClientIpResolver {
     }
 
     /// Reads `header` instead of `X-Forwarded-For`.
+    #[must_use]
     pub fn with_header(mut self, header: ForwardedHeader) -> Self {
         self.header = header;
         self
     }
 
     /// Trusts `trust` instead (the header read stays as it is).
+    #[must_use]
     pub fn with_proxies(mut self, trust: TrustedProxies) -> Self {
         self.trust = trust;
         self
     }
 
     /// The header this resolver reads.
+    #[must_use]
     pub fn header(&self) -> ForwardedHeader {
         self.header
     }
 
     /// The client IP of a request from `peer` with `headers`. `None` when unknown.
+    #[must_use]
     pub fn resolve(&self, peer: Option<IpAddr>, headers: &HeaderMap) -> Option<IpAddr> {
         let peer = match peer {
             Some(ip) => Hop::Ip(canonical_ip(ip)),
@@ -277,6 +287,7 @@ impl ClientIpResolver {
 
 /// An address as an `X-Forwarded-For` entry: made once per connection by a proxy, then
 /// appended to each request with [`append_forwarded_for`].
+#[must_use]
 pub fn forwarded_for(ip: IpAddr) -> HeaderValue {
     // An address's text is always a valid header value.
     HeaderValue::try_from(ip.to_string()).unwrap_or(HeaderValue::from_static("unknown"))
