@@ -53,7 +53,6 @@ pub fn reqwest_client() -> reqwest::Client {
 }
 
 /// The builder of [`reqwest_client`] (no proxy), for a timeout or a local address.
-#[must_use]
 pub fn reqwest_builder() -> reqwest::ClientBuilder {
     reqwest::Client::builder().no_proxy()
 }

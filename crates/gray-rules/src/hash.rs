@@ -80,7 +80,8 @@ mod tests {
     /// Within 4 standard deviations of a binomial count: `n` trials of probability `p`.
     fn within_4_sd(count: u32, n: u32, p: f64) -> bool {
         let (n, count) = (f64::from(n), f64::from(count));
-        (count - n * p).abs() <= 4.0 * (n * p * (1.0 - p)).sqrt()
+        let mean = n * p;
+        (count - mean).abs() <= 4.0 * (mean * (1.0 - p)).sqrt()
     }
 
     /// 20,000 users over the ten deciles of the buckets: 2,000 each, ± 4 sd (± 170). The

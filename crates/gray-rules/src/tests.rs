@@ -220,8 +220,8 @@ fn random_and_split_follow_their_weights() {
     // Expected 25 % / 56.25 % (3/4 of the other 75 %) / 18.75 % of 8,000, each within 4
     // standard deviations of its binomial count (± 155, ± 178, ± 140); the dice are seeded.
     let within = |count: u32, p: f64| {
-        let n = 8_000.0;
-        (f64::from(count) - n * p).abs() <= 4.0 * (n * p * (1.0 - p)).sqrt()
+        let mean = 8_000.0 * p;
+        (f64::from(count) - mean).abs() <= 4.0 * (mean * (1.0 - p)).sqrt()
     };
     assert!(within(a, 0.25), "{a}");
     assert!(within(b, 0.5625), "{b}");
