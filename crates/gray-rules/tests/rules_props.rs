@@ -42,18 +42,47 @@ name = "split"
 split = [{ weight = 1, lane = "b" }, { weight = 3 }]
 "#;
 
-/// What an error of `RuleSet::parse(text, _, "prop")` must say about where: its display
-/// is `prop[:line[:column]]: [rules[i] ("name"), ][field `f`: ]problem`, built from what
-/// its accessors report, and the line and column point into `text`.
-fn check_error_location(e: &gray_rules::RulesError, text: &str) -> Result<(), TestCaseError> {
+/// The lines of `text` as `format` counts them: JSON and TOML break at `\n`; YAML also at
+/// `\r` (`\r\n` is one break), NEL, and the Unicode line and paragraph separators.
+fn lines_of(text: &str, format: Format) -> Vec<&str> {
+    if format != Format::Yaml {
+        return text.split('\n').collect();
+    }
+    let mut lines = Vec::new();
+    let mut start = 0;
+    let mut chars = text.char_indices().peekable();
+    while let Some((i, c)) = chars.next() {
+        if matches!(c, '\n' | '\r' | '\u{85}' | '\u{2028}' | '\u{2029}') {
+            lines.push(&text[start..i]);
+            if c == '\r' && chars.peek().is_some_and(|&(_, next)| next == '\n') {
+                chars.next();
+            }
+            start = chars.peek().map_or(text.len(), |&(j, _)| j);
+        }
+    }
+    lines.push(&text[start..]);
+    lines
+}
+
+/// What an error of `RuleSet::parse(text, format, "prop")` must say about where: its
+/// display is `prop[:line[:column]]: [rules[i] ("name"), ][field `f`: ]problem`, built from
+/// what its accessors report, and the line and column point into `text`.
+fn check_error_location(
+    e: &gray_rules::RulesError,
+    text: &str,
+    format: Format,
+) -> Result<(), TestCaseError> {
     let shown = e.to_string();
     let mut expected = e.source_name().to_owned();
     prop_assert_eq!(e.source_name(), "prop");
     if let Some(line) = e.line() {
-        // Lines count from 1; the last one may be the empty one after a final newline.
-        let lines: Vec<&str> = text.split('\n').collect();
+        // Lines count from 1 (the last one may be the empty one after a final newline). An
+        // error at the end of the text may name the position just past it, the start of
+        // the next line (YAML does: `{` is "2:1").
+        let lines = lines_of(text, format);
+        let past_the_end = line == lines.len() + 1;
         prop_assert!(
-            line >= 1 && line <= lines.len(),
+            line >= 1 && (line <= lines.len() || past_the_end),
             "line {} of {}: {}",
             line,
             lines.len(),
@@ -62,7 +91,7 @@ fn check_error_location(e: &gray_rules::RulesError, text: &str) -> Result<(), Te
         expected += &format!(":{line}");
         if let Some(column) = e.column() {
             // Columns count from 1, in characters or bytes: at most one past the line's end.
-            let width = lines[line - 1].len();
+            let width = lines.get(line - 1).map_or(0, |l| l.len());
             prop_assert!(
                 column >= 1 && column <= width + 1,
                 "column {} of {}: {}",
@@ -136,7 +165,7 @@ proptest! {
     fn rule_parser_never_panics_and_errors_point_into_the_text(text in any::<String>()) {
         for format in [Format::Json, Format::Toml, Format::Yaml] {
             if let Err(e) = RuleSet::parse(&text, format, "prop") {
-                check_error_location(&e, &text)?;
+                check_error_location(&e, &text, format)?;
             }
         }
     }
@@ -158,7 +187,7 @@ proptest! {
         }
         let text = edited.join("\n");
         if let Err(e) = RuleSet::parse(&text, Format::Toml, "prop") {
-            check_error_location(&e, &text)?;
+            check_error_location(&e, &text, Format::Toml)?;
         }
     }
 
