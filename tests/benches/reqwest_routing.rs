@@ -71,19 +71,23 @@ fn setup(rt: &Runtime) -> Setup {
         let balance = BalanceLayer::new("stock", Policy::new()).build(stock);
         let direct = format!("http://{gray}/items");
         let with = |client: ClientBuilder| client.build();
+        // Loopback: no proxy from the environment.
+        let http = || {
+            reqwest::Client::builder()
+                .no_proxy()
+                .build()
+                .expect("a client")
+        };
         Setup {
-            plain: (reqwest::Client::new(), direct.clone()),
-            middleware: (
-                with(ClientBuilder::new(reqwest::Client::new())),
-                direct.clone(),
-            ),
+            plain: (http(), direct.clone()),
+            middleware: (with(ClientBuilder::new(http())), direct.clone()),
             propagate: (
-                with(ClientBuilder::new(reqwest::Client::new()).with(PropagateMiddleware::new())),
+                with(ClientBuilder::new(http()).with(PropagateMiddleware::new())),
                 direct,
             ),
             routed: (
                 with(
-                    ClientBuilder::new(reqwest::Client::new())
+                    ClientBuilder::new(http())
                         .with(PropagateMiddleware::new())
                         .with(RouteMiddleware::new().route("stock", balance)),
                 ),

@@ -8,6 +8,7 @@ use std::net::SocketAddr;
 use axum::{Router, http::HeaderMap};
 use tokio::{net::TcpListener, task::JoinHandle};
 
+pub mod logs;
 pub mod route;
 
 /// The gRPC test protocol (`proto/chain.proto`).
@@ -41,6 +42,19 @@ impl Drop for Server {
     fn drop(&mut self) {
         self.handle.abort();
     }
+}
+
+/// A reqwest client for the loopback servers of the tests: no proxy, whatever the
+/// environment says (an `HTTP_PROXY` or `ALL_PROXY` variable would otherwise send the tests'
+/// loopback traffic to that proxy).
+#[must_use]
+pub fn reqwest_client() -> reqwest::Client {
+    reqwest_builder().build().expect("a reqwest client")
+}
+
+/// The builder of [`reqwest_client`] (no proxy), for a timeout or a local address.
+pub fn reqwest_builder() -> reqwest::ClientBuilder {
+    reqwest::Client::builder().no_proxy()
 }
 
 /// Binds a free port on 127.0.0.1.

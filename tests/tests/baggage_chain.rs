@@ -125,10 +125,10 @@ impl Chain {
         let middle = serve(
             Router::new()
                 .route("/", get(middle))
-                .with_state((c.url("/"), reqwest::Client::new())),
+                .with_state((c.url("/"), gray_tests::reqwest_client())),
         )
         .await;
-        let client = gray_tower::reqwest::ClientBuilder::new(reqwest::Client::new())
+        let client = gray_tower::reqwest::ClientBuilder::new(gray_tests::reqwest_client())
             .with(PropagateMiddleware::new().with_carriers(carriers.clone()))
             .build();
         let a = serve(
@@ -141,7 +141,7 @@ impl Chain {
                 .layer(ExtractStainLayer::new().with_carriers(carriers)),
         )
         .await;
-        let driver = reqwest::Client::builder()
+        let driver = gray_tests::reqwest_builder()
             .timeout(Duration::from_secs(20))
             .build()
             .expect("a client");

@@ -1,11 +1,15 @@
 //! Freshness without traffic, end to end: instances registered, relabelled and removed in
-//! a real etcd or a real file reach the registry *and the balancer built on it* within a
-//! second, while no request flows at all: only the registry's task and the balancer's
-//! driver move. What is checked is what `/explain`, metrics and readiness read:
-//! `ServiceInstances::instances`, `Balance::len`, `Balance::ready_len` and
-//! `Balance::explain` for a gray and an unstained request.
+//! a real etcd or a real file reach the registry *and the balancer built on it* while no
+//! request flows at all: only the registry's task and the balancer's driver move. What is
+//! checked is what `/explain`, metrics and readiness read: `ServiceInstances::instances`,
+//! `Balance::len`, `Balance::ready_len` and `Balance::explain` for a gray and an unstained
+//! request.
+//!
+//! Each step is waited for with a generous bound ([`WAIT`]) that a loaded CI machine never
+//! reaches: how *fast* a change shows (the "within a second" of the README) is measured by
+//! `cargo bench -p gray-tests --bench freshness`, not asserted here.
 
-use std::{net::SocketAddr, path::Path, time::Duration};
+use std::{net::SocketAddr, path::Path};
 
 use bytes::Bytes;
 use gray_balance::{Balance, BalanceLayer};
@@ -20,12 +24,9 @@ use gray_discovery::{
     },
 };
 use gray_policy::Policy;
-use gray_test_support::{TempDir, etcd::Etcd};
+use gray_test_support::{TempDir, WAIT, etcd::Etcd};
 use gray_tests::{until, write_instances};
 use http_body_util::Empty;
-
-/// The bound gray promises for a change to show without traffic.
-const FRESH: Duration = Duration::from_secs(1);
 
 /// The instances of `stock` at one step: id, port, and whether it is gray.
 type State = &'static [(&'static str, u16, bool)];
@@ -66,10 +67,10 @@ fn holds<S>(stock: &ServiceInstances, balance: &Balance<InstanceId, S>, state: S
         && explained(balance, None) == expect(ids(state, false))
 }
 
-/// Waits, sending nothing, until `state` holds; fails the test after [`FRESH`].
+/// Waits, sending nothing, until `state` holds; fails the test after [`WAIT`].
 async fn fresh<S>(stock: &ServiceInstances, balance: &Balance<InstanceId, S>, state: State) {
     let what = format!("the registry and the balancer show {state:?}");
-    let took = until(FRESH, &what, || holds(stock, balance, state)).await;
+    let took = until(WAIT, &what, || holds(stock, balance, state)).await;
     eprintln!("{took:>10.1?}  {state:?}");
 }
 
@@ -137,7 +138,7 @@ async fn the_balancer_follows_a_file_with_no_traffic_at_all() {
     let dir = TempDir::new("freshness");
     let path = dir.path().join("instances.toml");
     write(&path, &[("s-1", 7001, false)]);
-    // The default polling interval (250 ms): the bound holds with it.
+    // The default polling interval (250 ms), as a gateway runs it.
     let registry = Registry::start(FileSource::new(&path))
         .await
         .expect("the registry starts");

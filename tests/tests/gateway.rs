@@ -1,9 +1,9 @@
-//! The example gateway on real loopback ports: routing by stain with the prefix stripped,
+//! The gateway on real loopback ports: routing by stain with the prefix stripped,
 //! the 503 that names service, lane and policy, stripping of untrusted stains, hop-by-hop
 //! headers, streamed bodies, upstream timeouts, uploads answered early, live rule and
 //! instance reloads (seen by the admin endpoint with no traffic), and the admin endpoint.
 
-use std::{net::SocketAddr, time::Duration};
+use std::{net::SocketAddr, sync::Arc, time::Duration};
 
 use axum::{
     Router,
@@ -13,12 +13,23 @@ use axum::{
     routing::{any, get},
 };
 use gray_gateway::{Gateway, config::Config};
+use gray_test_support::WAIT;
 use gray_tests::{Server, serve};
+use tokio::sync::Notify;
 
-/// An upstream instance: answers `id path?query lane=… secret=…` and echoes POST bodies' length.
-async fn upstream(id: &'static str) -> Server {
+/// A request an upstream holds until the test lets it go: `/hold` says it arrived, then
+/// waits to be released.
+#[derive(Debug, Clone, Default)]
+struct Hold {
+    arrived: Arc<Notify>,
+    release: Arc<Notify>,
+}
+
+/// An upstream instance: answers `id path?query lane=… secret=…` and echoes POST bodies'
+/// length; `/slow` never answers, `/hold` answers `held` once `hold` releases it.
+async fn upstream(id: &'static str, hold: Hold) -> Server {
     async fn answer(
-        State(id): State<&'static str>,
+        State((id, _)): State<(&'static str, Hold)>,
         uri: Uri,
         headers: HeaderMap,
         body: Bytes,
@@ -38,19 +49,19 @@ async fn upstream(id: &'static str) -> Server {
         )
     }
     async fn slow() -> &'static str {
-        tokio::time::sleep(Duration::from_secs(5)).await;
-        "late"
+        std::future::pending().await
     }
-    async fn pause() -> &'static str {
-        tokio::time::sleep(Duration::from_millis(200)).await;
-        "paused"
+    async fn held(State((_, hold)): State<(&'static str, Hold)>) -> &'static str {
+        hold.arrived.notify_one();
+        hold.release.notified().await;
+        "held"
     }
     serve(
         Router::new()
             .route("/slow", get(slow))
-            .route("/pause", get(pause))
+            .route("/hold", get(held))
             .fallback(any(answer))
-            .with_state(id)
+            .with_state((id, hold))
             .layer(axum::extract::DefaultBodyLimit::disable()),
     )
     .await
@@ -59,6 +70,8 @@ async fn upstream(id: &'static str) -> Server {
 struct Setup {
     gateway: Gateway,
     dir: TempDir,
+    /// What `/hold` on every upstream waits for.
+    hold: Hold,
     _upstreams: Vec<Server>,
 }
 
@@ -85,9 +98,10 @@ fn instance(service: &str, id: &str, addr: SocketAddr, gray: bool) -> String {
 async fn setup(name: &str) -> Setup {
     let dir = std::env::temp_dir().join(format!("gray-gateway-test-{name}-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("temp dir");
-    let base = upstream("orders-base").await;
-    let gray = upstream("orders-gray").await;
-    let stock = upstream("stock-base").await;
+    let hold = Hold::default();
+    let base = upstream("orders-base", hold.clone()).await;
+    let gray = upstream("orders-gray", hold.clone()).await;
+    let stock = upstream("stock-base", hold.clone()).await;
     let instances = [
         instance("orders", "orders-base", base.addr(), false),
         instance("orders", "orders-gray", gray.addr(), true),
@@ -123,12 +137,13 @@ fallback = "none"
     Setup {
         gateway,
         dir: TempDir(dir),
+        hold,
         _upstreams: vec![base, gray, stock],
     }
 }
 
 fn client(from: [u8; 4]) -> reqwest::Client {
-    reqwest::Client::builder()
+    gray_tests::reqwest_builder()
         .local_address(std::net::IpAddr::from(from))
         .timeout(Duration::from_secs(10))
         .build()
@@ -195,7 +210,7 @@ async fn routes_by_stain_with_the_prefix_stripped() {
 async fn http2_clients_are_served_over_http1_upstreams() {
     let s = setup("h2").await;
     let gw = s.gateway.addr();
-    let h2 = reqwest::Client::builder()
+    let h2 = gray_tests::reqwest_builder()
         .http2_prior_knowledge()
         .timeout(Duration::from_secs(10))
         .build()
@@ -295,6 +310,7 @@ async fn shutdown_lets_in_flight_requests_finish() {
     let Setup {
         gateway,
         dir: _dir,
+        hold,
         _upstreams,
     } = setup("shutdown").await;
     let gw = gateway.addr();
@@ -314,7 +330,7 @@ async fn shutdown_lets_in_flight_requests_finish() {
         async move {
             text(
                 client
-                    .get(format!("http://{gw}/orders/pause"))
+                    .get(format!("http://{gw}/orders/hold"))
                     .send()
                     .await
                     .unwrap(),
@@ -322,14 +338,31 @@ async fn shutdown_lets_in_flight_requests_finish() {
             .await
         }
     });
-    tokio::time::sleep(Duration::from_millis(50)).await;
-    // Returns once the in-flight request is answered and the idle connection closed.
-    tokio::time::timeout(Duration::from_secs(5), gateway.shutdown())
+    tokio::time::timeout(WAIT, hold.arrived.notified())
         .await
-        .expect("shutdown returns");
+        .expect("the request reaches the upstream");
+    // The request is in flight, held by the upstream: shut down now.
+    let shutdown = tokio::spawn(gateway.shutdown());
+    // The gateway stops accepting at once (nothing listens any more) ...
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while tokio::net::TcpStream::connect(gw).await.is_ok() {
+        assert!(tokio::time::Instant::now() < deadline, "still accepting");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    // ... but does not return while a request is in flight.
+    assert!(
+        !shutdown.is_finished(),
+        "shutdown cut the request in flight"
+    );
+    assert!(!in_flight.is_finished());
+    hold.release.notify_one();
+    // Returns once the in-flight request is answered and the idle connection closed.
+    tokio::time::timeout(WAIT, shutdown)
+        .await
+        .expect("shutdown returns")
+        .unwrap();
     let (status, body) = in_flight.await.unwrap();
-    assert_eq!((status, body.as_str()), (200, "paused"));
-    // Nothing listens any more.
+    assert_eq!((status, body.as_str()), (200, "held"));
     assert!(tokio::net::TcpStream::connect(gw).await.is_err());
 }
 
@@ -339,7 +372,7 @@ async fn a_service_without_instances_answers_503_at_once_then_serves_when_one_co
         std::env::temp_dir().join(format!("gray-gateway-test-late-{}", std::process::id())),
     );
     std::fs::create_dir_all(&dir.0).expect("temp dir");
-    let late = upstream("late-1").await;
+    let late = upstream("late-1", Hold::default()).await;
     // No instance yet, said explicitly (an empty file is rejected: a file caught half-written
     // must never empty a service).
     std::fs::write(dir.0.join("instances.toml"), "services = {}\n").expect("write instances");
@@ -362,7 +395,7 @@ fallback = "baseline"
     // No instance: every request is answered 503 at once, naming the service, the lane and
     // the policy. The client gives up after 4 s, so a request that waited for the 10 s
     // upstream timeout (a 504) would fail here.
-    let c = reqwest::Client::builder()
+    let c = gray_tests::reqwest_builder()
         .timeout(Duration::from_secs(4))
         .build()
         .expect("client");
@@ -409,12 +442,14 @@ fallback = "baseline"
     gateway.shutdown().await;
 }
 
+/// Polls `check` every 50 ms until it holds; `false` after [`WAIT`].
 async fn wait_until(mut check: impl AsyncFnMut() -> bool) -> bool {
-    for _ in 0..60 {
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while tokio::time::Instant::now() < deadline {
         if check().await {
             return true;
         }
-        tokio::time::sleep(Duration::from_millis(100)).await;
+        tokio::time::sleep(Duration::from_millis(50)).await;
     }
     false
 }
@@ -443,9 +478,14 @@ async fn rules_and_instances_reload_live() {
     );
     assert!(s.gateway.rules().status().generation > generation);
 
-    // An invalid edit is rejected; the rule in force stays.
+    // An invalid edit is rejected (the status counts it); the rule in force stays.
+    let mut status = s.gateway.rules().subscribe();
+    let rejected = status.borrow().rejected;
     std::fs::write(s.dir.0.join("rules.toml"), "[[rules]]\nname = 3\n").unwrap();
-    tokio::time::sleep(Duration::from_millis(800)).await;
+    tokio::time::timeout(WAIT, status.wait_for(|s| s.rejected > rejected))
+        .await
+        .expect("the invalid edit is read and rejected")
+        .unwrap();
     let (_, body) = text(c.get(&url).send().await.unwrap()).await;
     assert!(body.starts_with("orders-gray"), "{body}");
 
@@ -579,7 +619,8 @@ async fn explain_follows_the_instances_with_no_traffic_at_all() {
     );
 
     // The gray instance leaves, a canary comes: no request goes through the proxy, yet
-    // the explanation follows within a second (the registry runs on its own).
+    // the explanation follows (the registry runs on its own; how fast is measured by
+    // `cargo bench -p gray-tests --bench freshness`).
     let instances = std::fs::read_to_string(s.dir.0.join("instances.toml")).unwrap();
     let edited: String = instances
         .split("[[services.")
@@ -588,7 +629,7 @@ async fn explain_follows_the_instances_with_no_traffic_at_all() {
         .join("[[services.");
     let canary = "[[services.orders]]\nid = \"orders-canary\"\naddress = \"127.0.0.1:9\"\nlabels = { lane = \"canary\" }\n";
     std::fs::write(s.dir.0.join("instances.toml"), edited + canary).unwrap();
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(1);
+    let deadline = tokio::time::Instant::now() + WAIT;
     loop {
         let orders = explain(admin).await["services"]["orders"].to_string();
         if !orders.contains("orders-gray") && orders.contains("orders-base") {
@@ -659,7 +700,7 @@ async fn uploads_answered_early_all_end_without_other_traffic() {
     // One client, twenty 10 MiB uploads one after the other, nothing else: each ends (its
     // answer, or an error) by itself. Before, a connection parked with the upload still in
     // flight held the client's connection until another request took it.
-    let c = reqwest::Client::builder()
+    let c = gray_tests::reqwest_builder()
         .timeout(Duration::from_secs(60))
         .build()
         .expect("client");
@@ -740,7 +781,7 @@ async fn a_service_whose_instances_go_answers_503_at_once_and_an_empty_file_chan
         std::env::temp_dir().join(format!("gray-gateway-test-emptied-{}", std::process::id())),
     );
     std::fs::create_dir_all(&dir.0).expect("temp dir");
-    let b1 = upstream("b-1").await;
+    let b1 = upstream("b-1", Hold::default()).await;
     let file = dir.0.join("instances.toml");
     std::fs::write(&file, instance("b", "b-1", b1.addr(), false)).expect("write instances");
     std::fs::write(
@@ -748,21 +789,27 @@ async fn a_service_whose_instances_go_answers_503_at_once_and_an_empty_file_chan
         "listen = \"127.0.0.1:0\"\ninstances = \"instances.toml\"\nupstream_timeout_ms = 10000\n[services.b]\npreset = \"seed-000\"\n",
     )
     .expect("write config");
+    let logs = gray_tests::logs::capture();
     let gateway = Gateway::start(Config::load(&dir.0.join("gateway.toml")).expect("config"))
         .await
         .expect("gateway starts");
     let url = format!("http://{}/b/x", gateway.addr());
     // A 504 after the 10 s upstream timeout would fail here first: the client waits 4 s.
-    let c = reqwest::Client::builder()
+    let c = gray_tests::reqwest_builder()
         .timeout(Duration::from_secs(4))
         .build()
         .expect("client");
     let (status, _) = text(c.get(&url).send().await.unwrap()).await;
     assert_eq!(status, 200);
 
-    // A 0-byte file (a write caught half-way) is rejected: b-1 keeps serving.
+    // A 0-byte file (a write caught half-way) is rejected, which the log says: b-1 keeps
+    // serving.
     std::fs::write(&file, "").unwrap();
-    tokio::time::sleep(Duration::from_millis(800)).await;
+    let file_name = file.display().to_string();
+    let line = logs
+        .line(&["instance file rejected", &file_name], WAIT)
+        .await;
+    assert!(line.contains("ERROR") && line.contains("empty"), "{line}");
     let (status, body) = text(c.get(&url).send().await.unwrap()).await;
     assert_eq!((status, body.starts_with("b-1 ")), (200, true), "{body}");
 
@@ -793,14 +840,14 @@ async fn explain_shows_the_balancers_live_view_of_each_instance() {
         std::env::temp_dir().join(format!("gray-gateway-test-ejected-{}", std::process::id())),
     );
     std::fs::create_dir_all(&dir.0).expect("temp dir");
-    let base = upstream("orders-base").await;
+    let base = upstream("orders-base", Hold::default()).await;
     // A gray instance nobody listens on: its connections are refused.
     let dead = gray_test_support::net::closed_port();
     std::fs::write(
         dir.0.join("instances.toml"),
         [
             instance("orders", "orders-base", base.addr(), false),
-            instance("orders", "orders-dead", dead, true),
+            instance("orders", "orders-dead", dead.addr(), true),
         ]
         .concat(),
     )

@@ -80,7 +80,7 @@ async fn an_upstream_dying_mid_body_truncates_that_response_only() {
     .as_bytes();
     let upstream = faulty(TRUNCATED).await;
     let (gateway, _dir) = gateway(upstream).await;
-    let client = reqwest::Client::new();
+    let client = gray_tests::reqwest_client();
 
     // The client sees an error: the gateway's connection closes before the head (when the
     // upstream failed before the head was flushed) or within the body, never a short body
@@ -99,7 +99,7 @@ async fn an_upstream_dying_mid_body_truncates_that_response_only() {
 async fn an_upstream_answering_garbage_gets_a_502_and_the_next_request_is_served() {
     let upstream = faulty(b"SSH-2.0-OpenSSH_9.2\r\n").await;
     let (gateway, _dir) = gateway(upstream).await;
-    let client = reqwest::Client::new();
+    let client = gray_tests::reqwest_client();
 
     let (status, _) = get(&client, gateway.addr()).await.expect("an answer");
     assert_eq!(status, 502, "not HTTP from the upstream is a bad gateway");

@@ -1,8 +1,10 @@
 //! Limits on the gateway's clients (issue 13): slow request heads, idle keep-alive
 //! connections, oversized heads and the connection cap, on real loopback connections.
-//! Timeouts are set short here; nothing asserts a time beyond "before a generous deadline".
+//! Timeouts are short here (1 to 2 s: long enough that a loaded machine never cuts a
+//! client that sends at once); nothing asserts a time beyond "before a generous deadline",
+//! and nothing waits for a fixed time.
 
-use std::{net::SocketAddr, time::Duration};
+use std::net::SocketAddr;
 
 use axum::{Router, routing::any};
 use gray_gateway::{Gateway, config::Config};
@@ -42,6 +44,11 @@ async fn request(stream: &mut TcpStream) -> u16 {
         .write_all(b"GET /svc/x HTTP/1.1\r\nhost: gw\r\n\r\n")
         .await
         .unwrap();
+    answer(stream).await
+}
+
+/// Reads the answer to a request sent on `stream`: its status (the body is `ok`).
+async fn answer(stream: &mut TcpStream) -> u16 {
     let mut raw = Vec::new();
     let mut buf = [0u8; 4096];
     loop {
@@ -89,7 +96,7 @@ async fn one_answer(gw: SocketAddr) -> u16 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_slow_head_is_cut_off_while_others_are_served() {
     let (gateway, _dir, _upstream) =
-        start("header_read_timeout_ms = 300\nidle_timeout_ms = 60000").await;
+        start("header_read_timeout_ms = 1000\nidle_timeout_ms = 60000").await;
     let gw = gateway.addr();
     // Half a head, then nothing; and a connection that sends nothing at all.
     let mut slow = TcpStream::connect(gw).await.unwrap();
@@ -117,7 +124,7 @@ async fn a_slow_head_is_cut_off_while_others_are_served() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_idle_keep_alive_connection_is_closed() {
     let (gateway, _dir, _upstream) =
-        start("idle_timeout_ms = 300\nheader_read_timeout_ms = 0").await;
+        start("idle_timeout_ms = 2000\nheader_read_timeout_ms = 0").await;
     let mut c = TcpStream::connect(gateway.addr()).await.unwrap();
     assert_eq!(request(&mut c).await, 200);
     assert_eq!(request(&mut c).await, 200);
@@ -150,12 +157,28 @@ async fn connections_past_the_cap_wait_until_one_closes() {
     let mut second = TcpStream::connect(gw).await.unwrap();
     assert_eq!(request(&mut first).await, 200);
     assert_eq!(request(&mut second).await, 200);
-    // The third connects (the kernel's backlog) but is not served while two are open.
+    // The third connects (the kernel's backlog) and sends its request, but is not served
+    // while two are open.
+    let (sent, sent_rx) = tokio::sync::oneshot::channel();
     let third = tokio::spawn(async move {
         let mut third = TcpStream::connect(gw).await.unwrap();
-        request(&mut third).await
+        third
+            .write_all(b"GET /svc/x HTTP/1.1\r\nhost: gw\r\n\r\n")
+            .await
+            .unwrap();
+        let _ = sent.send(());
+        answer(&mut third).await
     });
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    tokio::time::timeout(WAIT, sent_rx)
+        .await
+        .expect("the third request is sent")
+        .unwrap();
+    // Proof of progress rather than a pause: the gateway answers twenty more requests, each
+    // a round trip to the upstream, on the open connections while the third waits.
+    for _ in 0..10 {
+        assert_eq!(request(&mut first).await, 200);
+        assert_eq!(request(&mut second).await, 200);
+    }
     assert!(!third.is_finished(), "served past the cap");
     drop(first);
     let status = tokio::time::timeout(WAIT, third)

@@ -140,7 +140,7 @@ async fn chain(carriers: Carriers, b_existing: Existing) -> Chain {
     )
     .await;
 
-    let reqwest = reqwest_middleware::ClientBuilder::new(reqwest::Client::new())
+    let reqwest = reqwest_middleware::ClientBuilder::new(gray_tests::reqwest_client())
         .with(PropagateMiddleware::new().with_carriers(carriers.clone()))
         .build();
     // The buffer's worker task runs the propagation; the capture layer, in the handler's
@@ -170,7 +170,7 @@ async fn chain(carriers: Carriers, b_existing: Existing) -> Chain {
 }
 
 fn driver() -> reqwest::Client {
-    reqwest::Client::builder()
+    gray_tests::reqwest_builder()
         .timeout(Duration::from_secs(20))
         .build()
         .expect("client")

@@ -113,7 +113,7 @@ async fn a_new_gray_instance_beside_another_gets_the_next_gray_request() {
     let registry = registry(&dir, &first).await;
     let stock = registry.service("stock").expect("a name").discover();
     let balance = BalanceLayer::new("stock", Policy::new()).build(stock);
-    let client = reqwest_middleware::ClientBuilder::new(reqwest::Client::new())
+    let client = reqwest_middleware::ClientBuilder::new(gray_tests::reqwest_client())
         .with(RouteMiddleware::new().route("stock", balance.clone()))
         .build();
     let gray = Stain::in_lane(Lane::new("gray").expect("a lane"));

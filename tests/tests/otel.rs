@@ -126,7 +126,7 @@ async fn otel_app(d: &Instances, extract_traced: bool) -> Server {
     let carriers = Carriers::default().with_baggage();
     let state = AppState {
         d: routed_client(d, &carriers, false),
-        reqwest: ClientBuilder::new(reqwest::Client::new())
+        reqwest: ClientBuilder::new(gray_tests::reqwest_client())
             .with(PropagateMiddleware::new())
             .build(),
         direct: d.base.url("/"),
@@ -141,7 +141,7 @@ async fn otel_app(d: &Instances, extract_traced: bool) -> Server {
 }
 
 fn driver() -> reqwest::Client {
-    reqwest::Client::builder()
+    gray_tests::reqwest_builder()
         .timeout(Duration::from_secs(20))
         .build()
         .expect("a client")

@@ -1,24 +1,43 @@
-//! A tonic chain A → B → C that routes by the stain over gRPC (HTTP/2).
+//! A tonic chain A → B → C that routes by the stain over gRPC (HTTP/2), over live
+//! discovery: the instances change while calls flow, and every call goes where the
+//! instances say at that moment.
 //!
-//! `svc-b` and `svc-c` each run a baseline and a gray instance (tonic servers on loopback
-//! ports, behind `ExtractStainLayer`). A and each B instance call the next service through
-//! the generated `HopClient` over a shared `gray_balance::Balance` of per-instance tonic
-//! channels (`gray_discovery::grpc::GrpcChannels`), behind `PropagateStainLayer`. No
-//! adapter sits between tonic's client and the balancer: `Balance<_, Endpoint<Channel>>`
-//! is a `GrpcService` as it is (checked below at compile time). The one addition is in the
+//! `svc-b` runs a baseline and a gray instance, listed in an instance file that A's
+//! registry polls; `svc-c` runs its instances in a real etcd, which each B instance's own
+//! registry watches. Every instance is a tonic server on a loopback port, behind
+//! `ExtractStainLayer`. A and each B instance call the next service through the generated
+//! `HopClient` over a shared `gray_balance::Balance` of per-instance tonic channels
+//! (`gray_discovery::grpc::GrpcChannels`), behind `PropagateStainLayer`. No adapter sits
+//! between tonic's client and the balancer: `Balance<_, Endpoint<Channel>>` is a
+//! `GrpcService` as it is (checked below at compile time). The one addition is in the
 //! handler: tonic reports any client error as `Unknown`, so a call the balancer could not
 //! route (its `Unroutable`, the status' source) is answered as `Unavailable`.
+//!
+//! Mid-test, a gray C instance is added, a C instance is relabelled from gray to baseline,
+//! and the gray B instance is removed from the file. While each change spreads, calls keep
+//! flowing and may only reach what either the old or the new instances allow; once every
+//! balancer shows it, a burst of calls must follow the new instances exactly, with zero
+//! misroutes.
 
-use std::time::Duration;
+use std::{collections::BTreeMap, net::SocketAddr, path::Path, time::Duration};
 
 use gray_balance::{Balance, BalanceLayer, error::Unroutable};
-use gray_discovery::{Endpoint, InstanceId, Registry, grpc::GrpcChannels};
+use gray_core::{Lane, Stain};
+use gray_discovery::{
+    Endpoint, InstanceId, Registry,
+    grpc::GrpcChannels,
+    source::{
+        etcd::{EtcdConfig, EtcdSource},
+        file::FileSource,
+    },
+};
 use gray_policy::Policy;
+use gray_test_support::{TempDir, WAIT, etcd::Etcd};
 use gray_tests::{
     Server,
     proto::{HopReply, HopRequest, hop_client::HopClient, hop_server::Hop},
     route::current_lane,
-    serve_hop,
+    serve_hop, until, write_instances,
 };
 use gray_tower::{PropagateStain, PropagateStainLayer};
 use tokio::task::JoinSet;
@@ -48,13 +67,15 @@ fn unavailable(status: Status) -> Status {
     }
 }
 
-/// A client of `service` that routes by the stain over `registry`'s instances.
+/// A client of `service` that routes by the stain over `registry`'s instances, and its
+/// balancer (to see what it holds).
 fn routed(registry: &Registry, service: &str) -> (Routed, Channels) {
     let channels = GrpcChannels::new().with_endpoint(|e| e.timeout(Duration::from_secs(30)));
     let endpoints = registry
         .service(service)
         .expect("a name")
         .endpoints(channels);
+    // No fallback: a call no instance of its lane can serve fails, it never misroutes.
     let balance = BalanceLayer::new(service, Policy::new()).build(endpoints);
     let client = ServiceBuilder::new()
         .layer(PropagateStainLayer::new())
@@ -88,37 +109,50 @@ impl Hop for Node {
     }
 }
 
+/// The etcd record of a C instance at `addr`, gray or not.
+fn record(addr: SocketAddr, gray: bool) -> String {
+    let labels = if gray { r#"{"gray": "true"}"# } else { "{}" };
+    format!(r#"{{"address": "{addr}", "labels": {labels}}}"#)
+}
+
+/// The key of C instance `id`.
+fn key(id: &str) -> String {
+    format!("/gray/svc-c/{id}")
+}
+
 /// The chain, running; everything stops when it is dropped.
 struct Chain {
     a: Server,
-    _servers: Vec<Server>,
+    /// The C instances, by id (`c-gray-2` is not registered at first).
+    c: BTreeMap<&'static str, Server>,
+    /// A's balancer over B, and each B instance's balancer over C.
+    to_b: Channels,
+    to_c: Vec<Channels>,
+    b: Vec<Server>,
+    instances: std::path::PathBuf,
+    etcd: Etcd,
+    _dir: TempDir,
 }
 
 async fn chain() -> Chain {
-    let gray: &[(&str, &str)] = &[("gray", "true")];
-    let c_base = serve_hop(Node {
-        id: "c-base",
-        next: None,
-    })
-    .await;
-    let c_gray = serve_hop(Node {
-        id: "c-gray",
-        next: None,
-    })
-    .await;
-    let to_c = Registry::from_static([(
-        "svc-c",
-        [
-            c_base.instance("c-base", &[]),
-            c_gray.instance("c-gray", gray),
-        ],
-    )])
-    .expect("a registry");
+    let etcd = Etcd::start().await;
+    let mut c = BTreeMap::new();
+    for id in ["c-base", "c-gray", "c-gray-2"] {
+        c.insert(id, serve_hop(Node { id, next: None }).await);
+    }
+    // C, put by hand (`etcdctl put /gray/svc-c/c-gray '{…}'`).
+    etcd.put(&key("c-base"), record(c["c-base"].addr(), false))
+        .await;
+    etcd.put(&key("c-gray"), record(c["c-gray"].addr(), true))
+        .await;
+
+    // B: each instance its own process, with its own registry on the etcd prefix.
     let mut b = Vec::new();
+    let mut to_c = Vec::new();
     for id in ["b-base", "b-gray"] {
-        // Each B instance has its own balancer over C.
-        let (client, balance) = routed(&to_c, "svc-c");
-        assert_eq!(balance.len(), 2, "a static list is applied at once");
+        let source = EtcdSource::prefix(EtcdConfig::new([etcd.endpoint()]), "/gray/");
+        let registry = Registry::start(source).await.expect("B's registry starts");
+        let (client, balance) = routed(&registry, "svc-c");
         b.push(
             serve_hop(Node {
                 id,
@@ -126,98 +160,282 @@ async fn chain() -> Chain {
             })
             .await,
         );
+        to_c.push(balance);
     }
-    let to_b = Registry::from_static([(
-        "svc-b",
-        [b[0].instance("b-base", &[]), b[1].instance("b-gray", gray)],
-    )])
-    .expect("a registry");
+
+    // A: the entry, whose registry polls the instance file of B.
+    let dir = TempDir::new("routing-grpc");
+    let instances = dir.path().join("instances.toml");
+    write_b(&instances, &b, true);
+    let source = FileSource::new(&instances).with_interval(Duration::from_millis(20));
+    let registry = Registry::start(source).await.expect("A's registry starts");
+    let (client, to_b) = routed(&registry, "svc-b");
     let a = serve_hop(Node {
         id: "a",
-        next: Some(routed(&to_b, "svc-b").0),
+        next: Some(client),
     })
     .await;
-    b.extend([c_base, c_gray]);
-    Chain { a, _servers: b }
+
+    let chain = Chain {
+        a,
+        c,
+        to_b,
+        to_c,
+        b,
+        instances,
+        etcd,
+        _dir: dir,
+    };
+    chain
+        .converge(
+            "the first instances",
+            &["b-base"],
+            &["b-gray"],
+            &["c-base"],
+            &["c-gray"],
+        )
+        .await;
+    chain
 }
 
-/// Calls A by a client without any gray layer, stained with `lane` when given.
-async fn send(client: &mut HopClient<Channel>, lane: Option<&str>) -> Result<HopReply, Status> {
+/// Lists the B instances in the file: b-base, and b-gray when `gray` is set.
+fn write_b(path: &Path, b: &[Server], gray: bool) {
+    let mut listed = vec![("b-base", b[0].addr(), false)];
+    if gray {
+        listed.push(("b-gray", b[1].addr(), true));
+    }
+    write_instances(path, "svc-b", &listed);
+}
+
+/// The ids `balance` would route a request with `stain` to, sorted; empty when none.
+fn candidates(balance: &Channels, stain: Option<&Stain>) -> Vec<String> {
+    let decision = balance.explain(stain);
+    let mut ids: Vec<String> = decision
+        .candidates()
+        .unwrap_or_default()
+        .iter()
+        .map(ToString::to_string)
+        .collect();
+    ids.sort();
+    ids
+}
+
+fn gray() -> Stain {
+    Stain::in_lane(Lane::new("gray").expect("a lane"))
+}
+
+impl Chain {
+    /// Waits until A's balancer sends baseline calls to `b_base` and gray ones to
+    /// `b_gray`, and every B instance's balancer does the same with `c_base` and `c_gray`.
+    async fn converge(
+        &self,
+        what: &str,
+        b_base: &[&str],
+        b_gray: &[&str],
+        c_base: &[&str],
+        c_gray: &[&str],
+    ) {
+        let gray = gray();
+        let fits = |balance: &Channels, base: &[&str], lane: &[&str]| {
+            candidates(balance, None) == base && candidates(balance, Some(&gray)) == lane
+        };
+        until(WAIT, what, || {
+            fits(&self.to_b, b_base, b_gray)
+                && self.to_c.iter().all(|to_c| fits(to_c, c_base, c_gray))
+        })
+        .await;
+    }
+
+    async fn client(&self) -> HopClient<Channel> {
+        let channel = Channel::from_shared(format!("http://{}", self.a.addr()))
+            .expect("a URI")
+            .connect()
+            .await
+            .expect("connect to A");
+        HopClient::new(channel)
+    }
+}
+
+/// Calls A by a client without any gray layer, stained `gray` when `stained`.
+async fn send(mut client: HopClient<Channel>, stained: bool) -> Result<HopReply, Status> {
     let mut req = Request::new(HopRequest {
         path: "/hop".into(),
     });
-    if let Some(lane) = lane {
-        let lane = MetadataValue::try_from(lane).expect("metadata");
+    if stained {
+        let lane = MetadataValue::from_static("gray");
         req.metadata_mut().insert("x-gray-lane", lane);
     }
     client.call(req).await.map(Response::into_inner)
 }
 
-async fn entry(chain: &Chain) -> HopClient<Channel> {
-    let channel = Channel::from_shared(format!("http://{}", chain.a.addr()))
-        .expect("a URI")
-        .connect()
-        .await
-        .expect("connect to A");
-    HopClient::new(channel)
-}
-
-fn path(stained: bool) -> Vec<String> {
-    let hops: [&str; 3] = if stained {
-        ["a:gray", "b-gray:gray", "c-gray:gray"]
-    } else {
-        ["a:", "b-base:", "c-base:"]
-    };
-    hops.map(String::from).to_vec()
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn stained_calls_reach_only_gray_instances_and_unstained_only_baseline() {
-    const CALLS: usize = 1_000;
-    const IN_FLIGHT: usize = 64;
-
-    let chain = chain().await;
-    let client = entry(&chain).await;
-    let reply = send(&mut client.clone(), Some("gray")).await.expect("gray");
-    assert_eq!(reply.trail, path(true));
-    assert_eq!(reply.lane, "gray");
-    let reply = send(&mut client.clone(), None).await.expect("baseline");
-    assert_eq!(reply.trail, path(false));
-
-    // 1,000 mixed calls, 64 at a time, over one HTTP/2 connection per hop and instance.
-    let mut calls = JoinSet::new();
-    let mut misroutes = Vec::new();
-    let check = |(i, reply): (usize, Result<HopReply, Status>)| match reply {
-        Ok(reply) if reply.trail == path(i % 2 == 0) => None,
-        other => Some((i, other)),
-    };
-    for i in 0..CALLS {
-        if calls.len() == IN_FLIGHT {
-            misroutes.extend(check(
-                calls.join_next().await.expect("a call").expect("joined"),
-            ));
-        }
-        let mut client = client.clone();
-        calls.spawn(async move { (i, send(&mut client, (i % 2 == 0).then_some("gray")).await) });
+/// How one call ended: its trail (`a:gray b-gray:gray c-gray:gray`), or the status code
+/// and message of its failure.
+fn outcome(result: &Result<HopReply, Status>) -> String {
+    match result {
+        Ok(reply) => reply.trail.join(" "),
+        Err(status) => format!("{:?}: {}", status.code(), status.message()),
     }
-    while let Some(joined) = calls.join_next().await {
-        misroutes.extend(check(joined.expect("joined")));
+}
+
+/// `calls` calls, `IN_FLIGHT` at a time, alternately stained and not; each one's
+/// `(stained, outcome)`.
+async fn burst(client: &HopClient<Channel>, calls: usize) -> Vec<(bool, String)> {
+    const IN_FLIGHT: usize = 32;
+    let mut running = JoinSet::new();
+    let mut done = Vec::with_capacity(calls);
+    for i in 0..calls {
+        if running.len() == IN_FLIGHT {
+            done.push(running.join_next().await.expect("a call").expect("joined"));
+        }
+        let (client, stained) = (client.clone(), i % 2 == 0);
+        running.spawn(async move { (stained, outcome(&send(client, stained).await)) });
+    }
+    while let Some(joined) = running.join_next().await {
+        done.push(joined.expect("joined"));
+    }
+    done
+}
+
+/// Checks every call against what its stain allows; returns how many ended each way.
+fn check(
+    what: &str,
+    calls: &[(bool, String)],
+    stained: &[&str],
+    unstained: &[&str],
+) -> BTreeMap<String, usize> {
+    let mut seen = BTreeMap::new();
+    let mut misroutes = Vec::new();
+    for (is_stained, outcome) in calls {
+        let allowed = if *is_stained { stained } else { unstained };
+        if !allowed.contains(&outcome.as_str()) {
+            misroutes.push((is_stained, outcome));
+        }
+        *seen.entry(outcome.clone()).or_default() += 1;
     }
     assert!(
         misroutes.is_empty(),
-        "{} of {CALLS} calls went astray, the first ones: {:?}",
+        "{what}: {} of {} calls went astray, the first ones: {:?}; all: {seen:?}",
         misroutes.len(),
+        calls.len(),
         &misroutes[..misroutes.len().min(5)]
     );
+    seen
+}
 
-    // A lane no instance of B serves: A's call fails before it is sent, with a status
-    // that names the service, the lane and the policy.
-    let status = send(&mut client.clone(), Some("blue")).await.unwrap_err();
-    assert_eq!(
-        (status.code(), status.message()),
-        (
-            Code::Unavailable,
-            "no instance of `svc-b` fits lane `blue` (policy `default`, fallback `none`)"
+const BASE: &str = "a: b-base: c-base:";
+const BASE_TO_C_GRAY: &str = "a: b-base: c-gray:";
+const GRAY: &str = "a:gray b-gray:gray c-gray:gray";
+const GRAY_2: &str = "a:gray b-gray:gray c-gray-2:gray";
+const NO_GRAY_B: &str =
+    "Unavailable: no instance of `svc-b` fits lane `gray` (policy `default`, fallback `none`)";
+
+/// How many calls a steady state is checked with.
+const CALLS: usize = 400;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn calls_follow_instances_added_relabelled_and_removed_with_zero_misroutes() {
+    let chain = chain().await;
+    let client = chain.client().await;
+    check("at start", &burst(&client, CALLS).await, &[GRAY], &[BASE]);
+
+    // A gray C instance is registered while calls flow: they reach one gray C instance or
+    // the other, never a baseline one; once every B instance has it, it takes calls.
+    let during = tokio::spawn({
+        let client = client.clone();
+        async move { burst(&client, CALLS).await }
+    });
+    let c_gray_2 = chain.c["c-gray-2"].addr();
+    chain
+        .etcd
+        .put(&key("c-gray-2"), record(c_gray_2, true))
+        .await;
+    chain
+        .converge(
+            "c-gray-2 added",
+            &["b-base"],
+            &["b-gray"],
+            &["c-base"],
+            &["c-gray", "c-gray-2"],
         )
+        .await;
+    check("adding", &during.await.unwrap(), &[GRAY, GRAY_2], &[BASE]);
+    let seen = check(
+        "added",
+        &burst(&client, CALLS).await,
+        &[GRAY, GRAY_2],
+        &[BASE],
+    );
+    assert!(
+        seen.get(GRAY_2) > Some(&0),
+        "the new instance took no call: {seen:?}"
+    );
+    assert!(
+        seen.get(GRAY) > Some(&0),
+        "the first one took no call: {seen:?}"
+    );
+
+    // c-gray is relabelled baseline: gray calls go to c-gray-2 alone, baseline calls to
+    // c-base and c-gray.
+    let during = tokio::spawn({
+        let client = client.clone();
+        async move { burst(&client, CALLS).await }
+    });
+    let c_gray = chain.c["c-gray"].addr();
+    chain.etcd.put(&key("c-gray"), record(c_gray, false)).await;
+    chain
+        .converge(
+            "c-gray relabelled",
+            &["b-base"],
+            &["b-gray"],
+            &["c-base", "c-gray"],
+            &["c-gray-2"],
+        )
+        .await;
+    check(
+        "relabelling",
+        &during.await.unwrap(),
+        &[GRAY, GRAY_2],
+        &[BASE, BASE_TO_C_GRAY],
+    );
+    let seen = check(
+        "relabelled",
+        &burst(&client, CALLS).await,
+        &[GRAY_2],
+        &[BASE, BASE_TO_C_GRAY],
+    );
+    assert!(
+        seen.get(BASE_TO_C_GRAY) > Some(&0),
+        "c-gray took no baseline call: {seen:?}"
+    );
+
+    // b-gray leaves the instance file: A has no gray B instance any more, and gray calls
+    // fail at A, saying why; baseline calls go on.
+    let during = tokio::spawn({
+        let client = client.clone();
+        async move { burst(&client, CALLS).await }
+    });
+    write_b(&chain.instances, &chain.b, false);
+    chain
+        .converge(
+            "b-gray removed",
+            &["b-base"],
+            &[],
+            &["c-base", "c-gray"],
+            &["c-gray-2"],
+        )
+        .await;
+    check(
+        "removing",
+        &during.await.unwrap(),
+        &[GRAY_2, NO_GRAY_B],
+        &[BASE, BASE_TO_C_GRAY],
+    );
+    let status = send(client.clone(), true).await.unwrap_err();
+    assert_eq!(status.code(), Code::Unavailable, "{status:?}");
+    check(
+        "removed",
+        &burst(&client, CALLS).await,
+        &[NO_GRAY_B],
+        &[BASE, BASE_TO_C_GRAY],
     );
 }

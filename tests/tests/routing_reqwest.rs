@@ -73,7 +73,7 @@ async fn client_to(etcd: &Etcd, service: &str) -> (ClientWithMiddleware, Instanc
     let instances = registry.service(service).expect("a valid name").discover();
     // No fallback: a request no instance of its lane can serve fails, it never misroutes.
     let balance = BalanceLayer::new(service, Policy::new()).build(instances);
-    let client = ClientBuilder::new(reqwest::Client::new())
+    let client = ClientBuilder::new(gray_tests::reqwest_client())
         .with(PropagateMiddleware::new())
         .with(RouteMiddleware::new().route(service, balance.clone()))
         .build();
@@ -174,7 +174,7 @@ async fn stained_requests_reach_only_gray_instances_and_unstained_only_baseline(
     const IN_FLIGHT: usize = 64;
 
     let chain = chain().await;
-    let client = reqwest::Client::new();
+    let client = gray_tests::reqwest_client();
     let gray = "a:gray b-gray:gray c-gray:gray";
     let baseline = "a: b-base: c-base:";
     assert_eq!(

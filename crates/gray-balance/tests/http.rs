@@ -8,6 +8,7 @@ use gray_balance::{BalanceLayer, error::Unroutable, health::Ejection};
 use gray_core::{Labels, Lane, Stain, backoff::Backoff};
 use gray_discovery::{Instance, StaticDiscover, http::HttpEndpoints};
 use gray_policy::Policy;
+use gray_test_support::{WAIT, net::closed_port};
 use http_body_util::{BodyExt, Full};
 use hyper_util::rt::TokioIo;
 use tokio::net::TcpListener;
@@ -32,13 +33,6 @@ async fn serve(name: &'static str) -> SocketAddr {
         }
     });
     addr
-}
-
-/// A loopback port nobody listens on.
-async fn dead_port() -> SocketAddr {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    listener.local_addr().unwrap()
-    // The listener is dropped here: connections are refused.
 }
 
 fn instance(id: &str, addr: SocketAddr, labels: &[(&str, &str)]) -> Instance {
@@ -77,13 +71,13 @@ async fn routes_real_http_by_lane_and_ejects_a_dead_gray_instance() {
     let base1 = serve("base-1").await;
     let base2 = serve("base-2").await;
     let gray1 = serve("gray-1").await;
-    let dead = dead_port().await;
+    let dead = closed_port();
 
     let instances = StaticDiscover::new([
         instance("base-1", base1, &[]),
         instance("base-2", base2, &[("gray", "false")]),
         instance("gray-1", gray1, &[("gray", "true")]),
-        instance("gray-dead", dead, &[("gray", "TRUE")]),
+        instance("gray-dead", dead.addr(), &[("gray", "TRUE")]),
     ]);
     let endpoints = HttpEndpoints::<_, Full<Bytes>>::new().discover(instances);
     let backoff = Backoff::new(Duration::from_secs(60), Duration::from_secs(60));
@@ -119,10 +113,8 @@ async fn routes_real_http_by_lane_and_ejects_a_dead_gray_instance() {
     }
     assert_eq!(errors, 2, "the dead instance was picked and failed twice");
     // The background task ejects it.
-    for _ in 0..200 {
-        if balance.ready_len() == 3 {
-            break;
-        }
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while balance.ready_len() != 3 && tokio::time::Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     assert_eq!(balance.ready_len(), 3);

@@ -263,36 +263,63 @@ proptest! {
             }
         }
     }
+}
 
-    #[test]
-    fn distribution_within_a_subset_is_even(
-        gray in 2usize..7,
-        base in 0usize..5,
-        round_robin in any::<bool>(),
-    ) {
-        let mut insts = Vec::new();
-        for id in 0..gray + base {
-            let lane = if id < gray { 1 } else { 0 };
-            insts.push(Inst { id, labels: Arc::new(labels(lane, 0)), broken: false });
-        }
-        let pick = if round_robin { Pick::RoundRobin } else { Pick::PendingRequests };
-        let rt = tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap();
-        let _guard = rt.enter();
-        let (mut bal, mut driver) = balancer(Policy::seed_000(), pick, insts);
-        let stain = Stain::in_lane(Lane::new("gray").unwrap());
-        let per = 300;
-        let mut counts: HashMap<usize, usize> = HashMap::new();
-        for _ in 0..gray * per {
-            let Outcome::Served(id) = route(&mut bal, &mut driver, Some(&stain)).0 else {
-                panic!("a ready gray instance exists");
-            };
-            *counts.entry(id).or_default() += 1;
-        }
-        prop_assert_eq!(counts.len(), gray, "every gray instance, and only those");
-        for (id, n) in counts {
-            prop_assert!(id < gray);
-            // Expected 300 each; binomial sd ≈ 17: [150, 450] is about ±9 sd.
-            prop_assert!((per / 2..=per * 3 / 2).contains(&n), "instance {id}: {n} of {per}");
+/// Every instance of a subset gets its share, for every subset size and pick, with the
+/// balancer's random draws seeded (the choices are made on this thread). Round-robin gives
+/// each exactly its share; power of two choices among instances that answer at once picks
+/// one uniformly, so each count is binomial and stays within 4 standard deviations
+/// (`sqrt(PER (1 - 1/n))`: ± 89 for 2 instances, ± 115 for 6). A 2:1 skew is far outside.
+#[test]
+fn distribution_within_a_subset_is_even() {
+    const PER: usize = 1_000;
+    for gray in 2usize..=6 {
+        for base in [0usize, 4] {
+            for pick in [Pick::RoundRobin, Pick::PendingRequests] {
+                gray_core::rand::seed_thread(0x6772_6179 + gray as u64);
+                let mut insts = Vec::new();
+                for id in 0..gray + base {
+                    let lane = if id < gray { 1 } else { 0 };
+                    insts.push(Inst {
+                        id,
+                        labels: Arc::new(labels(lane, 0)),
+                        broken: false,
+                    });
+                }
+                let rt = tokio::runtime::Builder::new_current_thread()
+                    .enable_time()
+                    .build()
+                    .unwrap();
+                let _guard = rt.enter();
+                let (mut bal, mut driver) = balancer(Policy::seed_000(), pick, insts);
+                let stain = Stain::in_lane(Lane::new("gray").unwrap());
+                let mut counts: HashMap<usize, usize> = HashMap::new();
+                for _ in 0..gray * PER {
+                    let Outcome::Served(id) = route(&mut bal, &mut driver, Some(&stain)).0 else {
+                        panic!("a ready gray instance exists");
+                    };
+                    *counts.entry(id).or_default() += 1;
+                }
+                let case = format!("{gray} gray, {base} baseline, {pick:?}: {counts:?}");
+                assert_eq!(
+                    counts.len(),
+                    gray,
+                    "every gray instance, and only those: {case}"
+                );
+                let sd = (PER as f64 * (1.0 - 1.0 / gray as f64)).sqrt();
+                for (&id, &n) in &counts {
+                    assert!(id < gray, "{case}");
+                    if pick == Pick::RoundRobin {
+                        assert!(n.abs_diff(PER) <= 1, "instance {id}: {case}");
+                    } else {
+                        assert!(
+                            (n as f64 - PER as f64).abs() <= 4.0 * sd,
+                            "instance {id}: {n}, expected {PER} ± {:.0}; {case}",
+                            4.0 * sd
+                        );
+                    }
+                }
+            }
         }
     }
 }

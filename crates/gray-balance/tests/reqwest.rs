@@ -12,6 +12,7 @@ use gray_balance::{
 };
 use gray_core::{Labelled, Labels, Lane, Origin, Stain};
 use gray_policy::Policy;
+use gray_test_support::{WAIT, net::closed_port};
 use http::uri::{Authority, Scheme};
 use reqwest_middleware::{ClientBuilder, ClientWithMiddleware};
 use tokio::net::TcpListener;
@@ -52,12 +53,6 @@ async fn serve(name: &'static str) -> SocketAddr {
     addr
 }
 
-/// A loopback port nobody listens on.
-async fn dead_port() -> SocketAddr {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    listener.local_addr().unwrap()
-}
-
 fn instance(addr: SocketAddr, gray: bool) -> Instance {
     let labels = if gray {
         Labels::from_iter([("gray", "true")])
@@ -84,9 +79,15 @@ fn balancer(
 }
 
 fn client(route: RouteMiddleware<&'static str, Instance>) -> ClientWithMiddleware {
-    ClientBuilder::new(reqwest::Client::new())
-        .with(route)
-        .build()
+    ClientBuilder::new(
+        // Loopback only: a proxy variable in the environment must not take the requests.
+        reqwest::Client::builder()
+            .no_proxy()
+            .build()
+            .expect("a client"),
+    )
+    .with(route)
+    .build()
 }
 
 async fn get(
@@ -224,12 +225,13 @@ async fn nothing_fits_names_service_lane_and_policy() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_refused_connection_ejects_the_instance() {
+    let dead = closed_port();
     let stock = balancer(
         Policy::seed_000(),
         Ejection::new().with_consecutive(1),
         vec![
             ("gray-1", instance(serve("gray-1").await, true)),
-            ("gray-dead", instance(dead_port().await, true)),
+            ("gray-dead", instance(dead.addr(), true)),
         ],
     );
     let client = client(RouteMiddleware::new().route("stock", stock.clone()));
@@ -245,10 +247,8 @@ async fn a_refused_connection_ejects_the_instance() {
         }
     }
     assert_eq!(refused, 1, "ejected after its first connection error");
-    for _ in 0..100 {
-        if stock.ready_len() == 1 {
-            break;
-        }
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while stock.ready_len() != 1 && tokio::time::Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     assert_eq!((stock.len(), stock.ready_len()), (2, 1));

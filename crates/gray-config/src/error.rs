@@ -63,7 +63,7 @@ impl ConfigError {
         }
     }
 
-    #[cfg(not(all(feature = "toml", feature = "yaml")))]
+    /// A document in a format whose `feature` is not compiled in.
     pub(crate) fn format_disabled(source_name: &str, feature: &'static str) -> Self {
         ConfigError {
             disabled: Some(feature),

@@ -143,6 +143,8 @@ struct Failure {
     position: Option<Position>,
     path: Option<String>,
     message: String,
+    /// The feature that would read the document's format, when it is not compiled in.
+    disabled: Option<&'static str>,
 }
 
 // === impl Document ===
@@ -203,7 +205,17 @@ impl<'a> Document<'a> {
     /// Deserializes the document.
     pub fn parse<T: DeserializeOwned>(&self) -> Result<T, ConfigError> {
         self.run(true, std::marker::PhantomData::<T>)
-            .map_err(|f| ConfigError::located(self.source, f.position, f.path, f.message))
+            .map_err(|f| self.failed(f))
+    }
+
+    /// The error a failed run reports.
+    fn failed(&self, failure: Failure) -> ConfigError {
+        match failure.disabled {
+            Some(feature) => ConfigError::format_disabled(self.source, feature),
+            None => {
+                ConfigError::located(self.source, failure.position, failure.path, failure.message)
+            }
+        }
     }
 
     /// An error about `field` (a dotted path such as `services.orders.fallback` or
@@ -271,7 +283,9 @@ impl<'a> Document<'a> {
         }
     }
 
-    #[cfg(not(all(feature = "toml", feature = "yaml")))]
+    /// The failure of a run over a format whose `feature` is not compiled in (compiled in
+    /// tests too: CI builds every feature, and still tests what a build without one says).
+    #[cfg(any(test, not(all(feature = "toml", feature = "yaml"))))]
     fn disabled(&self, feature: &'static str) -> Failure {
         Failure {
             position: None,
@@ -279,6 +293,7 @@ impl<'a> Document<'a> {
             message: ConfigError::format_disabled(self.source, feature)
                 .message()
                 .to_owned(),
+            disabled: Some(feature),
         }
     }
 
@@ -294,11 +309,13 @@ impl<'a> Document<'a> {
             position: position(&e),
             path,
             message: strip_positions(&e.to_string()),
+            disabled: None,
         })?;
         de.end().map_err(|e| Failure {
             position: position(&e),
             path: None,
             message: strip_positions(&e.to_string()),
+            disabled: None,
         })?;
         Ok(value)
     }
@@ -317,11 +334,13 @@ impl<'a> Document<'a> {
             position: position(&e),
             path: None,
             message: e.message().to_owned(),
+            disabled: None,
         })?;
         tracked(de, track, seed).map_err(|(path, e)| Failure {
             position: position(&e),
             path,
             message: e.message().to_owned(),
+            disabled: None,
         })
     }
 
@@ -343,6 +362,7 @@ impl<'a> Document<'a> {
                 position: e.location().map(|l| (l.line(), Some(l.column()))),
                 path,
                 message,
+                disabled: None,
             }
         })
     }

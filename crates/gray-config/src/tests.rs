@@ -137,14 +137,46 @@ fn missing_fields_and_bad_utf8() {
     assert!(err.message().starts_with("not UTF-8"), "{err}");
 }
 
-#[cfg(not(feature = "toml"))]
+/// What a build without a format's feature answers. CI builds every feature, so the
+/// failure the disabled branch of `Document::run` returns is made here directly and
+/// reported the way `parse` reports every failure.
 #[test]
 fn a_disabled_format_says_which_feature() {
-    let err = from_str::<Doc>("name = \"a\"", Format::Toml, "doc.toml").unwrap_err();
-    assert_eq!(
-        err.to_string(),
-        "doc.toml: this format is not compiled in: enable the `toml` feature of gray-config"
-    );
+    for (format, feature, text) in [
+        (Format::Toml, "toml", "name = \"a\""),
+        (Format::Yaml, "yaml", "name: a"),
+    ] {
+        let doc = Document::new(text, format, "doc");
+        let err = doc.failed(doc.disabled(feature));
+        assert_eq!(
+            err.to_string(),
+            format!(
+                "doc: this format is not compiled in: enable the `{feature}` feature of gray-config"
+            )
+        );
+        assert_eq!(err.disabled_feature(), Some(feature));
+        assert_eq!((err.line(), err.field()), (None, None));
+
+        // The whole path, in this build: read with the feature, that error without it.
+        match doc.parse::<Doc>() {
+            Ok(parsed) => {
+                assert!(compiled(feature), "{feature}");
+                assert_eq!(parsed.name, "a");
+            }
+            Err(e) => {
+                assert!(!compiled(feature), "{feature}: {e}");
+                assert_eq!(e.disabled_feature(), Some(feature));
+            }
+        }
+    }
+}
+
+fn compiled(feature: &str) -> bool {
+    match feature {
+        "toml" => cfg!(feature = "toml"),
+        "yaml" => cfg!(feature = "yaml"),
+        _ => unreachable!(),
+    }
 }
 
 #[test]

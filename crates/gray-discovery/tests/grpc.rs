@@ -94,7 +94,8 @@ async fn one_lazy_http2_channel_per_instance() {
 #[tokio::test]
 async fn an_unreachable_instance_fails_on_use_not_on_discovery() {
     let gone = closed_port();
-    let registry = Registry::from_static([("stock", [instance("gone", gone, &[])])]).unwrap();
+    let registry =
+        Registry::from_static([("stock", [instance("gone", gone.addr(), &[])])]).unwrap();
     let mut endpoints = registry
         .service("stock")
         .unwrap()

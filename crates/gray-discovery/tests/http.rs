@@ -19,7 +19,10 @@ use gray_discovery::{
     Instance, StaticDiscover,
     http::{HttpEndpoints, RequestError, ResponseBody},
 };
-use gray_test_support::net::{OK, answers_early, closed_port, is_refused, read_head, serve};
+use gray_test_support::{
+    WAIT,
+    net::{OK, answers_early, closed_port, is_refused, read_head, serve},
+};
 use http::{Request, Response};
 use http_body::Frame;
 use http_body_util::{BodyExt, Empty, Full, StreamBody, combinators::BoxBody};
@@ -97,7 +100,8 @@ async fn endpoints_send_to_their_instance_and_carry_its_labels() {
 
 #[tokio::test]
 async fn an_unreachable_instance_is_an_error() {
-    let addr = closed_port();
+    let closed = closed_port();
+    let addr = closed.addr();
     let endpoint =
         HttpEndpoints::<_, Full<Bytes>>::new().endpoint(support::instance("gone", addr, &[]));
     let request = Request::get("/").body(Full::new(Bytes::new())).unwrap();
@@ -255,19 +259,29 @@ async fn connections_the_instance_closes_are_replaced() {
 
     // An instance that closes idle keep-alive connections without saying so: the closed
     // connection is noticed when it is taken, and the request goes on a new one.
-    let (addr, served) = serve(|mut stream| async move {
-        if read_head(&mut stream).await {
-            let _ = stream.write_all(OK).await;
+    let (closed_tx, mut closed) = tokio::sync::mpsc::unbounded_channel();
+    let (addr, served) = serve(move |mut stream| {
+        let closed_tx = closed_tx.clone();
+        async move {
+            if read_head(&mut stream).await {
+                let _ = stream.write_all(OK).await;
+            }
+            // Closed right after the response, keep-alive notwithstanding.
+            drop(stream);
+            let _ = closed_tx.send(());
         }
-        // Dropped: closed right after the response, keep-alive notwithstanding.
     })
     .await;
     let endpoint = HttpEndpoints::<_, Full<Bytes>>::new().endpoint(instance(addr));
     for _ in 0..3 {
         let response = endpoint.clone().oneshot(get("/")).await.unwrap();
         assert_eq!(read(response).await, "ok");
-        // Let the close reach the client before the next request.
-        tokio::time::sleep(Duration::from_millis(50)).await;
+        // The next request comes once the instance has closed the connection (on loopback,
+        // its FIN reaches the client's socket within the close).
+        tokio::time::timeout(WAIT, closed.recv())
+            .await
+            .expect("the instance closes the connection")
+            .expect("the server runs");
     }
     assert_eq!(served.load(Ordering::SeqCst), 3);
 }
@@ -294,6 +308,7 @@ async fn idle_limits_are_applied() {
         .endpoint(instance(addr));
     let response = endpoint.clone().oneshot(get("/")).await.unwrap();
     assert_eq!(read(response).await, "ok");
+    // Idle past the timeout (the condition under test).
     tokio::time::sleep(Duration::from_millis(60)).await;
     let response = endpoint.clone().oneshot(get("/")).await.unwrap();
     assert_eq!(read(response).await, "ok");
@@ -332,16 +347,17 @@ async fn a_response_later_than_the_timeout_fails_and_closes_its_connection() {
 async fn the_timeout_counts_from_each_request_on_a_reused_connection() {
     let (addr, accepted) = counting_server(true).await;
     let endpoint = HttpEndpoints::<_, Full<Bytes>>::new()
-        .with_response_timeout(Duration::from_millis(300))
+        .with_response_timeout(Duration::from_millis(1_000))
         .endpoint(instance(addr));
     for round in 0..4 {
-        // Each answer takes 200 ms of a 300 ms budget, and the connection idles longer than
-        // the timeout between some of them: a timer left from an earlier request must
-        // neither fire early nor carry over.
+        // Each answer takes 200 ms of a 1 s budget (800 ms to spare on a loaded machine),
+        // and the connection idles longer than the timeout between some of them: a timer
+        // left from an earlier request must neither fire early nor carry over. (The idle
+        // time is the condition under test, not a wait for an event.)
         let response = endpoint.clone().oneshot(get("/wait/200")).await.unwrap();
         assert_eq!(read(response).await, "ok", "round {round}");
         if round % 2 == 1 {
-            tokio::time::sleep(Duration::from_millis(400)).await;
+            tokio::time::sleep(Duration::from_millis(1_200)).await;
         }
     }
     assert_eq!(

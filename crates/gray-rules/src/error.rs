@@ -240,6 +240,24 @@ mod tests {
         RuleSet::parse(text, Format::Json, "rules.json").unwrap_err()
     }
 
+    /// What a build without a format's feature reports (this module is built with every
+    /// feature, as CI builds it): gray-rules' feature, which forwards to gray-config's.
+    #[test]
+    fn a_disabled_format_names_the_gray_rules_feature() {
+        let e = RulesError(Box::new(Inner {
+            source_name: Arc::from("rules.yaml"),
+            line: None,
+            column: None,
+            rule: None,
+            field: String::new(),
+            problem: Problem::FormatDisabled("yaml"),
+        }));
+        assert_eq!(
+            e.to_string(),
+            "rules.yaml: this format is not compiled in: enable the `yaml` feature of gray-rules"
+        );
+    }
+
     /// One typo per kind of table: each is refused with the file, its line, its rule and its
     /// field, in TOML, YAML and JSON.
     #[test]

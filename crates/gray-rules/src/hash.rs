@@ -77,18 +77,48 @@ mod tests {
         assert_ne!(sticky_bucket(b"ab", b"c"), sticky_bucket(b"a", b"bc"));
     }
 
-    #[test]
-    fn buckets_spread_evenly() {
-        let mut inside = 0;
-        for i in 0..20_000u32 {
-            if sticky_bucket(b"", format!("user-{i}").as_bytes()) < 1_000 {
-                inside += 1;
-            }
-        }
-        // 10 % of 20,000 = 2,000; a fair hash stays well within ±15 %.
-        assert!((1_700..=2_300).contains(&inside), "{inside}");
+    /// Within 4 standard deviations of a binomial count: `n` trials of probability `p`.
+    fn within_4_sd(count: u32, n: u32, p: f64) -> bool {
+        let (n, count) = (f64::from(n), f64::from(count));
+        let mean = n * p;
+        (count - mean).abs() <= 4.0 * (mean * (1.0 - p)).sqrt()
     }
 
+    /// 20,000 users over the ten deciles of the buckets: 2,000 each, ± 4 sd (± 170). The
+    /// hash is fixed, so the counts are; a skew of a few percent fails.
+    #[test]
+    fn buckets_spread_evenly() {
+        const USERS: u32 = 20_000;
+        let mut deciles = [0u32; 10];
+        for i in 0..USERS {
+            let bucket = sticky_bucket(b"", format!("user-{i}").as_bytes());
+            deciles[(bucket / 1_000) as usize] += 1;
+        }
+        for (decile, &count) in deciles.iter().enumerate() {
+            assert!(
+                within_4_sd(count, USERS, 0.1),
+                "decile {decile}: {count} of {USERS} users ({deciles:?})"
+            );
+        }
+    }
+
+    /// Another salt puts users in buckets of their own: the users inside 10 % under one salt
+    /// and inside 10 % under another are 1 % of all (200 of 20,000, ± 4 sd), as for two
+    /// independent draws. Two rollouts do not pick the same users.
+    #[test]
+    fn salts_draw_independent_populations() {
+        const USERS: u32 = 20_000;
+        let both = (0..USERS)
+            .filter(|i| {
+                let user = format!("user-{i}");
+                sticky_bucket(b"checkout", user.as_bytes()) < 1_000
+                    && sticky_bucket(b"search", user.as_bytes()) < 1_000
+            })
+            .count() as u32;
+        assert!(within_4_sd(both, USERS, 0.01), "{both} of {USERS} in both");
+    }
+
+    /// 1,000 rolls per face on average, each within 4 sd of a binomial, seeded.
     #[test]
     fn dice_stay_in_bounds() {
         let mut d = Dice::seeded(7);
@@ -97,7 +127,10 @@ mod tests {
             let r = d.roll(4);
             hits[r as usize] += 1;
         }
-        assert!(hits.iter().all(|&h| h > 800), "{hits:?}");
+        assert!(
+            hits.iter().all(|&h| within_4_sd(h, 4_000, 0.25)),
+            "{hits:?}"
+        );
         assert_eq!(d.roll(0), 0);
         let mut t = Dice::from_thread();
         assert!(t.roll(BUCKETS) < BUCKETS);

@@ -1,5 +1,7 @@
-//! Property tests of the rule model: sticky percentages are monotone, and the parsers and
-//! header codecs never panic on arbitrary input (a bounded smoke of the fuzz targets).
+//! Property tests of the rule model: sticky percentages are monotone; the parsers and
+//! header codecs never panic on arbitrary input (a bounded smoke of the fuzz targets), a
+//! parse error always says where in the text, consistently, and any rule name reads back
+//! exactly and is what errors name.
 
 use gray_core::{
     Carriers, Lane, Pins, Stain, Version,
@@ -22,6 +24,109 @@ fn in_gray(rules: &RuleSet, user: &HeaderValue) -> bool {
     let mut headers = HeaderMap::new();
     headers.insert("x-user-id", user.clone());
     rules.evaluate(&RequestView::new(&uri, &headers)).is_some()
+}
+
+/// A valid rule set, one field a line, for the near-valid documents.
+const TOML: &str = r#"enabled = true
+[[rules]]
+name = "testers"
+lane = "gray"
+[rules.when]
+header = { name = "x-tester", exact = "1" }
+[[rules]]
+name = "canary path"
+when = { path = { prefix = "/canary" } }
+lane = "canary"
+[[rules]]
+name = "split"
+split = [{ weight = 1, lane = "b" }, { weight = 3 }]
+"#;
+
+/// The lines of `text` as `format` counts them: JSON and TOML break at `\n`; YAML also at
+/// `\r` (`\r\n` is one break), NEL, and the Unicode line and paragraph separators.
+fn lines_of(text: &str, format: Format) -> Vec<&str> {
+    if format != Format::Yaml {
+        return text.split('\n').collect();
+    }
+    let mut lines = Vec::new();
+    let mut start = 0;
+    let mut chars = text.char_indices().peekable();
+    while let Some((i, c)) = chars.next() {
+        if matches!(c, '\n' | '\r' | '\u{85}' | '\u{2028}' | '\u{2029}') {
+            lines.push(&text[start..i]);
+            if c == '\r' && chars.peek().is_some_and(|&(_, next)| next == '\n') {
+                chars.next();
+            }
+            start = chars.peek().map_or(text.len(), |&(j, _)| j);
+        }
+    }
+    lines.push(&text[start..]);
+    lines
+}
+
+/// What an error of `RuleSet::parse(text, format, "prop")` must say about where: its
+/// display is `prop[:line[:column]]: [rules[i] ("name"), ][field `f`: ]problem`, built from
+/// what its accessors report, and the line and column point into `text`.
+fn check_error_location(
+    e: &gray_rules::RulesError,
+    text: &str,
+    format: Format,
+) -> Result<(), TestCaseError> {
+    let shown = e.to_string();
+    let mut expected = e.source_name().to_owned();
+    prop_assert_eq!(e.source_name(), "prop");
+    if let Some(line) = e.line() {
+        // Lines count from 1 (the last one may be the empty one after a final newline). An
+        // error at the end of the text may name the position just past it, the start of
+        // the next line (YAML does: `{` is "2:1").
+        let lines = lines_of(text, format);
+        let past_the_end = line == lines.len() + 1;
+        prop_assert!(
+            line >= 1 && (line <= lines.len() || past_the_end),
+            "line {} of {}: {}",
+            line,
+            lines.len(),
+            shown
+        );
+        expected += &format!(":{line}");
+        if let Some(column) = e.column() {
+            // Columns count from 1, in characters or bytes: at most one past the line's end.
+            let width = lines.get(line - 1).map_or(0, |l| l.len());
+            prop_assert!(
+                column >= 1 && column <= width + 1,
+                "column {} of {}: {}",
+                column,
+                width,
+                shown
+            );
+            expected += &format!(":{column}");
+        }
+    } else {
+        prop_assert!(e.column().is_none(), "a column without a line: {}", shown);
+    }
+    expected += ": ";
+    if let Some(i) = e.rule_index() {
+        expected += &format!("rules[{i}]");
+        if let Some(name) = e.rule_name() {
+            expected += &format!(" ({name:?})");
+        }
+        expected += ", ";
+    }
+    if !e.field().is_empty() {
+        expected += &format!("field `{}`: ", e.field());
+    }
+    prop_assert!(
+        shown.starts_with(&expected),
+        "{:?} does not start with {:?}",
+        shown,
+        expected
+    );
+    prop_assert!(
+        shown.len() > expected.len(),
+        "no problem stated: {:?}",
+        shown
+    );
+    Ok(())
 }
 
 proptest! {
@@ -53,14 +158,57 @@ proptest! {
         }
     }
 
-    /// The rule parser never panics, whatever the text, in every format.
+    /// The rule parser never panics, whatever the text, in every format; and an error says
+    /// where, consistently: the source, then the line and column it reports, which point
+    /// into the text, then the rule and the field it names.
     #[test]
-    fn rule_parser_never_panics(text in any::<String>()) {
+    fn rule_parser_never_panics_and_errors_point_into_the_text(text in any::<String>()) {
         for format in [Format::Json, Format::Toml, Format::Yaml] {
             if let Err(e) = RuleSet::parse(&text, format, "prop") {
-                prop_assert!(e.to_string().starts_with("prop:"));
+                check_error_location(&e, &text, format)?;
             }
         }
+    }
+
+    /// The same over near-documents: a valid rule set with a line cut or repeated, so that
+    /// errors fall inside rules and name them.
+    #[test]
+    fn errors_in_near_valid_documents_point_into_the_text(
+        cut in 0usize..14,
+        repeat in any::<bool>(),
+    ) {
+        let lines: Vec<&str> = TOML.lines().collect();
+        let cut = cut % lines.len();
+        let mut edited: Vec<&str> = lines.clone();
+        if repeat {
+            edited.insert(cut, lines[cut]);
+        } else {
+            edited.remove(cut);
+        }
+        let text = edited.join("\n");
+        if let Err(e) = RuleSet::parse(&text, Format::Toml, "prop") {
+            check_error_location(&e, &text, Format::Toml)?;
+        }
+    }
+
+    /// Any rule name, written as a JSON string, reads back exactly; and an error inside
+    /// that rule names it exactly, with its index and its field.
+    #[test]
+    fn any_rule_name_round_trips_and_is_named_by_errors(name in any::<String>()) {
+        let quoted = serde_json::to_string(&name).expect("a JSON string");
+        let good = format!(r#"{{"rules":[{{"name":"first","lane":"a"}},{{"name":{quoted},"lane":"gray"}}]}}"#);
+        let rules = RuleSet::parse(&good, Format::Json, "prop").expect("valid");
+        prop_assert_eq!(rules.rules()[1].name(), Some(name.as_str()));
+
+        let bad = format!("{{\"rules\":[{{\"name\":\"first\",\"lane\":\"a\"}},\n{{\"name\":{quoted},\n\"lane\":3}}]}}");
+        let e = RuleSet::parse(&bad, Format::Json, "prop").unwrap_err();
+        prop_assert_eq!(e.rule_index(), Some(1));
+        prop_assert_eq!(e.rule_name(), Some(name.as_str()));
+        prop_assert_eq!(e.field(), "lane");
+        prop_assert_eq!(e.line(), Some(3), "{}", e);
+        prop_assert!(e.to_string().starts_with("prop:3:"), "{}", e);
+        let rule = format!("rules[1] ({name:?}), field `lane`: ");
+        prop_assert!(e.to_string().contains(&rule), "{}", e);
     }
 
     /// Near-valid documents (a valid one with a byte changed) never panic either.

@@ -14,7 +14,7 @@ use gray_source::{
 use gray_test_support::{
     WAIT,
     etcd::{Cluster, Etcd, Proxy},
-    free_port,
+    net::closed_port,
 };
 use support::{Follow, describe, fast as config};
 
@@ -35,7 +35,8 @@ async fn a_prefix_is_listed_then_every_change_arrives_once_in_order() {
     let listed_at = etcd.put("/other", "not under the prefix").await;
 
     // The first endpoint has nothing listening: load and watch go on to the next one.
-    let dead = format!("http://127.0.0.1:{}", free_port());
+    let closed = closed_port();
+    let dead = format!("http://{}", closed.addr());
     let source = EtcdSource::prefix(config([dead, etcd.endpoint()]), PREFIX);
     let snapshot = source
         .load()
@@ -91,7 +92,8 @@ async fn a_prefix_is_listed_then_every_change_arrives_once_in_order() {
     );
     assert_eq!(follow.status().revision, Some(deleted));
     assert_eq!(follow.keys(), ["/gray/b", "/gray/c"]);
-    follow.assert_quiet(Duration::from_millis(300)).await;
+    // Once each: the next update is a new change.
+    follow.assert_next_is_marker(&etcd).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -118,7 +120,7 @@ async fn a_restart_resumes_where_it_left_without_a_reset() {
     let status = follow.status();
     assert!(status.connected);
     assert_eq!(status.resets, 0);
-    follow.assert_quiet(Duration::from_millis(300)).await;
+    follow.assert_next_is_marker(&etcd).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -196,7 +198,7 @@ async fn a_cluster_restarted_without_its_data_converges_to_the_new_keys() {
     etcd.put("/gray/z", "new").await;
     assert_eq!(describe(&follow.next().await), "put /gray/z");
     assert_eq!(follow.keys(), ["/gray/x", "/gray/y", "/gray/z"]);
-    follow.assert_quiet(Duration::from_millis(300)).await;
+    follow.assert_next_is_marker(&etcd).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -283,11 +285,12 @@ async fn a_frozen_member_is_left_by_keep_alive() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_first_change_after_an_outage_arrives_without_a_backoff_sleep() {
-    // Every failed attempt waits the cap, 10 s; the change after the restart is waited for
-    // half of that. A stream that slept its backoff once more after reconnecting would
-    // deliver it 10 s later.
+    // Every failed attempt waits the cap, 10 s. A stream that slept its backoff once more
+    // after reconnecting would deliver the change after the restart about 10 s after it
+    // was written; it is waited for 8 s. Not a latency figure: the two outcomes are 10 s
+    // apart, and a change arrives within milliseconds (the freshness bench measures it).
     const CAP: Duration = Duration::from_secs(10);
-    const PROMPTLY: Duration = Duration::from_secs(5);
+    const PROMPTLY: Duration = Duration::from_secs(8);
     let mut etcd = Etcd::start().await;
     etcd.put("/gray/a", "1").await;
     let config =
@@ -350,7 +353,10 @@ async fn user_and_password_log_in_and_wrong_ones_say_so() {
                 .is_some_and(|e| e.contains(expected)),
             "{status:?}"
         );
-        follow.assert_quiet(Duration::from_millis(300)).await;
+        // It tries again, and still hands out nothing.
+        follow
+            .assert_nothing_after_failures(status.failures + 1)
+            .await;
     }
 }
 

@@ -3,13 +3,15 @@
 //!
 //! - [`alloc`]: a global allocator that counts the allocations of each thread, to prove
 //!   that a request path allocates nothing;
-//! - `etcd` (feature `etcd`): real etcd servers on free loopback ports with temporary
-//!   data dirs, killed at the end: one member (plain, with TLS client-certificate auth, or
+//! - `etcd` (feature `etcd`): real etcd servers on loopback ports reserved for them
+//!   (outside the ephemeral range, claimed with a lock no parallel test process takes) with
+//!   temporary data dirs, killed at the end: one member (plain, with TLS client-certificate auth, or
 //!   with a user and password), restarted on the same or an EMPTY data dir, frozen with
 //!   SIGSTOP; a 3-member cluster; certificates made with `rcgen`; a TCP proxy whose
 //!   connections a test can cut;
 //! - `net` (feature `net`, which `etcd` includes): raw TCP servers on loopback, among them
-//!   an HTTP/1.1 instance that answers before it has read the request body;
+//!   an HTTP/1.1 instance that answers before it has read the request body, and a port
+//!   that refuses connections for as long as the test holds it;
 //! - [`TempDir`] and [`WAIT`], the bound of every wait in the real-network tests.
 
 pub mod alloc;
@@ -57,12 +59,4 @@ impl Drop for TempDir {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.0);
     }
-}
-
-/// Binds a free loopback port and returns its number (the listener is closed at once).
-pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("bind a free loopback port")
 }

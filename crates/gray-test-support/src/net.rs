@@ -13,7 +13,7 @@ use std::{
 
 use tokio::{
     io::{AsyncReadExt, AsyncWriteExt},
-    net::{TcpListener, TcpStream},
+    net::{TcpListener, TcpSocket, TcpStream},
 };
 
 /// Accepts connections on a free loopback port, each handled by `on_connection` in a task
@@ -68,9 +68,35 @@ pub async fn answers_early(linger: Duration) -> (SocketAddr, Arc<AtomicUsize>) {
     .await
 }
 
-/// A loopback address nothing listens on (a port bound, then closed).
-pub fn closed_port() -> SocketAddr {
-    SocketAddr::from(([127, 0, 0, 1], crate::free_port()))
+/// A loopback address nothing listens on, for as long as this value lives: a socket is
+/// bound to it and never listens, so a connection to it is refused (the kernel answers a
+/// SYN to a port without a listener with a reset), and no other process can be handed the
+/// port meanwhile. A port bound, closed and then used races with every other process that
+/// binds one.
+#[derive(Debug)]
+pub struct ClosedPort {
+    addr: SocketAddr,
+    _socket: TcpSocket,
+}
+
+impl ClosedPort {
+    /// The address, `127.0.0.1:<port>`.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+}
+
+/// A loopback port that refuses connections while the returned value lives.
+pub fn closed_port() -> ClosedPort {
+    let socket = TcpSocket::new_v4().expect("a TCP socket");
+    socket
+        .bind(SocketAddr::from(([127, 0, 0, 1], 0)))
+        .expect("bind a loopback port");
+    let addr = socket.local_addr().expect("local address");
+    ClosedPort {
+        addr,
+        _socket: socket,
+    }
 }
 
 /// Whether `error` or one of its sources is an `io::Error` of kind `ConnectionRefused`.
@@ -85,4 +111,22 @@ pub fn is_refused(error: &(dyn std::error::Error + 'static)) -> bool {
         cause = e.source();
     }
     false
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_closed_port_refuses_connections_while_it_is_held() {
+        let closed = closed_port();
+        for _ in 0..3 {
+            let error = TcpStream::connect(closed.addr())
+                .await
+                .expect_err("refused");
+            assert_eq!(error.kind(), std::io::ErrorKind::ConnectionRefused);
+        }
+        // Nobody else can listen on it meanwhile.
+        assert!(TcpListener::bind(closed.addr()).await.is_err());
+    }
 }

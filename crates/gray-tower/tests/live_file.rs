@@ -105,11 +105,18 @@ async fn a_followed_file_reloads_rejects_and_survives_deletion() {
     assert_eq!(first_rule(&live).as_deref(), Some("four"));
     assert!(watch.status().connected);
 
-    // Stopped: later versions are not picked up.
+    // Stopped: the follower is gone (its status has no writer left, the event that proves
+    // it), and later versions are not picked up.
+    let mut source_status = watch.status_handle().subscribe();
     drop(watch);
+    tokio::time::timeout(WAIT, async {
+        while source_status.changed().await.is_ok() {}
+    })
+    .await
+    .expect("the follower stops with its handle");
     write(&path, "[[rules]]\nname = \"five\"\nbaseline = true\n");
-    tokio::time::sleep(Duration::from_millis(200)).await;
     assert_eq!(first_rule(&live).as_deref(), Some("four"));
+    assert_eq!(live.status().generation, 3);
 }
 
 async fn wait_status(

@@ -55,7 +55,7 @@ async fn main() -> Result<(), BoxError> {
     )
     .await?;
 
-    let client = ClientBuilder::new(reqwest::Client::new())
+    let client = ClientBuilder::new(reqwest::Client::builder().no_proxy().build()?)
         .with(PropagateMiddleware::new().with_carriers(carriers.clone()))
         .build();
     let orders_url = serve(
@@ -66,7 +66,7 @@ async fn main() -> Result<(), BoxError> {
     )
     .await?;
 
-    let plain = reqwest::Client::new();
+    let plain = reqwest::Client::builder().no_proxy().build()?;
     let send = async |header: Option<(&str, &str)>| {
         let mut req = plain.get(&orders_url);
         if let Some((name, value)) = header {

@@ -123,6 +123,7 @@ struct Case {
 
 async fn send(gateway: SocketAddr, case: &Case) -> Result<Answer, BoxError> {
     let client = reqwest::Client::builder()
+        .no_proxy()
         .local_address(case.from)
         .timeout(Duration::from_secs(10))
         .build()?;

@@ -32,7 +32,7 @@ async fn main() -> Result<(), BoxError> {
         async move { axum::serve(listener, Router::new().route("/", get(lane_header))).await },
     );
 
-    let client = ClientBuilder::new(reqwest::Client::new())
+    let client = ClientBuilder::new(reqwest::Client::builder().no_proxy().build()?)
         .with(PropagateMiddleware::new())
         .build();
 

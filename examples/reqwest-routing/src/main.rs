@@ -85,7 +85,8 @@ async fn check(
     lane: Option<&str>,
     expected: (u16, &str),
 ) -> Result<(), BoxError> {
-    let mut req = reqwest::Client::new().get(format!("http://{orders}/"));
+    let plain = reqwest::Client::builder().no_proxy().build()?;
+    let mut req = plain.get(format!("http://{orders}/"));
     if let Some(lane) = lane {
         req = req.header("x-gray-lane", lane);
     }
@@ -116,7 +117,7 @@ async fn main() -> Result<(), BoxError> {
     let stock = BalanceLayer::new("stock", Policy::new()).build(instances);
 
     // The client: propagation and routing; URLs of other hosts are sent as they are.
-    let client = ClientBuilder::new(reqwest::Client::new())
+    let client = ClientBuilder::new(reqwest::Client::builder().no_proxy().build()?)
         .with(PropagateMiddleware::new())
         .with(RouteMiddleware::new().route("stock", stock.clone()))
         .build();

@@ -398,6 +398,27 @@ fn find_key(whole: &serde_json::Value, field: &str, key: &str) -> Option<String>
     walk(value, field.to_owned(), key)
 }
 
+/// Refuses the table `table` of `doc`, at its line, when the binary was built without
+/// gray-gateway's feature `feature` (`compiled` is `cfg!(feature = ..)`: a parameter, so that
+/// a build with every feature tests the refusal too).
+fn needs_feature(
+    doc: &Document<'_>,
+    table: &str,
+    feature: &str,
+    compiled: bool,
+) -> Result<(), ConfigError> {
+    if compiled {
+        return Ok(());
+    }
+    Err(doc.error(
+        table,
+        format_args!(
+            "the `[{table}]` table needs gray-gateway's `{feature}` feature, which this binary \
+             was built without (cargo build -p gray-gateway --features {feature})"
+        ),
+    ))
+}
+
 /// Where the instances and the rules come from.
 fn sources(
     doc: &Document<'_>,
@@ -406,25 +427,16 @@ fn sources(
 ) -> Result<(Discovery, Rules), ConfigError> {
     let rules_file = raw.rules.clone().map(resolve);
     let instances = raw.instances.clone().map(resolve);
-    #[cfg(not(feature = "etcd"))]
     if raw.etcd.is_some() {
-        return Err(doc.error(
-            "etcd",
-            "the `[etcd]` table needs gray-gateway's `etcd` feature, which this binary was \
-             built without (cargo build -p gray-gateway --features etcd)",
-        ));
+        needs_feature(doc, "etcd", "etcd", cfg!(feature = "etcd"))?;
     }
     #[cfg(feature = "etcd")]
     if let Some(etcd) = &raw.etcd {
         if instances.is_some() {
             return Err(doc.error("etcd", "give either `instances` or `[etcd]`, not both"));
         }
-        if etcd.client.tls().is_some() && !cfg!(feature = "etcd-tls") {
-            return Err(doc.error(
-                "etcd.tls",
-                "the `[etcd.tls]` table needs gray-gateway's `etcd-tls` feature, which this \
-                 binary was built without (cargo build -p gray-gateway --features etcd-tls)",
-            ));
+        if etcd.client.tls().is_some() {
+            needs_feature(doc, "etcd.tls", "etcd-tls", cfg!(feature = "etcd-tls"))?;
         }
         let settings = EtcdSettings {
             client: etcd.client.clone(),

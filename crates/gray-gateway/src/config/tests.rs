@@ -62,13 +62,35 @@ fn defaults() {
     assert!(matches!(cfg.rules, Rules::None));
 }
 
-#[cfg(not(feature = "etcd"))]
+/// What a binary built without `etcd` (or `etcd-tls`) answers for those tables: the check
+/// `Config::parse` makes with `cfg!(feature = ..)`, made here with the feature off, so that
+/// the build with every feature (CI's) runs it too.
 #[test]
-fn an_etcd_table_needs_the_feature() {
-    let e = parse("listen = \"127.0.0.1:1\"\n[services.a]\n[etcd]\nendpoints = [\"x:1\"]\n")
-        .unwrap_err();
+fn a_table_needs_its_feature() {
+    let text = "listen = \"127.0.0.1:1\"\n[services.a]\n[etcd]\nendpoints = [\"http://127.0.0.1:2379\"]\n[etcd.tls]\nca_file = \"ca.pem\"\n";
+    let doc = Document::new(text, gray_config::Format::Toml, "gw.toml");
+    let e = needs_feature(&doc, "etcd", "etcd", false).unwrap_err();
     assert_eq!((e.line(), e.field()), (Some(3), Some("etcd")), "{e}");
-    assert!(e.message().contains("`etcd` feature"), "{e}");
+    assert_eq!(
+        e.message(),
+        "the `[etcd]` table needs gray-gateway's `etcd` feature, which this binary was built \
+         without (cargo build -p gray-gateway --features etcd)"
+    );
+    let e = needs_feature(&doc, "etcd.tls", "etcd-tls", false).unwrap_err();
+    assert_eq!((e.line(), e.field()), (Some(5), Some("etcd.tls")), "{e}");
+    assert!(e.message().contains("`etcd-tls` feature"), "{e}");
+    assert!(needs_feature(&doc, "etcd", "etcd", true).is_ok());
+
+    // The whole path, in this build: used with the feature, refused without it.
+    let parsed = parse(&text[..text.find("[etcd.tls]").unwrap()]);
+    if cfg!(feature = "etcd") {
+        // (Debug: `Discovery::Etcd` exists only with the feature.)
+        let discovery = format!("{:?}", parsed.unwrap().discovery);
+        assert!(discovery.starts_with("Etcd("), "{discovery}");
+    } else {
+        let e = parsed.unwrap_err();
+        assert_eq!((e.line(), e.field()), (Some(3), Some("etcd")), "{e}");
+    }
 }
 
 #[cfg(feature = "etcd")]

@@ -13,11 +13,11 @@
 use std::time::Duration;
 
 use gray_core::rand::Rng;
-use gray_rules::sticky_bucket;
 use gray_rollout::evidence::{Counters, EpochCounts, Pair, Report};
 use gray_rollout::{
     Arm, Observation, Outcome, Phase, Recorder, Rollout, RolloutConfig, Transition,
 };
+use gray_rules::sticky_bucket;
 
 // === random draws ===
 

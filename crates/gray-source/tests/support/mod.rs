@@ -117,11 +117,23 @@ impl Follow {
         seen
     }
 
-    /// Asserts that no update arrives for `quiet`.
-    pub async fn assert_quiet(&mut self, quiet: Duration) {
-        if let Ok(update) = tokio::time::timeout(quiet, self.rx.recv()).await {
+    /// Asserts that the watch handed out nothing by the time it has failed `failures` times
+    /// in all: each failed attempt is an event that proves it tried again, and an update
+    /// handed out before an attempt is forwarded before that attempt starts.
+    pub async fn assert_nothing_after_failures(&mut self, failures: u64) {
+        self.status_until("the failed attempts", |s| s.failures >= failures)
+            .await;
+        if let Ok(update) = self.rx.try_recv() {
             panic!("expected no update, got {update:?}");
         }
+    }
+
+    /// Puts the marker key `/gray/~marker` through `etcd` and asserts that it is the next
+    /// update: nothing came before it (a change handed out twice, a late reset).
+    pub async fn assert_next_is_marker(&mut self, etcd: &gray_test_support::etcd::Etcd) {
+        etcd.put("/gray/~marker", "marker").await;
+        let update = self.next().await;
+        assert_eq!(describe(&update), "put /gray/~marker");
     }
 
     /// Waits until the status satisfies `ok`, within `within`.

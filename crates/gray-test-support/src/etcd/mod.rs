@@ -1,4 +1,4 @@
-//! Real etcd servers on free loopback ports (feature `etcd`), each with a temporary data dir
+//! Real etcd servers on loopback ports reserved for them, each with a temporary data dir
 //! and killed when dropped:
 //!
 //! - [`Etcd`]: one member: plain, with TLS client-certificate auth ([`Etcd::start_tls`]) or
@@ -12,8 +12,15 @@
 //!
 //! Every wait is bounded by [`WAIT`]; a member that does not come up fails the
 //! test with its log.
+//!
+//! etcd binds its ports itself, so they cannot be "bound at 0 and kept". They are taken
+//! outside the kernel's ephemeral range (which `bind(0)` and outgoing connections draw
+//! from), each claimed with an exclusive `flock` on `$TMPDIR/gray-test-ports/<port>.lock`
+//! that every test process honours and the kernel releases when the process ends, and
+//! checked free; the claim lasts as long as the member, restarts included.
 
 mod cluster;
+mod ports;
 mod proxy;
 mod tls;
 
@@ -22,8 +29,9 @@ use std::{net::SocketAddr, path::PathBuf, process::Stdio, sync::Arc, time::Durat
 use etcd_client::{Client, ConnectOptions, GetOptions};
 use tokio::process::{Child, Command};
 
+use self::ports::Reserved;
 pub use self::{cluster::Cluster, proxy::Proxy, tls::Tls};
-use crate::{TempDir, WAIT, free_port};
+use crate::{TempDir, WAIT};
 
 fn etcd_binary() -> PathBuf {
     if let Some(bin) = std::env::var_os("ETCD_BIN") {
@@ -59,6 +67,8 @@ pub struct Etcd {
     name: String,
     client_port: u16,
     peer_port: u16,
+    /// The two ports, reserved for as long as this member may run on them.
+    _ports: [Reserved; 2],
     /// `name=peer-url,…` of every member of its cluster.
     initial_cluster: String,
     tls: Option<Arc<Tls>>,
@@ -66,7 +76,7 @@ pub struct Etcd {
 }
 
 impl Etcd {
-    /// Starts a single-member cluster on free loopback ports and waits until it answers.
+    /// Starts a single-member cluster on reserved loopback ports and waits until it answers.
     pub async fn start() -> Etcd {
         let mut etcd = Etcd::member("gray-test", None);
         etcd.initial_cluster = format!("{}={}", etcd.name, etcd.peer_url());
@@ -96,17 +106,14 @@ impl Etcd {
 
     /// A member of a cluster not started yet.
     fn member(name: &str, tls: Option<Arc<Tls>>) -> Etcd {
-        let client_port = free_port();
-        let peer_port = (0..100)
-            .map(|_| free_port())
-            .find(|p| *p != client_port)
-            .expect("two distinct free ports");
+        let ports = [Reserved::take(), Reserved::take()];
         Etcd {
             child: None,
             dir: TempDir::new("etcd"),
             name: name.to_owned(),
-            client_port,
-            peer_port,
+            client_port: ports[0].port(),
+            peer_port: ports[1].port(),
+            _ports: ports,
             initial_cluster: String::new(),
             tls,
             auth: None,
