@@ -31,9 +31,9 @@ fn carriers() -> Carriers {
 
 /// C's handler: its id and the `gray` header it received (`-` when absent).
 async fn c(State(id): State<&'static str>, headers: HeaderMap) -> String {
-    let gray = headers
-        .get("gray")
-        .map_or("-".into(), |v| String::from_utf8_lossy(v.as_bytes()).into_owned());
+    let gray = headers.get("gray").map_or("-".into(), |v| {
+        String::from_utf8_lossy(v.as_bytes()).into_owned()
+    });
     format!("{id} gray={gray}")
 }
 
