@@ -9,7 +9,7 @@
 //!    [`Policy::classify`] reads the lane and the versions from its labels. The balancer
 //!    files the instance under every [`Subset`] the class belongs to: [`Subset::All`], then
 //!    [`Subset::Baseline`] or [`Subset::Lane`], then each [`Subset::Version`] (with
-//!    [`Unlabelled::Wildcard`](crate::Unlabelled::Wildcard), unlabelled instances also
+//!    [`Unlabelled::Wildcard`], unlabelled instances also
 //!    count for every lane and every version; [`Policy::serves`] says whether a class
 //!    belongs to a subset, for a balancer that keeps no index).
 //! 2. **Per request**, [`Policy::key`] turns the request's stain into a [`Key`]: its lane

@@ -14,24 +14,7 @@
 //! user inside 10 % stays inside at 20 %. The function is fixed: it is part of the
 //! configuration contract and never changes between releases.
 //!
-//! A user's arm of a sticky split is the arm of highest score, by weighted rendezvous
-//! hashing (highest random weight), over the arms of weight `w > 0`:
-//!
-//! ```text
-//! h      = keyed_hash(salt, key ‖ 0xFF ‖ id)     id: the arm's name, else its position ("0", "1", …)
-//! u      = ((h >> 11) + 0.5) / 2^53              in (0, 1)
-//! score  = w / −ln(u)                            IEEE-754 double precision
-//! ```
-//!
-//! `−ln(u)` is exponentially distributed, so each arm wins for a share `w / Σw` of the keys.
-//! An arm's score depends only on its own id and weight: growing one arm's weight raises
-//! its score alone, so the only users who move are users who move **into** it (shrinking
-//! it, only users who leave it); adding an arm moves users only into the new arm, and
-//! removing one only moves its own users. On equal scores the earlier arm wins. The
-//! function is fixed like the bucket: part of the configuration contract. (Computed in
-//! double precision with the platform's `ln`: two platforms whose `ln` differ in the last
-//! bit could disagree only on a key whose two best scores are that close, about one key
-//! in 10^15.)
+//! A user's arm of a sticky split: [`sticky_split_arm`].
 
 use gray_core::{
     hash::{keyed_hash, keyed_hash_parts},
@@ -57,8 +40,26 @@ pub fn sticky_bucket(salt: &[u8], key: &[u8]) -> u32 {
 }
 
 /// The arm of a sticky split that `key` falls in under `salt`: the index, in `arms`, of the
-/// arm of highest score (see the [formula](self)); each arm is its id (its name, else its
-/// position in decimal) and its weight. `None` when no arm has a weight above 0.
+/// arm of highest score; each arm is its id (its name, else its position in decimal) and
+/// its weight. `None` when no arm has a weight above 0.
+///
+/// Weighted rendezvous hashing (highest random weight), over the arms of weight `w > 0`:
+///
+/// ```text
+/// h      = keyed_hash(salt, key ‖ 0xFF ‖ id)     id: the arm's name, else its position ("0", "1", …)
+/// u      = ((h >> 11) + 0.5) / 2^53              in (0, 1)
+/// score  = w / −ln(u)                            IEEE-754 double precision
+/// ```
+///
+/// `−ln(u)` is exponentially distributed, so each arm wins for a share `w / Σw` of the keys.
+/// An arm's score depends only on its own id and weight: growing one arm's weight raises
+/// its score alone, so the only users who move are users who move **into** it (shrinking
+/// it, only users who leave it); adding an arm moves users only into the new arm, and
+/// removing one only moves its own users. On equal scores the earlier arm wins. The
+/// function is fixed like [`sticky_bucket`]: part of the configuration contract. (Computed in
+/// double precision with the platform's `ln`: two platforms whose `ln` differ in the last
+/// bit could disagree only on a key whose two best scores are that close, about one key
+/// in 10^15.)
 ///
 /// ```
 /// use gray_rules::sticky_split_arm;

@@ -105,7 +105,7 @@ fn arms_take_their_shares_of_users() {
     for (arm, (&w, &count)) in weights.iter().zip(&counts).enumerate() {
         let p = f64::from(w) / 100.0;
         let bound = 4.0 * (n * p * (1.0 - p)).sqrt();
-        let off = (f64::from(count) - n * p).abs();
+        let off = n.mul_add(-p, f64::from(count)).abs();
         assert!(
             off <= bound,
             "arm {arm}: {count} of {USERS}, expected {} ± {bound:.0}",
