@@ -46,7 +46,14 @@ impl fmt::Display for SourceError {
             #[cfg(feature = "etcd")]
             SourceError::Etcd { action, source } => {
                 write!(f, "etcd {action} failed: ")?;
-                explain(source, action.ends_with(crate::etcd::OVER_TLS), f)
+                let over = if action.ends_with(crate::etcd::OVER_TLS) {
+                    Over::Tls
+                } else if action.ends_with(ON_NEW_PLAIN_TEXT) {
+                    Over::NewPlainText
+                } else {
+                    Over::PlainText
+                };
+                explain(source, over, f)
             }
             SourceError::Timeout { action, after } => {
                 write!(f, "{action}: no answer within {after:?}")
@@ -56,10 +63,61 @@ impl fmt::Display for SourceError {
     }
 }
 
-/// etcd-client's error, compact (tonic's `Status` prints its details and metadata), with
-/// the causes of a transport failure and a hint where the fix is the operator's.
+/// How an action on a new plain-text connection that the member closed at once ends.
 #[cfg(feature = "etcd")]
-fn explain(error: &etcd_client::Error, tls: bool, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+const ON_NEW_PLAIN_TEXT: &str = "on a new plain-text connection";
+
+/// What an etcd request went over, as far as its error can tell.
+#[cfg(feature = "etcd")]
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Over {
+    Tls,
+    PlainText,
+    /// A plain-text connection, closed by the member before it answered anything.
+    NewPlainText,
+}
+
+#[cfg(feature = "etcd")]
+impl SourceError {
+    /// Marks the failure of the first request on a new plain-text connection when the
+    /// member closed the connection: what a TLS member does to a client that does not speak
+    /// TLS (a plain-text member killed at that very moment is the other, rarer, cause), so
+    /// the message says so.
+    pub(crate) fn first_on_plain_text(self) -> Self {
+        match self {
+            SourceError::Etcd { action, source }
+                if !action.ends_with(crate::etcd::OVER_TLS)
+                    && !action.ends_with(ON_NEW_PLAIN_TEXT)
+                    && is_closed(&describe(&source).to_ascii_lowercase()) =>
+            {
+                SourceError::Etcd {
+                    action: format!("{action} {ON_NEW_PLAIN_TEXT}"),
+                    source,
+                }
+            }
+            other => other,
+        }
+    }
+}
+
+/// Whether an error's text says that the peer closed the connection.
+#[cfg(feature = "etcd")]
+fn is_closed(lower: &str) -> bool {
+    [
+        "connection closed",
+        "connection reset",
+        "broken pipe",
+        "early eof",
+        "unexpected eof",
+    ]
+    .iter()
+    .any(|needle| lower.contains(needle))
+}
+
+/// etcd-client's error, compact (tonic's `Status` prints its details and metadata), with
+/// the causes of a transport failure.
+#[cfg(feature = "etcd")]
+fn describe(error: &etcd_client::Error) -> String {
     use std::error::Error as _;
 
     let (mut text, mut cause): (String, Option<&(dyn std::error::Error + 'static)>) = match error {
@@ -78,6 +136,13 @@ fn explain(error: &etcd_client::Error, tls: bool, f: &mut fmt::Formatter<'_>) ->
         }
         cause = c.source();
     }
+    text
+}
+
+/// etcd-client's error, compact, with a hint where the fix is the operator's.
+#[cfg(feature = "etcd")]
+fn explain(error: &etcd_client::Error, over: Over, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+    let text = describe(error);
     f.write_str(&text)?;
     let lower = text.to_ascii_lowercase();
     let hint = if lower.contains("authentication failed")
@@ -93,14 +158,15 @@ fn explain(error: &etcd_client::Error, tls: bool, f: &mut fmt::Formatter<'_>) ->
         || lower.contains("https")
     {
         Some("check the TLS settings: the CA, the client certificate and key, the server name")
-    } else if tls
-        && (lower.contains("connection closed")
-            || lower.contains("connection reset")
-            || lower.contains("broken pipe"))
-    {
+    } else if over == Over::Tls && is_closed(&lower) {
         Some(
             "a member closes the connection when it refuses the client certificate: \
              check the TLS settings: the CA, the client certificate and key",
+        )
+    } else if over == Over::NewPlainText && is_closed(&lower) {
+        Some(
+            "the member closed the connection before answering: it may be a TLS member; \
+             use https:// with the TLS settings, `[etcd.tls]`",
         )
     } else {
         None

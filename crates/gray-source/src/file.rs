@@ -16,9 +16,20 @@
 //! recorded in the [`Status`](crate::Status), and changes nothing; when it is readable
 //! again, its content is handed out if it changed meanwhile.
 //!
+//! # Files written in place
+//!
 //! Write files atomically (write a temporary file, then rename it over the old one). A
-//! consumer that reads a half-written file rejects it, as its parser fails, and picks up
-//! the complete file at the next check.
+//! file written **in place** (truncated, then written in several writes) can be read
+//! between two writes: empty, or a prefix of the new version that may well parse. So a
+//! version is handed out only once it has **settled**: a second read, the settle delay
+//! later ([`DEFAULT_SETTLE`], 100 ms; [`FileSource::with_settle`]), gave the same bytes.
+//! A writer still at work by then has changed them, and the wait starts again. A change
+//! thus takes the polling interval plus the settle delay to be handed out (350 ms at
+//! most by default). A file not modified in the last 3 s that did not change while it was
+//! read is handed out at once (the usual case for [`Source::load`] at start-up). A writer
+//! that pauses longer than the settle delay in the middle of a file can still be caught
+//! half-way: raise the delay, or write atomically. [`Source::load`] waits for a file to
+//! settle too, up to 20 settle delays; then it returns what it read last.
 //!
 //! ```
 //! use futures_util::StreamExt;
@@ -29,7 +40,11 @@
 //! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! let path = std::env::temp_dir().join(format!("gray-file-doc-{}.txt", std::process::id()));
 //! std::fs::write(&path, "one")?;
-//! let mut updates = FileSource::new(&path).with_interval(Duration::from_millis(10)).watch();
+//! let source = FileSource::new(&path)
+//!     .with_interval(Duration::from_millis(10))
+//!     .with_settle(Duration::from_millis(20));
+//! assert_eq!(source.settle(), Duration::from_millis(20));
+//! let mut updates = source.watch();
 //! let Some(Update::Reset(first)) = updates.next().await else { unreachable!() };
 //! assert_eq!(first.entries[0].value, b"one");
 //!
@@ -53,10 +68,20 @@ use futures_util::stream;
 use gray_core::hash::content_hash;
 use tokio::time::{Interval, MissedTickBehavior};
 
+use self::settle::{Read, Settle};
 use crate::{Entry, Revision, Snapshot, Source, SourceError, StatusHandle, Update, Updates};
+
+mod settle;
 
 /// The default polling interval.
 pub const DEFAULT_INTERVAL: Duration = Duration::from_millis(250);
+
+/// The default settle delay: a version read is handed out once a second read this much
+/// later gives the same bytes (see [Files written in place](self#files-written-in-place)).
+pub const DEFAULT_SETTLE: Duration = Duration::from_millis(100);
+
+/// How many settle delays [`Source::load`] waits for a file that keeps changing.
+const LOAD_PATIENCE: u32 = 20;
 
 /// A file modified less than this long ago is compared by content as well, as its
 /// modification time may not change on a second edit on file systems with coarse times.
@@ -67,14 +92,17 @@ const RACY_WINDOW: Duration = Duration::from_secs(3);
 pub struct FileSource {
     path: Arc<Path>,
     interval: Duration,
+    settle: Duration,
 }
 
 impl FileSource {
-    /// The file at `path`, polled every [`DEFAULT_INTERVAL`].
+    /// The file at `path`, polled every [`DEFAULT_INTERVAL`], each version handed out once
+    /// it has settled for [`DEFAULT_SETTLE`].
     pub fn new(path: impl AsRef<Path>) -> Self {
         FileSource {
             path: Arc::from(path.as_ref()),
             interval: DEFAULT_INTERVAL,
+            settle: DEFAULT_SETTLE,
         }
     }
 
@@ -82,6 +110,15 @@ impl FileSource {
     #[must_use]
     pub fn with_interval(mut self, interval: Duration) -> Self {
         self.interval = interval.max(Duration::from_millis(1));
+        self
+    }
+
+    /// Hands a version out only once a second read, `settle` later, gave the same bytes
+    /// (see [Files written in place](self#files-written-in-place)). `Duration::ZERO` hands
+    /// out every read at once, as written in place or not.
+    #[must_use]
+    pub fn with_settle(mut self, settle: Duration) -> Self {
+        self.settle = settle;
         self
     }
 
@@ -95,6 +132,16 @@ impl FileSource {
     #[must_use]
     pub fn interval(&self) -> Duration {
         self.interval
+    }
+
+    /// The settle delay.
+    #[must_use]
+    pub fn settle(&self) -> Duration {
+        self.settle
+    }
+
+    fn settler(&self) -> Settle {
+        Settle::new(self.settle, RACY_WINDOW)
     }
 
     fn read_error(&self, source: std::io::Error) -> SourceError {
@@ -119,14 +166,24 @@ impl FileSource {
         }
     }
 
-    async fn read(&self) -> Result<(Stamp, Vec<u8>), SourceError> {
-        let meta = tokio::fs::metadata(&self.path)
-            .await
-            .map_err(|e| self.read_error(e))?;
+    /// Reads the bytes, with the stamp before, and whether it was the same after.
+    async fn read(&self, before: Option<Stamp>) -> Result<(Stamp, Vec<u8>, bool), SourceError> {
+        let before = match before {
+            Some(stamp) => stamp,
+            None => self.stamp().await?,
+        };
         let bytes = tokio::fs::read(&self.path)
             .await
             .map_err(|e| self.read_error(e))?;
-        Ok((Stamp::of(&meta), bytes))
+        let still = self.stamp().await? == before;
+        Ok((before, bytes, still))
+    }
+
+    async fn stamp(&self) -> Result<Stamp, SourceError> {
+        let meta = tokio::fs::metadata(&self.path)
+            .await
+            .map_err(|e| self.read_error(e))?;
+        Ok(Stamp::of(&meta))
     }
 }
 
@@ -135,10 +192,25 @@ impl Source for FileSource {
         self.path.display().to_string()
     }
 
+    /// Reads the file once it has settled (see [Files written in place](self#files-written-in-place)).
     fn load(&self) -> Pin<Box<dyn Future<Output = Result<Snapshot, SourceError>> + Send + '_>> {
         Box::pin(async move {
-            let (stamp, bytes) = self.read().await?;
-            Ok(self.snapshot(stamp, bytes))
+            let mut settle = self.settler();
+            let mut reads = 0;
+            loop {
+                let (stamp, bytes, still) = self.read(None).await?;
+                let read = Read::of(stamp, &bytes, still);
+                reads += 1;
+                if settle.ready(read, tokio::time::Instant::now()) {
+                    return Ok(self.snapshot(stamp, bytes));
+                }
+                let Some(due) = settle.due().filter(|_| reads < LOAD_PATIENCE) else {
+                    tracing::warn!(target: "gray::source", file = %self.path.display(), reads,
+                        "file still changing; read as it is");
+                    return Ok(self.snapshot(stamp, bytes));
+                };
+                tokio::time::sleep_until(due).await;
+            }
         })
     }
 
@@ -147,6 +219,7 @@ impl Source for FileSource {
         let mut ticker = tokio::time::interval(self.interval);
         ticker.set_missed_tick_behavior(MissedTickBehavior::Delay);
         let poller = Poller {
+            settle: self.settler(),
             source: self.clone(),
             ticker,
             stamp: None,
@@ -173,6 +246,17 @@ struct Stamp {
     modified: Option<SystemTime>,
     len: u64,
     file: Option<(u64, u64)>,
+}
+
+impl Read {
+    fn of(stamp: Stamp, bytes: &[u8], still: bool) -> Read {
+        Read {
+            modified: stamp.modified,
+            still,
+            len: bytes.len(),
+            hash: content_hash(bytes),
+        }
+    }
 }
 
 impl Stamp {
@@ -211,6 +295,8 @@ struct Poller {
     hash: Option<u64>,
     /// Whether the last check failed, so that a failure is logged once.
     failing: bool,
+    /// When the version read last may be handed out.
+    settle: Settle,
     status: StatusHandle,
 }
 
@@ -218,12 +304,20 @@ impl Poller {
     /// Waits for the next version of the file.
     async fn next(&mut self) -> Update {
         loop {
-            // The first tick completes at once: the first version is read immediately.
-            self.ticker.tick().await;
+            match self.settle.due() {
+                // A version read waits for the read that confirms it.
+                Some(due) => tokio::time::sleep_until(due).await,
+                // The first tick completes at once: the first version is read immediately.
+                None => {
+                    self.ticker.tick().await;
+                }
+            }
             match self.check().await {
                 Ok(Some(snapshot)) => return Update::Reset(snapshot),
                 Ok(None) => {}
                 Err(error) => {
+                    // Read again at the next tick, not at once.
+                    self.settle.clear();
                     self.status.failure(&error);
                     if !self.failing {
                         self.failing = true;
@@ -245,20 +339,23 @@ impl Poller {
             self.failing = false;
             tracing::info!(target: "gray::source", file = %path.display(), "file readable again");
         }
-        if self.stamp == Some(stamp) && !stamp.is_recent() {
+        if self.stamp == Some(stamp) && !stamp.is_recent() && self.settle.due().is_none() {
             self.status.contact(None);
             return Ok(None);
         }
-        let bytes = tokio::fs::read(path)
-            .await
-            .map_err(|e| self.source.read_error(e))?;
+        let (stamp, bytes, still) = self.source.read(Some(stamp)).await?;
         self.status.contact(None);
         self.stamp = Some(stamp);
-        let hash = content_hash(&bytes);
-        if self.hash == Some(hash) {
+        let read = Read::of(stamp, &bytes, still);
+        if self.hash == Some(read.hash) {
+            // Back to what was handed out (or never left it).
+            self.settle.clear();
             return Ok(None);
         }
-        self.hash = Some(hash);
+        if !self.settle.ready(read, tokio::time::Instant::now()) {
+            return Ok(None);
+        }
+        self.hash = Some(read.hash);
         Ok(Some(self.source.snapshot(stamp, bytes)))
     }
 }

@@ -10,11 +10,13 @@
 //!
 //! - [`Source`]: what a place to read from offers: [`Source::load`] (read it all once) and
 //!   [`Source::watch`] (a stream of [`Update`]s that starts with the whole content);
-//! - [`file::FileSource`] (feature `file`, on by default): one file, polled;
+//! - [`file::FileSource`] (feature `file`, on by default): one file, polled, each version
+//!   handed out once it has settled (a file written in place is never handed out
+//!   half-written);
 //! - `etcd::EtcdSource` (feature `etcd`): one etcd key or every key under a prefix, watched
 //!   from the last revision seen, on one member at a time (the next one when it fails or
-//!   falls silent), listed again when the watch cannot resume or the cluster lost its
-//!   data; `etcd::EtcdConfig` holds the client options (timeouts, keep-alive, progress
+//!   falls silent), its keys checked at every reconnection, listed again when the watch
+//!   cannot resume or the cluster lost its data; `etcd::EtcdConfig` holds the client options (timeouts, keep-alive, progress
 //!   deadline, backoff, user and password, TLS) and deserializes from a config file;
 //! - [`Status`]: how fresh a watch is (last contact, revision, cluster, endpoint,
 //!   failures, resets, last error), for metrics and alerts;

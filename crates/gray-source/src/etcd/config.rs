@@ -273,10 +273,12 @@ impl EtcdConfig {
         let bound = self.connect_timeout + self.request_timeout;
         match tokio::time::timeout(bound, Client::connect(endpoints, Some(options))).await {
             Ok(Ok(client)) => Ok(client),
+            // The login, when a user is set, is the first request on the connection.
             Ok(Err(source)) => Err(SourceError::Etcd {
                 action: action(),
                 source,
-            }),
+            }
+            .first_on_plain_text()),
             Err(_) => Err(SourceError::Timeout {
                 action: action(),
                 after: bound,

@@ -7,13 +7,15 @@
 //! (endpoints, timeouts, keep-alive, progress deadline, backoff, user and password, TLS);
 //! it is also what a configuration file's `[etcd]` table deserializes into.
 //!
-//! A watch talks to **one member at a time**, starting with the first endpoint. When
-//! anything fails it drops the connection, waits its backoff, and connects to the **next**
-//! endpoint (round robin), where it resumes from the last revision it handed out + 1: the
-//! changes made meanwhile arrive as if nothing had happened. The stream never yields an
-//! error: failures are logged (`tracing`, target `gray::source`, WARN), counted in the
-//! [`Status`](crate::Status) ([`Updates::status`]), and meanwhile
-//! the consumer keeps what it has.
+//! A watch talks to **one member at a time**, starting with the endpoint that answered
+//! last (the one that answered [`Source::load`], usually called just before; the first
+//! endpoint otherwise), so a dead first endpoint does not delay it. When anything fails it
+//! drops the connection, waits its backoff, and connects to the **next** endpoint (round
+//! robin), where it checks the keys it holds (below) and resumes from the last revision it
+//! handed out + 1: the changes made meanwhile arrive as if nothing had happened. The stream
+//! never yields an error: failures are logged (`tracing`, target `gray::source`, WARN),
+//! counted in the [`Status`](crate::Status) ([`Updates::status`]), and meanwhile the
+//! consumer keeps what it has.
 //!
 //! # Faults, and how fast they heal
 //!
@@ -29,17 +31,39 @@
 //! | a request hangs (a frozen member at connect, a slow listing) | the request timeout | next endpoint after one backoff step | within 5 s + backoff |
 //! | the whole cluster is down | connections refused | retried with backoff, capped at its max (5 s) | at most one backoff sleep after etcd is back (≤ 5 s); then at once: no backoff is slept after a successful reconnection |
 //! | revisions compacted while away | the watch answers with a compact revision | list again, hand out an [`Update::Reset`](crate::Update::Reset) | one listing |
-//! | the cluster restarted **without its data** (a member restored empty, a wrong data dir) or was **replaced** | before resuming on a new connection, a linearizable read shows a store revision below the one handed out; the cluster ID changes; a member's raft term goes back; any watch response carries a revision below the one handed out; the history does not follow from what was handed out (a key held is created again, a key not held changes or is deleted, a version is skipped) | list again, hand out an `Update::Reset` (the consumer diffs it: keys gone are deleted, none comes back); WARN with the old and new cluster ID and revision; [`Status::resets`](crate::Status::resets) + 1 | at reconnection, or at the first change that does not follow |
+//! | the cluster restarted **without its data** (a member restored empty, a wrong data dir, a cluster rebuilt with the same name, URLs and token, so the same cluster ID) or was **replaced** | on **every new connection**, before resuming: the keys under the prefix are listed again, keys only, linearizably, **at the revision handed out**, and are not the keys handed out (a key gone, a key never handed out, a key at another version or last change), or etcd refuses that revision as a future one (the store is behind it); the cluster ID changes; a member's raft term goes back; any watch response carries a revision below the one handed out; the history does not follow from what was handed out (a key held is created again, a key not held changes or is deleted, a version is skipped) | list again, hand out an `Update::Reset` (the consumer diffs it: keys gone are deleted, none comes back); WARN with the old and new cluster ID and revision and the keys that differ; [`Status::resets`](crate::Status::resets) + 1 | at the reconnection: the first update after it is the `Reset` |
 //! | wrong user or password, TLS mismatch, no permission | the login, handshake or request fails | [`Source::load`] fails at once with the reason; a watch logs WARN, records it in its status, and retries with backoff | when the operator fixes it |
+//! | an `http://` endpoint on a member that serves TLS only | the member closes a new plain-text connection before answering | the error (of [`Source::load`], and in a watch's [`Status::last_error`](crate::Status::last_error)) says that the endpoint may be a TLS member, to be reached with `https://` and the TLS settings | when the operator fixes it |
 //!
-//! What cannot be detected: a cluster that lost its data and, before the watch reconnects,
-//! got **more** revisions than were handed out, with the same cluster ID, no lower raft
-//! term, and only keys the consumer does not hold. The watch then resumes in the middle of
-//! the new history: it sees every later change, but not the keys created before, nor that
-//! the keys it holds are gone, until one of them changes (which shows the history does not
-//! follow). Rebuild a cluster with a new `--initial-cluster-token` (a new cluster ID) to
-//! rule this out. Membership changes alone (a member added or removed) are not a reset and
-//! are not reported.
+//! # The check at every reconnection
+//!
+//! In the cluster that handed the keys out, the keys at the revision handed out are the
+//! keys handed out, whatever happened since: the watch delivers the later changes from that
+//! revision + 1. A store that lost its data starts again from revision 1. If it is still
+//! behind the revision handed out, etcd refuses to list at it; if it has been written past
+//! it, it lists other keys there (or the same keys at other revisions). Without the check,
+//! the watch would resume in the middle of the new history and keep every key it held
+//! until one of them happened to change. With it, the difference is found before the watch
+//! resumes, and the whole is listed again. Comparing at the revision handed out, not at
+//! the current one, keeps the check exact: the changes made while the watch was away are
+//! not mistaken for losses, and are delivered one by one as before.
+//!
+//! The check costs **one keys-only range request per new connection** (never per event):
+//! no values cross the network, only each key with its version and revisions. It replaces
+//! the count-only read a reconnection made before, so the number of requests is the same.
+//! For 10,000 keys on loopback the request takes about 16.5 ms, against 17.5 ms for a full
+//! listing with ~90-byte values (etcd reads each key from its store either way; the saving
+//! is the transfer), and a whole reconnection (the connection, the check, the watch) takes
+//! 52 ms instead of 19 ms with no keys (`benches/reconnect.rs`, on a loaded 2-core machine).
+//! A mismatch costs one full listing, handed out as an `Update::Reset`: the
+//! values of the new keys are needed anyway, and a store whose history is not the one
+//! handed out is not trusted key by key. When the revision handed out has been compacted
+//! it cannot be listed, and the whole is listed again, as the watch would have to.
+//!
+//! What is left: a store rebuilt by writing the **same keys in the same order** up to the
+//! revision handed out (same versions, same revisions) with **other values**; the check
+//! compares keys and revisions, not values. Membership changes alone (a member added or
+//! removed) are not a reset and are not reported.
 //!
 //! ```no_run
 //! use futures_util::StreamExt;
@@ -60,14 +84,24 @@
 
 mod config;
 mod tls;
+mod verify;
 mod watch;
 
-use std::{collections::HashMap, future::Future, pin::Pin, sync::Arc};
+use std::{
+    collections::HashMap,
+    future::Future,
+    pin::Pin,
+    sync::{
+        Arc,
+        atomic::{AtomicUsize, Ordering},
+    },
+};
 
 use etcd_client::{Client, GetOptions, ResponseHeader};
 use tonic::Code;
 
 pub(crate) use self::config::OVER_TLS;
+use self::verify::Seen;
 pub use self::{
     config::{DEFAULT_KEEP_ALIVE, DEFAULT_PROGRESS_DEADLINE, DEFAULT_TIMEOUT, EtcdConfig},
     tls::EtcdTls,
@@ -80,12 +114,15 @@ pub struct EtcdSource {
     config: Arc<EtcdConfig>,
     key: String,
     prefix: bool,
+    /// The index of the endpoint that answered last (a load, a watch), where the next
+    /// load or watch starts; shared by clones.
+    answered: Arc<AtomicUsize>,
 }
 
-/// A listing: the entries, each key's version, and the response header.
+/// A listing: the entries, each key's version and last change, and the response header.
 pub(crate) struct Listing {
     pub(crate) entries: Vec<Entry>,
-    pub(crate) versions: HashMap<String, i64>,
+    pub(crate) keys: HashMap<String, Seen>,
     pub(crate) header: Option<ResponseHeader>,
 }
 
@@ -96,6 +133,7 @@ impl EtcdSource {
             config: Arc::new(config),
             key: key.into(),
             prefix: false,
+            answered: Arc::default(),
         }
     }
 
@@ -105,6 +143,7 @@ impl EtcdSource {
             config: Arc::new(config),
             key: prefix.into(),
             prefix: true,
+            answered: Arc::default(),
         }
     }
 
@@ -126,6 +165,16 @@ impl EtcdSource {
         &self.config
     }
 
+    /// The index of the endpoint that answered last.
+    pub(crate) fn answered(&self) -> usize {
+        self.answered.load(Ordering::Relaxed)
+    }
+
+    /// Records that the endpoint at `index` answered.
+    pub(crate) fn set_answered(&self, index: usize) {
+        self.answered.store(index, Ordering::Relaxed);
+    }
+
     /// Lists the key or prefix: the entries, sorted by key, and the header (whose
     /// revision is the store revision they were read at).
     pub(crate) async fn list(
@@ -142,13 +191,13 @@ impl EtcdSource {
             )
             .await?;
         let header = response.take_header();
-        let mut versions = HashMap::with_capacity(response.kvs().len());
+        let mut keys = HashMap::with_capacity(response.kvs().len());
         let mut entries: Vec<Entry> = response
             .kvs()
             .iter()
             .map(|kv| {
                 let key = String::from_utf8_lossy(kv.key()).into_owned();
-                versions.insert(key.clone(), kv.version());
+                keys.insert(key.clone(), Seen::of(kv));
                 Entry {
                     key,
                     value: kv.value().to_vec(),
@@ -161,7 +210,7 @@ impl EtcdSource {
         entries.sort_by(|a, b| a.key.cmp(&b.key));
         Ok(Listing {
             entries,
-            versions,
+            keys,
             header,
         })
     }
@@ -194,21 +243,31 @@ impl Source for EtcdSource {
     }
 
     /// Lists the key or prefix through the first endpoint that answers (each one tried in
-    /// turn, each bounded by the connect and request timeouts); fails at once when the
-    /// request itself is refused (wrong credentials, no permission, TLS misconfigured).
+    /// turn from the one that answered last, each bounded by the connect and request
+    /// timeouts); fails at once when the request itself is refused (wrong credentials, no
+    /// permission, TLS misconfigured). A watch started afterwards starts on the endpoint
+    /// that answered.
     fn load(&self) -> Pin<Box<dyn Future<Output = Result<Snapshot, SourceError>> + Send + '_>> {
         Box::pin(async move {
             let mut last = None;
-            for endpoint in self.config.endpoints() {
+            let endpoints = self.config.endpoints();
+            let first = self.answered();
+            for index in (0..endpoints.len()).map(|i| (first + i) % endpoints.len()) {
+                let endpoint = &endpoints[index];
                 let attempt = async {
                     let mut client = self
                         .config
                         .connect_to(std::slice::from_ref(endpoint))
                         .await?;
-                    self.list(&mut client, endpoint).await
+                    // A member that drops a new plain-text connection at once may speak
+                    // TLS only.
+                    self.list(&mut client, endpoint)
+                        .await
+                        .map_err(SourceError::first_on_plain_text)
                 };
                 match attempt.await {
                     Ok(listing) => {
+                        self.set_answered(index);
                         let revision = listing.header.as_ref().map_or(0, ResponseHeader::revision);
                         return Ok(Snapshot {
                             entries: listing.entries,

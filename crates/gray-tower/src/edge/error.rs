@@ -2,7 +2,7 @@
 
 use std::fmt;
 
-use gray_rules::RulesError;
+use gray_rules::{Format, RulesError};
 use gray_source::SourceError;
 
 /// Why rules could not be read from a [`Source`](gray_source::Source).
@@ -24,6 +24,15 @@ pub enum RuleSourceError {
     UnknownFormat(String),
     /// The value is not UTF-8 text.
     NotText(String),
+    /// The document is empty: 0 bytes, or blanks and comments only (a file caught while it
+    /// was written in place, a config tool that truncated it). "No rules" is written
+    /// explicitly (`rules = []`).
+    Empty {
+        /// The source: a file's path, an etcd key.
+        source: String,
+        /// Its format, to say what to write instead.
+        format: Format,
+    },
     /// The rule set is invalid.
     Rules(RulesError),
 }
@@ -47,6 +56,17 @@ impl fmt::Display for RuleSourceError {
                  extension, or a format given with the source"
             ),
             RuleSourceError::NotText(key) => write!(f, "{key} does not hold UTF-8 text"),
+            RuleSourceError::Empty { source, format } => {
+                let example = match format {
+                    Format::Yaml => "rules: []",
+                    Format::Json => r#"{"rules": []}"#,
+                    _ => "rules = []",
+                };
+                write!(
+                    f,
+                    "{source}: empty: a rule set must say what it holds; write `{example}` to turn every rule off"
+                )
+            }
             RuleSourceError::Rules(e) => fmt::Display::fmt(e, f),
         }
     }

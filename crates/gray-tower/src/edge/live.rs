@@ -38,6 +38,13 @@
 //! returned [`WatchHandle`] lives:
 //!
 //! - a new version is parsed and put in force, or rejected (the previous one stays);
+//! - an **empty** version (0 bytes, or blanks and comments only) is rejected, with an error
+//!   that names the source ([`RuleSourceError::Empty`]), and refused by
+//!   [`LiveRules::from_source`]: it is what a file written in place looks like for a
+//!   moment, never a way to say "no rules". A document says that explicitly: `rules = []`
+//!   (YAML `rules: []`, JSON `{"rules": []}`). A file is handed out only once its writer
+//!   is done with it ([`FileSource`](gray_source::file::FileSource)'s settle delay), so a
+//!   file written in place never puts a prefix of itself in force either;
 //! - a deleted key, or a source that cannot be read for a while (a missing file, etcd
 //!   unreachable), changes nothing: a warning event, and [`RulesStatus::last_error`];
 //! - the source's own freshness (last contact, etcd revision and cluster, failures) is
@@ -344,8 +351,8 @@ impl LiveRules {
 
     /// Reads the rule set from `source` once, in `format` (`None`: by the key's
     /// extension), and puts it in force as generation 1. Fails when the source cannot be
-    /// read, holds no key or several, or its rule set is invalid: at start-up, a reason to
-    /// stop. See the [module docs](self).
+    /// read, holds no key or several, or its rule set is empty or invalid: at start-up, a
+    /// reason to stop. See the [module docs](self).
     pub async fn from_source(
         source: &(impl Source + ?Sized),
         format: impl Into<Option<Format>>,
@@ -420,8 +427,30 @@ impl Reader {
             .ok_or_else(|| RuleSourceError::UnknownFormat(entry.key.clone()))?;
         let text = std::str::from_utf8(&entry.value)
             .map_err(|_| RuleSourceError::NotText(format!("{} ({})", entry.key, self.name)))?;
+        if is_blank(text, format) {
+            return Err(RuleSourceError::Empty {
+                source: self.name.clone(),
+                format,
+            });
+        }
         Ok(RuleSet::parse(text, format, &self.name)?)
     }
+}
+
+/// Whether a document holds nothing: blanks, and the comments and document markers of its
+/// format. Such a rule set would parse as "no rules", and is refused: it is what a file
+/// written in place looks like between its truncation and its first write (or after a
+/// first write of its opening comments).
+fn is_blank(text: &str, format: Format) -> bool {
+    text.trim_start_matches('\u{feff}').lines().all(|line| {
+        let line = line.trim();
+        line.is_empty()
+            || match format {
+                Format::Toml => line.starts_with('#'),
+                Format::Yaml => line.starts_with('#') || line == "---" || line == "...",
+                _ => false,
+            }
+    })
 }
 
 /// The task behind [`LiveRules::follow`].

@@ -1,26 +1,30 @@
 //! The watch loop of an [`EtcdSource`]: connect to one member, list, watch, resume on
 //! another member, list again when what was handed out cannot be trusted.
 
-use std::{
-    collections::{HashMap, VecDeque},
-    fmt,
-};
+use std::collections::{HashMap, VecDeque};
 
-use etcd_client::{Client, GetOptions, ResponseHeader, WatchOptions, WatchResponse, WatchStream};
+use etcd_client::{Client, ResponseHeader, WatchOptions, WatchResponse, WatchStream};
 use futures_util::stream;
 use tokio::time::Instant;
 
-use super::{EtcdSource, Listing};
+mod check;
+
+use super::{
+    EtcdSource, Listing,
+    verify::{Identity, Reset, Seen},
+};
 use crate::{Entry, Revision, Snapshot, SourceError, StatusHandle, Update, Updates};
 
 pub(super) fn start(source: EtcdSource) -> Updates {
     let status = StatusHandle::new();
     let watcher = Watcher {
+        // The endpoint that answered last (a load, usually, just before): a watch that
+        // started on the first endpoint would wait for its timeouts when it is down.
+        next_endpoint: source.answered(),
         source,
         status: status.clone(),
         queue: VecDeque::new(),
         conn: None,
-        next_endpoint: 0,
         held: None,
         identity: Identity::default(),
         failures: 0,
@@ -60,14 +64,19 @@ struct Watcher {
 struct Held {
     /// The revision of the last update handed out.
     revision: i64,
-    /// Every key held, with its version: a history that does not follow from it comes
-    /// from another cluster (or one that lost its data).
-    keys: HashMap<String, i64>,
+    /// Every key held, with its version and last change: a history that does not follow
+    /// from it, or a listing at `revision` that does not show it, comes from another
+    /// cluster (or one that lost its data).
+    keys: HashMap<String, Seen>,
 }
 
 struct Conn {
     client: Client,
     endpoint: String,
+    /// The endpoint's index in the configuration.
+    index: usize,
+    /// Whether the member answered a request on this connection.
+    answered: bool,
     /// Whether this connection checked that the cluster still holds what was handed out.
     checked: bool,
     watch: Option<Watch>,
@@ -79,76 +88,6 @@ struct Watch {
     heard: Instant,
     /// When the last progress request was sent.
     asked: Option<Instant>,
-}
-
-/// The cluster ID and each member's raft term: neither changes in a cluster's life except
-/// the term, which only grows.
-#[derive(Default)]
-struct Identity {
-    cluster: Option<u64>,
-    terms: HashMap<u64, u64>,
-}
-
-/// Why what was handed out cannot be trusted any more.
-enum Reset {
-    Cluster { old: u64, new: u64 },
-    Term { member: u64, old: u64, new: u64 },
-    Revision { old: i64, new: i64 },
-    History(String),
-}
-
-// === impl Reset ===
-
-impl fmt::Display for Reset {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Reset::Cluster { old, new } => {
-                write!(f, "the cluster ID changed from {old:x} to {new:x}")
-            }
-            Reset::Term { member, old, new } => write!(
-                f,
-                "member {member:x} went back from raft term {old} to {new} (it restarted without its data)"
-            ),
-            Reset::Revision { old, new } => write!(
-                f,
-                "the store is at revision {new}, behind revision {old} already handed out (it lost its data)"
-            ),
-            Reset::History(what) => write!(f, "the history does not follow: {what}"),
-        }
-    }
-}
-
-// === impl Identity ===
-
-impl Identity {
-    /// Records a response header; says why the cluster cannot be the one seen before.
-    fn observe(&mut self, header: &ResponseHeader) -> Option<Reset> {
-        let mut reset = None;
-        let cluster = header.cluster_id();
-        if cluster == 0 {
-            // Not filled in (a proxy in between): nothing to tell.
-            return None;
-        }
-        match self.cluster {
-            Some(old) if old != cluster => {
-                reset = Some(Reset::Cluster { old, new: cluster });
-                self.terms.clear();
-            }
-            _ => {}
-        }
-        self.cluster = Some(cluster);
-        let (member, term) = (header.member_id(), header.raft_term());
-        if let Some(old) = self.terms.insert(member, term) {
-            if term < old && reset.is_none() {
-                reset = Some(Reset::Term {
-                    member,
-                    old,
-                    new: term,
-                });
-            }
-        }
-        reset
-    }
 }
 
 // === impl Watcher ===
@@ -183,14 +122,20 @@ impl Watcher {
             Some(conn) => conn,
             None => self.connect().await?,
         };
-        self.advance(&mut conn).await?;
+        match self.advance(&mut conn).await {
+            Ok(()) => {}
+            // A member that drops a new plain-text connection at once may speak TLS only.
+            Err(error) if !conn.answered => return Err(error.first_on_plain_text()),
+            Err(error) => return Err(error),
+        }
         self.conn = Some(conn);
         Ok(())
     }
 
     async fn connect(&mut self) -> Result<Conn, SourceError> {
         let endpoints = self.source.config.endpoints();
-        let Some(endpoint) = endpoints.get(self.next_endpoint % endpoints.len().max(1)) else {
+        let index = self.next_endpoint % endpoints.len().max(1);
+        let Some(endpoint) = endpoints.get(index) else {
             return Err(SourceError::Config {
                 field: "endpoints",
                 message: "expected at least one etcd endpoint".into(),
@@ -206,6 +151,8 @@ impl Watcher {
         Ok(Conn {
             client,
             endpoint,
+            index,
+            answered: false,
             checked: false,
             watch: None,
         })
@@ -228,9 +175,10 @@ impl Watcher {
     async fn list(&mut self, conn: &mut Conn) -> Result<(), SourceError> {
         let Listing {
             entries,
-            versions,
+            keys,
             header,
         } = self.source.list(&mut conn.client, &conn.endpoint).await?;
+        self.answered(conn);
         let revision = header.as_ref().map_or(0, ResponseHeader::revision);
         if let Some(header) = &header {
             // Listing anyway: a changed cluster only needs saying.
@@ -246,10 +194,7 @@ impl Watcher {
         }
         tracing::debug!(target: "gray::source", key = %self.source.key, endpoint = %conn.endpoint,
             revision, entries = entries.len(), "etcd listed");
-        self.held = Some(Held {
-            revision,
-            keys: versions,
-        });
+        self.held = Some(Held { revision, keys });
         conn.checked = true;
         self.queue.push_back(Update::Reset(Snapshot {
             entries,
@@ -261,41 +206,13 @@ impl Watcher {
         Ok(())
     }
 
-    /// On a new connection, before resuming: a linearizable read (so a member that lags
-    /// behind catches up first) says whether the cluster still has every revision handed
-    /// out. A cluster restarted without its data starts again from revision 1, and would
-    /// accept a watch from our old revision as one from its future.
-    async fn check(&mut self, conn: &mut Conn, held: i64) -> Result<(), SourceError> {
-        let key = &self.source.key;
-        let mut options = GetOptions::new().with_count_only();
-        if self.source.prefix {
-            options = options.with_prefix();
+    /// Records that the member answered on this connection: the endpoint to start from
+    /// next time.
+    fn answered(&mut self, conn: &mut Conn) {
+        if !conn.answered {
+            conn.answered = true;
+            self.source.set_answered(conn.index);
         }
-        let response = self
-            .source
-            .config
-            .timed(
-                || format!("get {key} at {}", conn.endpoint),
-                conn.client.get(key.as_str(), Some(options)),
-            )
-            .await?;
-        conn.checked = true;
-        // A contact, but not yet followed: `connected` waits for the watch.
-        self.status
-            .update(|s| s.last_contact = Some(std::time::Instant::now()));
-        if let Some(header) = response.header() {
-            self.status.cluster(header.cluster_id());
-            let reset = self.identity.observe(header).or_else(|| {
-                (header.revision() < held).then_some(Reset::Revision {
-                    old: held,
-                    new: header.revision(),
-                })
-            });
-            if let Some(reset) = reset {
-                self.reset(&reset, conn, header.revision());
-            }
-        }
-        Ok(())
     }
 
     async fn create_watch(&mut self, conn: &mut Conn, held: i64) -> Result<(), SourceError> {
@@ -459,7 +376,7 @@ impl Watcher {
                 }
                 self.queue.push_back(Update::Delete { key, revision });
             } else {
-                let expected = held.keys.get(&key).map_or(1, |version| version + 1);
+                let expected = held.keys.get(&key).map_or(1, |seen| seen.version + 1);
                 if kv.version() != expected {
                     return Err(format!(
                         "{key} at version {} at revision {}, where version {expected} was due",
@@ -467,7 +384,7 @@ impl Watcher {
                         kv.mod_revision()
                     ));
                 }
-                held.keys.insert(key.clone(), kv.version());
+                held.keys.insert(key.clone(), Seen::of(kv));
                 self.queue.push_back(Update::Put(Entry {
                     key,
                     value: kv.value().to_vec(),

@@ -1,0 +1,536 @@
+//! The rollout state machine: pure, on the caller's clock.
+//!
+//! A [`Rollout`] steps a sticky-percentage rule through its [`RolloutConfig::steps`] and
+//! rolls it back when the evidence says gray is worse than baseline. It reads no clock
+//! and does no I/O: every call takes `now`, a [`Duration`] since an origin the caller
+//! picks (whole milliseconds count; if the [`State`] is persisted, pick an origin that
+//! survives a restart, such as the Unix epoch). Each call that changes the phase or the
+//! weight returns a [`Transition`] with its [`Reason`] and the evidence at that moment,
+//! for the caller to log, count and keep; the new [`State::weight`] is what the rule's
+//! `percent` must be from then on.
+//!
+//! | from | event | to |
+//! |---|---|---|
+//! | `pending`, `promoted`, `rolled_back` | [`start`](Rollout::start) | `step` at the first step (fresh evidence) |
+//! | `step` | [`tick`](Rollout::tick): hold time and `min_users` met | `step` at the next step, `paused` before a gated step, `promoted` at 100 % |
+//! | `step` | `tick`: no evidence, or no gray request, for `stale_ms` | `paused` (lifts by itself when they come back) |
+//! | `step`, `paused` | [`observe`](Rollout::observe): a stream's test alarms, or the kill switch | `rolled_back`, weight 0 |
+//! | `step`, `paused` | [`pause`](Rollout::pause) / [`resume`](Rollout::resume) | `paused` / `step` (a gated step is entered) |
+//! | `step`, `paused` | [`promote`](Rollout::promote) | `promoted`, weight 100 |
+//! | `step`, `paused`, `promoted` | [`abort`](Rollout::abort) | `rolled_back`, weight 0 |
+//!
+//! The test keeps running while paused: a paused rollout still rolls back.
+//!
+//! The caller's loop: give each recorder the epoch to follow
+//! ([`State::epoch_spec`] → [`Recorder::follow`](crate::evidence::Recorder::follow)),
+//! feed every recorder's [`Report`] to [`observe`](Rollout::observe) (the leader does it
+//! for every gateway's report), call [`tick`](Rollout::tick) about once a second, and
+//! persist [`state`](Rollout::state) after each change.
+//!
+//! ```
+//! use std::time::Duration;
+//! use gray_rollout::evidence::{Arm, Observation, Outcome, Recorder};
+//! use gray_rollout::machine::{Phase, Rollout, RolloutConfig};
+//!
+//! let config = RolloutConfig::new("canary")
+//!     .with_steps([50.0, 100.0])
+//!     .with_hold(Duration::from_secs(10))
+//!     .with_min_users(3);
+//! let mut rollout = Rollout::new(config).unwrap();
+//! let recorder = Recorder::new(1);
+//! let s = Duration::from_secs;
+//!
+//! let t = rollout.start(s(0)).unwrap();
+//! assert_eq!((t.to, t.weight), (Phase::Step, 50.0));
+//! recorder.follow(&rollout.state().epoch_spec());
+//! for user in 0..10 {
+//!     let arm = if user % 2 == 0 { Arm::Gray } else { Arm::Baseline };
+//!     recorder.record(&Observation::new(arm, user, Outcome::Ok, Duration::from_millis(20)));
+//! }
+//! assert!(rollout.observe(s(5), &recorder.report()).is_none());
+//! assert!(rollout.tick(s(5)).is_none()); // holding: 10 s per step
+//! rollout.observe(s(10), &recorder.report());
+//! let t = rollout.tick(s(10)).unwrap();
+//! assert_eq!((t.to, t.weight, t.reason.as_str()), (Phase::Promoted, 100.0, "complete"));
+//! ```
+
+mod config;
+mod error;
+mod state;
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+pub use config::{ConfigError, RolloutConfig, Tolerance};
+pub use error::{Command, CommandError, RestoreError};
+pub use state::{
+    Consumed, Epoch, Evidence, EvidenceSummary, PauseReason, Phase, Reason, State, Transition,
+};
+
+use crate::evidence::{Counters, EpochSpec, PerStream, Report, Stream, Thresholds};
+use crate::histogram::Snapshot;
+use crate::kill::{KillCounts, KillWindow};
+use crate::millis::as_ms;
+use crate::sequential::MixtureTest;
+
+/// A rollout; see the [module docs](self).
+#[derive(Debug)]
+pub struct Rollout {
+    config: RolloutConfig,
+    fresh: PerStream<MixtureTest>,
+    state: State,
+    kill: KillWindow,
+    /// The current epoch's baseline latencies, per source (not persisted: every report
+    /// carries them whole).
+    latencies: BTreeMap<u64, Snapshot>,
+}
+
+fn whole_ms(now: Duration) -> Duration {
+    Duration::from_millis(as_ms(now))
+}
+
+// === impl Rollout ===
+
+impl Rollout {
+    /// A pending rollout (weight 0, epoch 0), once `config` is [valid](RolloutConfig::validate).
+    pub fn new(config: RolloutConfig) -> Result<Self, ConfigError> {
+        config.validate()?;
+        let fresh = config.tests()?;
+        let state = State {
+            phase: Phase::Pending,
+            pause: None,
+            weight: 0.0,
+            step: None,
+            run: 0,
+            epoch: Epoch {
+                index: 0,
+                weight: 0.0,
+                started: Duration::ZERO,
+                thresholds: None,
+            },
+            previous_epoch: None,
+            evidence: Evidence {
+                streams: fresh.clone(),
+                requests: Default::default(),
+                errors: Default::default(),
+                epoch: Counters::default(),
+            },
+            consumed: Consumed::default(),
+            last_evidence: None,
+            last_gray_request: None,
+            last_transition: None,
+            transitions: 0,
+        };
+        Ok(Rollout {
+            kill: KillWindow::new(config.kill_switch.clone(), Duration::ZERO),
+            config,
+            fresh,
+            state,
+            latencies: BTreeMap::new(),
+        })
+    }
+
+    /// The rollout `state` describes (read back from a file or etcd), checked against
+    /// `config`: the same step, the same evidence. The kill switch's window starts again
+    /// empty.
+    pub fn restore(config: RolloutConfig, state: State) -> Result<Self, RestoreError> {
+        let mut rollout = Rollout::new(config)?;
+        let steps = &rollout.config.steps;
+        for s in Stream::ALL {
+            let (have, want) = (state.evidence.streams.get(s), rollout.fresh.get(s));
+            if !have.same_test(want) {
+                return Err(RestoreError::new(
+                    format!("evidence.streams.{s}"),
+                    format!(
+                        "made with r0 {}, ratios {:?} and alpha {}; the configuration has r0 {}, ratios {:?} and alpha {}",
+                        have.tolerance(),
+                        have.ratios(),
+                        have.alpha(),
+                        want.tolerance(),
+                        want.ratios(),
+                        want.alpha()
+                    ),
+                ));
+            }
+        }
+        let expected = match (state.phase, state.step) {
+            (Phase::Pending | Phase::RolledBack, _) => Some(0.0),
+            (Phase::Promoted, _) => Some(100.0),
+            (Phase::Step | Phase::Paused, Some(i)) => steps.get(i).copied(),
+            (Phase::Step | Phase::Paused, None) => None,
+        };
+        if expected != Some(state.weight) || state.epoch.weight != state.weight {
+            return Err(RestoreError::new(
+                "weight",
+                format!(
+                    "{} (epoch {}) does not fit phase {} at step {:?} of {:?}",
+                    state.weight, state.epoch.weight, state.phase, state.step, steps
+                ),
+            ));
+        }
+        let pause_fits = match (state.phase, state.pause) {
+            (Phase::Paused, Some(PauseReason::Gate { step })) => {
+                state.step.map(|i| i + 1) == Some(step) && step < steps.len()
+            }
+            (Phase::Paused, pause) => pause.is_some(),
+            (_, pause) => pause.is_none(),
+        };
+        if !pause_fits {
+            return Err(RestoreError::new(
+                "pause",
+                format!(
+                    "{:?} does not fit phase {} at step {:?}",
+                    state.pause, state.phase, state.step
+                ),
+            ));
+        }
+        let at = state.last_evidence.unwrap_or(state.epoch.started);
+        rollout.state = state;
+        rollout.kill = KillWindow::resume(
+            rollout.config.kill_switch.clone(),
+            at,
+            rollout.kill_counts(),
+        );
+        Ok(rollout)
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &RolloutConfig {
+        &self.config
+    }
+
+    /// The state: persist it after every call that changed it.
+    pub fn state(&self) -> &State {
+        &self.state
+    }
+
+    /// What every recorder must follow.
+    pub fn epoch_spec(&self) -> EpochSpec {
+        self.state.epoch_spec()
+    }
+
+    // --- manual commands ---
+
+    /// Starts at the first step with fresh evidence, from `pending`, `promoted` or
+    /// `rolled_back`. A gate on the first step is met by the start itself.
+    pub fn start(&mut self, now: Duration) -> Result<Transition, CommandError> {
+        let now = whole_ms(now);
+        if self.state.phase.is_active() {
+            return Err(self.refuse(Command::Start));
+        }
+        let ev = &mut self.state.evidence;
+        ev.streams = self.fresh.clone();
+        for s in Stream::ALL {
+            ev.streams.get_mut(s).begin(now);
+        }
+        ev.requests = Default::default();
+        ev.errors = Default::default();
+        self.state.last_gray_request = None;
+        self.kill = KillWindow::new(self.config.kill_switch.clone(), now);
+        let weight = self.config.steps[0];
+        let to = if weight >= 100.0 {
+            Phase::Promoted
+        } else {
+            Phase::Step
+        };
+        // a run starts with an epoch of its own, whatever the weight was
+        self.new_epoch(now, weight);
+        self.state.run = self.state.epoch.index;
+        Ok(self.transition(now, to, None, Some(0), weight, Reason::Start))
+    }
+
+    /// Pauses a rollout at its step (the test keeps running). A rollout paused for stale
+    /// evidence becomes paused by hand: it no longer resumes by itself.
+    pub fn pause(&mut self, now: Duration) -> Result<Transition, CommandError> {
+        match (self.state.phase, self.state.pause) {
+            (Phase::Step, _) => {}
+            (Phase::Paused, Some(p)) if p.is_automatic() => {}
+            _ => return Err(self.refuse(Command::Pause)),
+        }
+        let (step, weight) = (self.state.step, self.state.weight);
+        let pause = Some(PauseReason::Manual);
+        Ok(self.transition(
+            whole_ms(now),
+            Phase::Paused,
+            pause,
+            step,
+            weight,
+            Reason::Pause,
+        ))
+    }
+
+    /// Resumes a paused rollout; at a gate, enters the gated step.
+    pub fn resume(&mut self, now: Duration) -> Result<Transition, CommandError> {
+        let now = whole_ms(now);
+        match (self.state.phase, self.state.pause) {
+            (Phase::Paused, Some(PauseReason::Gate { step })) => {
+                Ok(self.enter(now, step, Reason::Resume))
+            }
+            (Phase::Paused, _) => {
+                let (step, weight) = (self.state.step, self.state.weight);
+                Ok(self.transition(now, Phase::Step, None, step, weight, Reason::Resume))
+            }
+            _ => Err(self.refuse(Command::Resume)),
+        }
+    }
+
+    /// Promotes a running rollout to 100 % at once.
+    pub fn promote(&mut self, now: Duration) -> Result<Transition, CommandError> {
+        if !self.state.phase.is_active() {
+            return Err(self.refuse(Command::Promote));
+        }
+        let last = Some(self.config.steps.len() - 1);
+        Ok(self.transition(
+            whole_ms(now),
+            Phase::Promoted,
+            None,
+            last,
+            100.0,
+            Reason::Promote,
+        ))
+    }
+
+    /// Rolls back to 0 % at once, from `step`, `paused` or `promoted`.
+    pub fn abort(&mut self, now: Duration) -> Result<Transition, CommandError> {
+        if !(self.state.phase.is_active() || self.state.phase == Phase::Promoted) {
+            return Err(self.refuse(Command::Abort));
+        }
+        Ok(self.roll_back(whole_ms(now), Reason::Abort))
+    }
+
+    fn refuse(&self, command: Command) -> CommandError {
+        CommandError {
+            command,
+            phase: self.state.phase,
+            pause: self.state.pause,
+        }
+    }
+
+    // --- evidence and time ---
+
+    /// Consumes a source's report: only what it counts beyond its previous report (per
+    /// epoch) is new. Counts of an epoch other than the current one and the one before
+    /// are ignored. Returns the rollback, if a stream's test alarmed or the kill switch
+    /// tripped.
+    pub fn observe(&mut self, now: Duration, report: &Report) -> Option<Transition> {
+        let now = whole_ms(now);
+        self.state.last_evidence = Some(self.state.last_evidence.map_or(now, |t| t.max(now)));
+        for counts in &report.epochs {
+            let current = counts.epoch == self.state.epoch.index;
+            let consumed = &mut self.state.consumed;
+            let (weight, ledger) = match self.state.previous_epoch {
+                _ if current => (self.state.epoch.weight, &mut consumed.current),
+                Some(prev) if prev.index == counts.epoch => (prev.weight, &mut consumed.previous),
+                _ => continue,
+            };
+            let before = ledger.get(&report.source).copied().unwrap_or_default();
+            let delta = counts.counters.since(&before);
+            ledger.insert(report.source, before.max(&counts.counters));
+            if current {
+                self.latencies
+                    .insert(report.source, counts.baseline_latency.clone());
+            }
+            self.apply(now, weight / 100.0, &delta);
+        }
+        let consumed = self.state.consumed.current.values();
+        self.state.evidence.epoch = consumed.fold(Counters::default(), |a, c| a.add(c));
+        if self.state.epoch.thresholds.is_none() {
+            self.state.epoch.thresholds = Thresholds::from_latencies(
+                &self.baseline_latencies(),
+                self.config.min_latency_samples,
+            );
+        }
+        self.kill.observe(now, self.kill_counts());
+        if !self.state.phase.is_active() {
+            return None;
+        }
+        for s in Stream::ALL {
+            let test = self.state.evidence.streams.get(s);
+            if test.alarm() {
+                let sum = test.summary();
+                let reason = Reason::Alarm {
+                    stream: s,
+                    log_m: sum.log_m,
+                    alarm_at: sum.alarm_at,
+                    gray: sum.gray,
+                    baseline: sum.baseline,
+                    leading_ratio: sum.leading_ratio,
+                };
+                return Some(self.roll_back(now, reason));
+            }
+        }
+        let trip = self.kill.check(now)?;
+        Some(self.roll_back(now, Reason::KillSwitch(trip)))
+    }
+
+    fn apply(&mut self, now: Duration, w: f64, delta: &Counters) {
+        let ev = &mut self.state.evidence;
+        ev.requests = ev.requests + delta.requests;
+        ev.errors = ev.errors + delta.errors;
+        if delta.requests.gray > 0 {
+            self.state.last_gray_request = Some(now);
+        }
+        for s in Stream::ALL {
+            let bad = delta.bad_users.get(s);
+            ev.streams.get_mut(s).update(now, w, bad.gray, bad.baseline);
+        }
+    }
+
+    fn kill_counts(&self) -> KillCounts {
+        let ev = &self.state.evidence;
+        KillCounts::new(ev.requests, ev.errors, ev.streams.errors.counts().0)
+    }
+
+    fn baseline_latencies(&self) -> Snapshot {
+        let mut sum = Snapshot::empty();
+        for l in self.latencies.values() {
+            sum.merge(l);
+        }
+        sum
+    }
+
+    /// Moves on with time: advances a step whose hold is met, pauses on stale evidence or
+    /// missing gray traffic, resumes when they come back.
+    pub fn tick(&mut self, now: Duration) -> Option<Transition> {
+        let now = whole_ms(now);
+        let stale_after = self.config.stale_after;
+        let entered = self
+            .state
+            .last_transition
+            .as_ref()
+            .map_or(Duration::ZERO, |t| t.at);
+        let quiet = |last: Option<Duration>| {
+            now.saturating_sub(last.unwrap_or(Duration::ZERO).max(entered)) > stale_after
+        };
+        let (step, weight) = (self.state.step, self.state.weight);
+        match (self.state.phase, self.state.pause) {
+            (Phase::Step, _) => {
+                if quiet(self.state.last_evidence) {
+                    let reason = Reason::Stale {
+                        last_evidence_ms: self.state.last_evidence.map(as_ms),
+                    };
+                    let pause = Some(PauseReason::Stale);
+                    return Some(self.transition(now, Phase::Paused, pause, step, weight, reason));
+                }
+                if quiet(self.state.last_gray_request) {
+                    let reason = Reason::NoData {
+                        last_gray_request_ms: self.state.last_gray_request.map(as_ms),
+                    };
+                    let pause = Some(PauseReason::NoData);
+                    return Some(self.transition(now, Phase::Paused, pause, step, weight, reason));
+                }
+                let held = now.saturating_sub(self.state.epoch.started);
+                let users = self.state.evidence.epoch.gray_users;
+                if held < self.config.hold || users < self.config.min_users {
+                    return None;
+                }
+                let next = step.map_or(0, |i| i + 1);
+                let next_weight = *self.config.steps.get(next)?;
+                if self.config.gates.contains(&next_weight) {
+                    let pause = Some(PauseReason::Gate { step: next });
+                    let reason = Reason::Gate { next_weight };
+                    return Some(self.transition(now, Phase::Paused, pause, step, weight, reason));
+                }
+                let reason = if next_weight >= 100.0 {
+                    Reason::Complete
+                } else {
+                    Reason::Advance {
+                        held_ms: as_ms(held),
+                        users,
+                    }
+                };
+                Some(self.enter(now, next, reason))
+            }
+            (Phase::Paused, Some(p)) if p.is_automatic() => {
+                // lifts once both evidence and gray traffic arrived since the pause
+                let since = |last: Option<Duration>| last.is_some_and(|t| t >= entered);
+                if since(self.state.last_evidence) && since(self.state.last_gray_request) {
+                    return Some(self.transition(
+                        now,
+                        Phase::Step,
+                        None,
+                        step,
+                        weight,
+                        Reason::Fresh,
+                    ));
+                }
+                None
+            }
+            _ => None,
+        }
+    }
+
+    // --- transitions ---
+
+    /// Enters step `index` (promoted when it is 100 %).
+    fn enter(&mut self, now: Duration, index: usize, reason: Reason) -> Transition {
+        let weight = self.config.steps[index.min(self.config.steps.len() - 1)];
+        let to = if weight >= 100.0 {
+            Phase::Promoted
+        } else {
+            Phase::Step
+        };
+        self.transition(now, to, None, Some(index), weight, reason)
+    }
+
+    fn roll_back(&mut self, now: Duration, reason: Reason) -> Transition {
+        let step = self.state.step;
+        self.transition(now, Phase::RolledBack, None, step, 0.0, reason)
+    }
+
+    fn transition(
+        &mut self,
+        now: Duration,
+        to: Phase,
+        pause: Option<PauseReason>,
+        step: Option<usize>,
+        weight: f64,
+        reason: Reason,
+    ) -> Transition {
+        let (from, from_weight) = (self.state.phase, self.state.weight);
+        if weight != self.state.epoch.weight {
+            self.new_epoch(now, weight);
+        }
+        let state = &mut self.state;
+        state.phase = to;
+        state.pause = pause;
+        state.step = step;
+        state.weight = weight;
+        let transition = Transition {
+            at: now,
+            from,
+            to,
+            from_weight,
+            weight,
+            step,
+            epoch: state.epoch.index,
+            reason,
+            evidence: state.evidence.summary(),
+        };
+        state.last_transition = Some(transition.clone());
+        state.transitions += 1;
+        transition
+    }
+
+    /// A new epoch at `weight`: thresholds from the ending epoch's baseline latencies
+    /// (or the ending epoch's own thresholds when it saw too few), counts from zero.
+    fn new_epoch(&mut self, now: Duration, weight: f64) {
+        let latencies = self.baseline_latencies();
+        let state = &mut self.state;
+        let thresholds = Thresholds::from_latencies(&latencies, self.config.min_latency_samples)
+            .or(state.epoch.thresholds);
+        let next = Epoch {
+            index: state.epoch.index + 1,
+            weight,
+            started: now,
+            thresholds,
+        };
+        state.previous_epoch = Some(std::mem::replace(&mut state.epoch, next));
+        state.consumed.previous = std::mem::take(&mut state.consumed.current);
+        state.evidence.epoch = Counters::default();
+        self.latencies.clear();
+    }
+}
+
+#[cfg(test)]
+mod tests;

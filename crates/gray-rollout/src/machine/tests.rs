@@ -1,0 +1,497 @@
+use std::time::Duration;
+
+use super::*;
+use crate::evidence::{Arm, EpochCounts, Observation, Outcome, Pair, PerStream, Recorder, Report};
+use crate::kill::KillSwitch;
+
+const S: fn(u64) -> Duration = Duration::from_secs;
+const MS: fn(u64) -> Duration = Duration::from_millis;
+
+fn config() -> RolloutConfig {
+    RolloutConfig::new("canary")
+        .with_steps([1.0, 5.0, 100.0])
+        .with_hold(S(10))
+        .with_min_users(5)
+}
+
+/// Cumulative counts of `epoch`: `users` gray users, `requests` per arm, and bad users
+/// per arm in the errors stream.
+fn counts(epoch: u64, users: u64, requests: Pair, bad_errors: Pair) -> EpochCounts {
+    let mut c = Counters {
+        requests,
+        errors: bad_errors,
+        gray_users: users,
+        ..Counters::default()
+    };
+    c.bad_users.errors = bad_errors;
+    EpochCounts::new(epoch, c)
+}
+
+fn report(source: u64, epochs: Vec<EpochCounts>) -> Report {
+    Report::new(source, epochs)
+}
+
+/// A healthy report of the current epoch with `n` gray users.
+fn healthy(r: &Rollout, source: u64, n: u64) -> Report {
+    let epoch = r.state().epoch.index;
+    report(
+        source,
+        vec![counts(epoch, n, Pair::new(n, 20 * n), Pair::default())],
+    )
+}
+
+#[test]
+fn steps_advance_when_both_the_hold_and_the_users_are_met() {
+    let mut r = Rollout::new(config()).unwrap();
+    assert_eq!((r.state().phase, r.state().weight), (Phase::Pending, 0.0));
+    let t = r.start(S(100)).unwrap();
+    assert_eq!(
+        (t.from, t.to, t.weight, t.reason.clone()),
+        (Phase::Pending, Phase::Step, 1.0, Reason::Start)
+    );
+    assert_eq!((t.epoch, t.step), (1, Some(0)));
+
+    // users met, time not
+    assert!(r.observe(S(105), &healthy(&r, 1, 10)).is_none());
+    assert!(r.tick(S(105)).is_none());
+    // time met, but only 4 distinct gray users in a fresh step
+    let t = r.tick(S(110)).unwrap();
+    assert_eq!((t.to, t.weight, t.epoch), (Phase::Step, 5.0, 2));
+    assert_eq!(
+        t.reason,
+        Reason::Advance {
+            held_ms: 10_000,
+            users: 10
+        }
+    );
+    r.observe(S(111), &healthy(&r, 1, 4));
+    assert!(r.tick(S(121)).is_none(), "4 users < min_users 5");
+    r.observe(S(122), &healthy(&r, 1, 5));
+    let t = r.tick(S(122)).unwrap();
+    assert_eq!(
+        (t.to, t.weight, t.reason.clone()),
+        (Phase::Promoted, 100.0, Reason::Complete)
+    );
+    assert_eq!(r.state().transitions, 3);
+    // promoted is the end: time changes nothing
+    assert!(r.tick(S(10_000)).is_none());
+}
+
+#[test]
+fn a_gated_step_waits_for_a_resume() {
+    let mut r = Rollout::new(config().with_gates([5.0])).unwrap();
+    r.start(S(0)).unwrap();
+    r.observe(S(10), &healthy(&r, 1, 10));
+    let t = r.tick(S(10)).unwrap();
+    assert_eq!((t.to, t.weight), (Phase::Paused, 1.0));
+    assert_eq!(t.reason, Reason::Gate { next_weight: 5.0 });
+    assert_eq!(r.state().pause, Some(PauseReason::Gate { step: 1 }));
+    r.observe(S(100), &healthy(&r, 1, 20));
+    assert!(r.tick(S(100)).is_none(), "a gate never lifts by itself");
+    let err = r.pause(S(100)).unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "cannot pause the rollout: it is paused (at the gate of step 1)"
+    );
+    let t = r.resume(S(101)).unwrap();
+    assert_eq!(
+        (t.to, t.weight, t.step, t.reason),
+        (Phase::Step, 5.0, Some(1), Reason::Resume)
+    );
+}
+
+#[test]
+fn stale_evidence_pauses_and_fresh_evidence_resumes() {
+    let mut r = Rollout::new(config().with_stale_after(S(30))).unwrap();
+    r.start(S(0)).unwrap();
+    r.observe(S(5), &healthy(&r, 1, 2));
+    assert!(r.tick(S(35)).is_none(), "30 s is not more than 30 s");
+    let t = r.tick(S(36)).unwrap();
+    assert_eq!((t.to, t.weight), (Phase::Paused, 1.0));
+    assert_eq!(
+        t.reason,
+        Reason::Stale {
+            last_evidence_ms: Some(5_000)
+        }
+    );
+    assert!(r.tick(S(60)).is_none());
+    // evidence comes back, with gray traffic
+    r.observe(S(61), &healthy(&r, 1, 3));
+    let t = r.tick(S(61)).unwrap();
+    assert_eq!((t.to, t.reason), (Phase::Step, Reason::Fresh));
+    // the hold kept counting from the step's start
+    r.observe(S(62), &healthy(&r, 1, 10));
+    assert_eq!(r.tick(S(62)).unwrap().weight, 5.0);
+}
+
+#[test]
+fn no_gray_traffic_pauses_until_gray_serves_again() {
+    let mut r = Rollout::new(config().with_stale_after(S(30))).unwrap();
+    r.start(S(0)).unwrap();
+    let epoch = r.state().epoch.index;
+    // reports keep coming, but gray serves nothing
+    let quiet = report(
+        1,
+        vec![counts(epoch, 0, Pair::new(0, 500), Pair::default())],
+    );
+    for t in [10, 20, 31] {
+        r.observe(S(t), &quiet);
+    }
+    let t = r.tick(S(31)).unwrap();
+    assert_eq!(
+        t.reason,
+        Reason::NoData {
+            last_gray_request_ms: None
+        }
+    );
+    r.observe(S(40), &quiet);
+    assert!(r.tick(S(40)).is_none());
+    r.observe(S(41), &healthy(&r, 1, 1));
+    assert_eq!(r.tick(S(41)).unwrap().reason, Reason::Fresh);
+}
+
+#[test]
+fn an_alarm_rolls_back_at_once_with_its_evidence() {
+    let mut r = Rollout::new(config().with_steps([5.0, 100.0])).unwrap();
+    r.start(S(0)).unwrap();
+    // 5 % of users in gray, and as many bad users there as in baseline
+    let bad = report(
+        1,
+        vec![counts(1, 40, Pair::new(40, 760), Pair::new(10, 10))],
+    );
+    let t = r.observe(S(3), &bad).expect("rolled back");
+    assert_eq!(
+        (t.from, t.to, t.from_weight, t.weight),
+        (Phase::Step, Phase::RolledBack, 5.0, 0.0)
+    );
+    let Reason::Alarm {
+        stream,
+        log_m,
+        alarm_at,
+        gray,
+        baseline,
+        leading_ratio,
+    } = t.reason
+    else {
+        panic!("{:?}", t.reason)
+    };
+    assert_eq!((stream, gray, baseline), (Stream::Errors, 10, 10));
+    assert!(log_m >= alarm_at && (alarm_at - (300.0f64).ln()).abs() < 1e-9);
+    assert!(
+        leading_ratio.is_some_and(|r| r >= 10.0),
+        "{leading_ratio:?}"
+    );
+    assert!(t.evidence.streams.errors.alarm);
+    assert_eq!(r.state().weight, 0.0);
+    assert_eq!(r.state().epoch.weight, 0.0);
+    // a rolled-back rollout stays there until started again
+    assert!(r.observe(S(4), &bad).is_none());
+    assert!(r.tick(S(100)).is_none());
+    assert_eq!(r.state().last_transition.as_ref(), Some(&t));
+}
+
+#[test]
+fn the_kill_switch_rolls_back_a_catastrophe_the_test_has_not_judged_yet() {
+    let kill = |switch: KillSwitch| {
+        let mut r =
+            Rollout::new(config().with_steps([5.0, 100.0]).with_kill_switch(switch)).unwrap();
+        r.start(S(0)).unwrap();
+        // 90 % of gray's requests fail, from 3 users; baseline has 60 users failing
+        // (3 %), so the user-level test sees nothing unusual
+        let mut c = counts(1, 40, Pair::new(100, 1900), Pair::new(90, 60));
+        c.counters.bad_users.errors = Pair::new(3, 60);
+        r.observe(S(2), &report(1, vec![c]))
+    };
+    let t = kill(KillSwitch::new()).expect("tripped");
+    assert_eq!(t.to, Phase::RolledBack);
+    let json = serde_json::to_string(&t).unwrap();
+    assert!(json.contains(r#""kind":"kill_switch""#), "{json}");
+    assert_eq!(serde_json::from_str::<Transition>(&json).unwrap(), t);
+    let Reason::KillSwitch(k) = t.reason else {
+        panic!("{:?}", t.reason)
+    };
+    assert_eq!(
+        (k.gray_requests, k.gray_errors, k.gray_error_users),
+        (100, 90, 3)
+    );
+    assert!(!t.evidence.streams.errors.alarm);
+    assert!(kill(KillSwitch::new().with_enabled(false)).is_none());
+    assert!(kill(KillSwitch::new().with_min_users(4)).is_none());
+}
+
+#[test]
+fn manual_commands_and_their_refusals() {
+    let mut r = Rollout::new(config()).unwrap();
+    for (err, text) in [
+        (
+            r.pause(S(0)).unwrap_err(),
+            "cannot pause the rollout: it is pending",
+        ),
+        (
+            r.resume(S(0)).unwrap_err(),
+            "cannot resume the rollout: it is pending",
+        ),
+        (
+            r.promote(S(0)).unwrap_err(),
+            "cannot promote the rollout: it is pending",
+        ),
+        (
+            r.abort(S(0)).unwrap_err(),
+            "cannot abort the rollout: it is pending",
+        ),
+    ] {
+        assert_eq!(err.to_string(), text);
+    }
+    r.start(S(0)).unwrap();
+    assert_eq!(
+        r.start(S(0)).unwrap_err().to_string(),
+        "cannot start the rollout: it is step"
+    );
+    let t = r.pause(S(1)).unwrap();
+    assert_eq!((t.to, t.reason.clone()), (Phase::Paused, Reason::Pause));
+    // the test keeps running while paused, and time does not advance a paused rollout
+    r.observe(S(20), &healthy(&r, 1, 50));
+    assert!(r.tick(S(20)).is_none());
+    assert_eq!(r.resume(S(21)).unwrap().to, Phase::Step);
+    let t = r.promote(S(22)).unwrap();
+    assert_eq!(
+        (t.to, t.weight, t.reason.clone()),
+        (Phase::Promoted, 100.0, Reason::Promote)
+    );
+    let t = r.abort(S(23)).unwrap();
+    assert_eq!(
+        (t.from, t.to, t.weight),
+        (Phase::Promoted, Phase::RolledBack, 0.0)
+    );
+    assert_eq!(r.abort(S(24)).unwrap_err().phase(), Phase::RolledBack);
+    // a new start begins with fresh evidence, in a new run whose users count afresh
+    let run = r.state().run;
+    let t = r.start(S(30)).unwrap();
+    assert_eq!(
+        (t.to, t.weight, t.evidence.requests),
+        (Phase::Step, 1.0, Pair::default())
+    );
+    assert_eq!(t.evidence.streams.errors.log_m, 0.0);
+    assert!(r.state().run > run);
+    assert_eq!(r.epoch_spec().run, r.state().epoch.index);
+}
+
+#[test]
+fn an_automatic_pause_becomes_manual_when_paused_by_hand() {
+    let mut r = Rollout::new(config()).unwrap();
+    r.start(S(0)).unwrap();
+    assert_eq!(r.tick(S(31)).unwrap().reason.as_str(), "stale");
+    r.pause(S(32)).unwrap();
+    r.observe(S(33), &healthy(&r, 1, 10));
+    assert!(
+        r.tick(S(33)).is_none(),
+        "fresh evidence does not lift a manual pause"
+    );
+    assert_eq!(r.state().pause, Some(PauseReason::Manual));
+}
+
+#[test]
+fn several_sources_sum_and_a_repeated_report_counts_once() {
+    let bad = |gray, baseline| Pair::new(gray, baseline);
+    let mut one = Rollout::new(config()).unwrap();
+    let mut two = Rollout::new(config()).unwrap();
+    one.start(S(0)).unwrap();
+    two.start(S(0)).unwrap();
+    // one process saw everything; two processes saw a part each, reported twice
+    one.observe(
+        S(1),
+        &report(9, vec![counts(1, 30, Pair::new(30, 3000), bad(2, 150))]),
+    );
+    let a = report(1, vec![counts(1, 10, Pair::new(10, 1000), bad(1, 100))]);
+    let b = report(2, vec![counts(1, 20, Pair::new(20, 2000), bad(1, 50))]);
+    for rep in [&a, &b, &a, &b] {
+        two.observe(S(1), rep);
+    }
+    let (e1, e2) = (&one.state().evidence, &two.state().evidence);
+    assert_eq!(
+        (e1.requests, e1.errors, e1.epoch),
+        (e2.requests, e2.errors, e2.epoch)
+    );
+    for s in Stream::ALL {
+        let (t1, t2) = (e1.streams.get(s), e2.streams.get(s));
+        assert_eq!(t1.counts(), t2.counts());
+        // the same sums, added in another order
+        assert!((t1.log_m() - t2.log_m()).abs() < 1e-9, "{s}");
+    }
+    // a restarted process is a new source: its counts start again from 0
+    let restarted = report(3, vec![counts(1, 1, Pair::new(1, 100), bad(0, 5))]);
+    two.observe(S(2), &restarted);
+    assert_eq!(two.state().evidence.epoch.bad_users.errors, bad(2, 155));
+    // a source whose counts went down (not a cumulative counter) adds nothing
+    two.observe(
+        S(3),
+        &report(2, vec![counts(1, 0, Pair::default(), bad(0, 0))]),
+    );
+    assert_eq!(two.state().evidence.epoch.bad_users.errors, bad(2, 155));
+}
+
+#[test]
+fn late_counts_of_the_epoch_before_use_its_share() {
+    let mut r = Rollout::new(config().with_min_users(0)).unwrap();
+    r.start(S(0)).unwrap();
+    r.observe(
+        S(1),
+        &report(1, vec![counts(1, 5, Pair::new(5, 500), Pair::new(0, 20))]),
+    );
+    r.tick(S(10)).unwrap(); // epoch 2 at 5 %
+    let mut at_one_percent = r.state().evidence.streams.errors.clone();
+    // the epoch-1 counts grow after the switch: 1 gray and 10 baseline bad users more
+    let late = report(
+        1,
+        vec![
+            counts(2, 0, Pair::new(0, 0), Pair::default()),
+            counts(1, 5, Pair::new(6, 600), Pair::new(1, 30)),
+        ],
+    );
+    r.observe(S(11), &late);
+    at_one_percent.update(S(11), 0.01, 1, 10);
+    assert_eq!(r.state().evidence.streams.errors, at_one_percent);
+    // epochs that are neither the current one nor the one before are ignored
+    let old = report(1, vec![counts(0, 5, Pair::new(6, 600), Pair::new(5, 5))]);
+    r.observe(S(12), &old);
+    assert_eq!(r.state().evidence.streams.errors, at_one_percent);
+}
+
+#[test]
+fn thresholds_come_from_the_baseline_before_the_epoch_and_are_frozen() {
+    let config = config().with_min_latency_samples(100).with_min_users(0);
+    let mut r = Rollout::new(config).unwrap();
+    let rec = Recorder::new(1);
+    rec.follow(&r.epoch_spec());
+    // pending: baseline latencies of 1..=200 ms
+    for i in 1..=200u64 {
+        rec.record(&Observation::new(Arm::Baseline, i, Outcome::Ok, MS(i)));
+    }
+    r.observe(S(1), &rec.report());
+    r.start(S(2)).unwrap();
+    let t = r.state().epoch.thresholds.expect("from the pending epoch");
+    assert!((t.p99.as_secs_f64() - 0.198).abs() <= 0.198 / 16.0, "{t:?}");
+    assert!((t.p50.as_secs_f64() - 0.100).abs() <= 0.100 / 16.0, "{t:?}");
+    // within the epoch they stay, whatever the baseline does
+    rec.follow(&r.epoch_spec());
+    for i in 1..=500u64 {
+        rec.record(&Observation::new(
+            Arm::Baseline,
+            i,
+            Outcome::Ok,
+            MS(1000 + i),
+        ));
+    }
+    r.observe(S(3), &rec.report());
+    assert_eq!(r.state().epoch.thresholds, Some(t));
+    // the next epoch takes them from this one
+    r.tick(S(12)).unwrap();
+    let next = r.state().epoch.thresholds.unwrap();
+    assert!(next.p50 > S(1), "{next:?}");
+
+    // no thresholds yet: set once, as soon as the epoch has enough baseline latencies
+    let mut r = Rollout::new(super::tests::config().with_min_latency_samples(100)).unwrap();
+    r.start(S(0)).unwrap();
+    let rec = Recorder::new(1);
+    rec.follow(&r.epoch_spec());
+    for i in 1..=99u64 {
+        rec.record(&Observation::new(Arm::Baseline, i, Outcome::Ok, MS(i)));
+    }
+    r.observe(S(1), &rec.report());
+    assert_eq!(r.state().epoch.thresholds, None);
+    rec.record(&Observation::new(Arm::Baseline, 100, Outcome::Ok, MS(100)));
+    r.observe(S(2), &rec.report());
+    assert!(r.state().epoch.thresholds.is_some());
+}
+
+#[test]
+fn a_restored_state_resumes_the_same_step_with_the_same_evidence() {
+    let mut r = Rollout::new(config().with_gates([100.0])).unwrap();
+    r.start(S(0)).unwrap();
+    let rec = Recorder::new(4);
+    rec.follow(&r.epoch_spec());
+    for user in 0..300u64 {
+        let arm = if user % 20 == 0 {
+            Arm::Gray
+        } else {
+            Arm::Baseline
+        };
+        let outcome = if user % 7 == 0 {
+            Outcome::Error
+        } else {
+            Outcome::Ok
+        };
+        rec.record(&Observation::new(arm, user, outcome, MS(5 + user % 50)));
+    }
+    r.observe(S(5), &rec.report());
+    r.tick(S(10)).unwrap(); // to 5 %
+    rec.follow(&r.epoch_spec());
+    rec.record(&Observation::new(Arm::Gray, 1, Outcome::Error, MS(3)));
+    r.observe(S(11), &rec.report());
+
+    let json = serde_json::to_string_pretty(r.state()).unwrap();
+    for key in [
+        "\"phase\": \"step\"",
+        "\"weight\": 5.0",
+        "\"step\": 1",
+        "\"log_m\"",
+        "\"kind\": \"advance\"",
+    ] {
+        assert!(json.contains(key), "{key} in {json}");
+    }
+    let state: State = serde_json::from_str(&json).unwrap();
+    assert_eq!(&state, r.state());
+    let mut restored = Rollout::restore(config().with_gates([100.0]), state).unwrap();
+    assert_eq!(restored.state(), r.state());
+
+    // both carry on alike: the same reports, the same transitions
+    for t in [12, 25, 40] {
+        for user in 300..320u64 {
+            rec.record(&Observation::new(Arm::Gray, user + t, Outcome::Ok, MS(10)));
+        }
+        let report = rec.report();
+        assert_eq!(r.observe(S(t), &report), restored.observe(S(t), &report));
+        assert_eq!(r.tick(S(t)), restored.tick(S(t)));
+    }
+    assert_eq!(restored.state(), r.state());
+    assert_eq!(restored.state().pause, Some(PauseReason::Gate { step: 2 }));
+}
+
+#[test]
+fn restore_refuses_a_state_that_does_not_fit_its_configuration() {
+    let mut r = Rollout::new(config()).unwrap();
+    r.start(S(0)).unwrap();
+    let state = r.state().clone();
+    let err = Rollout::restore(config().with_alpha(0.05), state.clone()).unwrap_err();
+    assert!(
+        err.to_string()
+            .starts_with("rollout state `evidence.streams.errors`: made with r0 1"),
+        "{err}"
+    );
+    let err = Rollout::restore(config().with_steps([2.0, 100.0]), state.clone()).unwrap_err();
+    assert!(
+        err.to_string()
+            .starts_with("rollout state `weight`: 1 (epoch 1) does not fit"),
+        "{err}"
+    );
+    let mut paused = state.clone();
+    paused.pause = Some(PauseReason::Manual);
+    let err = Rollout::restore(config(), paused).unwrap_err();
+    assert!(err.to_string().contains("`pause`"), "{err}");
+    let err = Rollout::restore(config().with_alpha(2.0), state).unwrap_err();
+    assert!(err.to_string().contains("`alpha`"), "{err}");
+    // a file that is not a state says where
+    let err = serde_json::from_str::<State>(r#"{"phase": "flying"}"#).unwrap_err();
+    assert!(
+        err.to_string().contains("unknown variant `flying`"),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_single_step_of_100_promotes_on_start() {
+    let mut r = Rollout::new(config().with_steps([100.0])).unwrap();
+    let t = r.start(S(0)).unwrap();
+    assert_eq!((t.to, t.weight), (Phase::Promoted, 100.0));
+    let _ = PerStream::<bool>::default();
+}
