@@ -8,7 +8,9 @@
 //! 1. it reads the request's [`Stain`](gray_core::Stain) from the request extensions
 //!    ([`RequestStain`]), else from the task-local ([`gray_core::task::current`]: this
 //!    works because the pick runs in the caller's task, not in a `Buffer`'s worker),
-//!    else it uses the policy's own lane (seed 000: a request made by the instance itself);
+//!    else it uses the policy's own lane (seed 000: a request made by the instance itself),
+//!    as it does for an [unstained](gray_core::Stain::unstained) stain (an inbound request
+//!    without any carrier, behind gray-tower's `ExtractStainLayer`);
 //! 2. it walks the [`Policy`]'s chain of subsets (the pinned version,
 //!    the lane, baseline, all, as the fallback allows; see [`gray_policy`]) over
 //!    an index of ready endpoints per subset: finding the subset and picking from it costs

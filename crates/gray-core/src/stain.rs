@@ -2,7 +2,21 @@
 //! the inbound `baggage` members it carries onward.
 //!
 //! No lane means *baseline*. Version pins follow seed 002's route header: `all` pins one
-//! version for every service, and a per-service entry wins over `all`. With a `baggage`
+//! version for every service, and a per-service entry wins over `all`.
+//!
+//! A stain without a lane is one of two things, and routing tells them apart:
+//!
+//! - [`Stain::unstained`]: the request carried no stain carrier at all, and nobody decided
+//!   for it. gray-tower's `ExtractStainLayer` gives it to every request without a carrier.
+//!   A balancer routes it by its policy's *own lane* (seed 000: a gray instance keeps its
+//!   own traffic gray; gray-policy's `Policy::with_own_lane`), and as baseline when the
+//!   policy has none. It is also [`Stain::default`].
+//! - [`Stain::baseline`]: an explicit baseline decision, such as `gray: false` on the
+//!   request, a malformed carrier, or an edge whose rules put the request in no lane. It is
+//!   routed as baseline whatever the policy's own lane.
+//!
+//! Both are [`is_baseline`](Stain::is_baseline) and both write no carrier onward (the
+//! next service then sees an unstained request); they are not equal to each other. With a `baggage`
 //! carrier configured, the stain also keeps the inbound request's other W3C `baggage`
 //! members ([`InheritedBaggage`]), which every outbound call writes back: they are not part
 //! of the routing decision ([`Stain::is_baseline`] ignores them), only carried with it.
@@ -12,6 +26,14 @@
 //!
 //! let stain = Stain::baseline();
 //! assert!(stain.is_baseline());
+//! assert!(!stain.is_unstained());
+//!
+//! // No carrier at all: baseline too, but not decided, so an own lane may apply.
+//! let unstained = Stain::default();
+//! assert!(unstained.is_unstained() && unstained.is_baseline());
+//! assert_ne!(unstained, Stain::baseline());
+//! // Setting a lane or pins, even to none, is a decision.
+//! assert_eq!(unstained.with_lane(None), Stain::baseline());
 //!
 //! let pins = Pins::new(Some(Version::new("v2")?), [("svc-b", Version::new("v3")?)])?;
 //! let stain = Stain::in_lane(Lane::new("gray")?).with_pins(pins);
@@ -34,21 +56,50 @@ use crate::{
 pub const MAX_SERVICE_LEN: usize = 128;
 
 /// What a request is stained with. Cloning costs at most three `Arc` increments.
-#[derive(Clone, Default, PartialEq, Eq)]
+///
+/// Two stains are equal when their lane, pins and inherited baggage are equal and both
+/// or neither are [unstained](Stain::unstained): an unstained stain is not equal to an
+/// explicit [baseline](Stain::baseline) one, since a balancer routes them differently
+/// when its policy has an own lane. [`Stain::default`] is the unstained stain.
+#[derive(Clone, PartialEq, Eq)]
 pub struct Stain {
     lane: Option<Lane>,
     pins: Option<Arc<Pins>>,
     baggage: Option<InheritedBaggage>,
+    /// No carrier and no decision: the request is routed by the policy's own lane.
+    unstained: bool,
+}
+
+impl Default for Stain {
+    /// The [unstained](Stain::unstained) stain: nothing was said about the request.
+    fn default() -> Self {
+        Stain::unstained()
+    }
 }
 
 impl Stain {
-    /// An unstained request: baseline traffic.
+    /// A request that carried no stain at all and that nobody decided for: baseline
+    /// traffic, unless the balancer's policy has an own lane (seed 000), which then
+    /// applies. What gray-tower's `ExtractStainLayer` gives a request without any carrier.
+    #[must_use]
+    pub const fn unstained() -> Self {
+        Stain {
+            lane: None,
+            pins: None,
+            baggage: None,
+            unstained: true,
+        }
+    }
+
+    /// An explicit baseline stain (`gray: false`, or an edge's decision): baseline
+    /// traffic, whatever the balancer's own lane.
     #[must_use]
     pub const fn baseline() -> Self {
         Stain {
             lane: None,
             pins: None,
             baggage: None,
+            unstained: false,
         }
     }
 
@@ -59,6 +110,7 @@ impl Stain {
             lane: Some(lane),
             pins: None,
             baggage: None,
+            unstained: false,
         }
     }
 
@@ -67,28 +119,35 @@ impl Stain {
         Stain::baseline().with_pins(pins)
     }
 
-    /// This stain with its lane replaced.
+    /// This stain with its lane replaced. Setting the lane, even to `None`, is a decision:
+    /// the result is not [unstained](Stain::unstained).
     #[must_use]
     pub fn with_lane(mut self, lane: Option<Lane>) -> Self {
         self.lane = lane;
+        self.unstained = false;
         self
     }
 
-    /// This stain with its version pins replaced. Empty pins are dropped.
+    /// This stain with its version pins replaced. Empty pins are dropped. The result is
+    /// not [unstained](Stain::unstained).
     #[must_use]
     pub fn with_pins(mut self, pins: Pins) -> Self {
         self.pins = (!pins.is_empty()).then(|| Arc::new(pins));
+        self.unstained = false;
         self
     }
 
-    /// This stain with shared version pins replaced.
+    /// This stain with shared version pins replaced. The result is not
+    /// [unstained](Stain::unstained).
     #[must_use]
     pub fn with_shared_pins(mut self, pins: Option<Arc<Pins>>) -> Self {
         self.pins = pins.filter(|p| !p.is_empty());
+        self.unstained = false;
         self
     }
 
-    /// This stain with its inherited `baggage` members replaced.
+    /// This stain with its inherited `baggage` members replaced (an
+    /// [unstained](Stain::unstained) stain stays unstained).
     #[must_use]
     pub fn with_baggage(mut self, baggage: Option<InheritedBaggage>) -> Self {
         self.baggage = baggage;
@@ -121,10 +180,18 @@ impl Stain {
     }
 
     /// `true` when the stain carries neither a lane nor a version pin (inherited
-    /// `baggage` members do not count).
+    /// `baggage` members do not count): an explicit baseline or an
+    /// [unstained](Stain::unstained) stain.
     #[must_use]
     pub fn is_baseline(&self) -> bool {
         self.lane.is_none() && self.pins.is_none()
+    }
+
+    /// `true` for the [unstained](Stain::unstained) stain (whatever baggage it inherits):
+    /// no carrier, no decision, so a policy's own lane applies.
+    #[must_use]
+    pub fn is_unstained(&self) -> bool {
+        self.unstained
     }
 
     /// The version pinned for `service`: its own entry first, else `all`.
@@ -139,6 +206,7 @@ impl fmt::Debug for Stain {
         let mut d = f.debug_struct("Stain");
         match &self.lane {
             Some(lane) => d.field("lane", lane),
+            None if self.unstained => d.field("lane", &"unstained"),
             None => d.field("lane", &"baseline"),
         };
         if let Some(pins) = &self.pins {
@@ -304,6 +372,26 @@ mod tests {
     fn empty_pins_are_dropped() {
         let pins = Pins::new::<&str>(None, []).unwrap();
         assert!(Stain::pinned(pins).is_baseline());
+    }
+
+    #[test]
+    fn unstained_is_baseline_but_not_a_decision() {
+        let unstained = Stain::unstained();
+        assert_eq!(Stain::default(), unstained);
+        assert!(unstained.is_baseline() && unstained.is_unstained());
+        assert!(!Stain::baseline().is_unstained());
+        assert_ne!(unstained, Stain::baseline());
+        // Inherited baggage is not a decision.
+        assert!(unstained.clone().with_baggage(None).is_unstained());
+        // A lane or pins, even none, is.
+        assert_eq!(unstained.clone().with_lane(None), Stain::baseline());
+        assert_eq!(unstained.clone().with_shared_pins(None), Stain::baseline());
+        let pinned = unstained.with_pins(Pins::all(v("2")));
+        assert!(!pinned.is_unstained() && !pinned.is_baseline());
+        assert_eq!(
+            format!("{:?}", Stain::unstained()),
+            r#"Stain { lane: "unstained" }"#
+        );
     }
 
     #[test]

@@ -85,9 +85,9 @@ pub type ResponseFuture = EndpointFuture;
 use crate::{Endpoints, Instance, MakeEndpoint};
 
 /// The connector and pool settings that turn instances into [`HttpEndpoint`]s; see the
-/// [module docs](self). `C` is the connector (hyper-util's [`HttpConnector`] by default,
-/// any `tower::Service<Uri>` yielding a hyper IO for TLS or Unix sockets), `B` the request
-/// body type.
+/// [module docs](self). `C` is the connector (hyper-util's [`HttpConnector`] by default, or
+/// any `tower::Service<Uri>` yielding a hyper IO, given to
+/// [`with_connector`](HttpEndpoints::with_connector)), `B` the request body type.
 pub struct HttpEndpoints<C, B> {
     connector: C,
     settings: Arc<Settings>,
@@ -132,7 +132,12 @@ impl<B> Default for HttpEndpoints<HttpConnector, B> {
 
 impl<C, B> HttpEndpoints<C, B> {
     /// Endpoints whose connections `connector` opens: it is called with
-    /// `scheme://authority/` of the instance and yields the connection's IO.
+    /// `scheme://authority/` of the instance and yields the connection's IO (any
+    /// `hyper::rt::Read + Write`, such as `hyper_util::rt::TokioIo<tokio::net::UnixStream>`).
+    /// The workspace tests a connector that maps each instance's authority to a Unix
+    /// socket, behind a balancer (`tests/tests/unix_socket.rs`); a TLS connector has the
+    /// same shape but no test here yet. Requests are still sent as plain HTTP/1.1 over
+    /// whatever the connector yields.
     pub fn with_connector(connector: C) -> Self {
         HttpEndpoints {
             connector,

@@ -439,3 +439,75 @@ async fn invalid_service_names_are_rejected() {
         .unwrap_err();
     assert_eq!(err.to_string(), "invalid service name ``: it is empty");
 }
+
+/// The address the registry follows now leads to another cluster (a new cluster ID), one
+/// further along in revisions than the old one, so only its ID tells: the registry lists
+/// it again, the instances it does not have leave, and a WARN names both cluster IDs.
+#[tokio::test(flavor = "current_thread")]
+async fn a_replaced_cluster_is_listed_again_and_its_absent_instances_leave() {
+    let (logs, _guard) = support::capture();
+    let mut etcd = Etcd::start().await;
+    let proxy = Proxy::start(etcd.addr()).await;
+    let mut writer = etcd.client().await;
+    let (registry, mut orders) = watching_abc(&mut writer, &proxy.endpoint()).await;
+    let before = registry.status();
+    let old_id = before.cluster_id.expect("the old cluster's ID");
+    let old_revision = before.revision.expect("a revision");
+    assert_eq!(before.resets, 0, "{before:?}");
+
+    // While the registry is cut off, the cluster is replaced and filled: b as it was, c
+    // relabelled, d new, and other keys, past the revision the registry holds.
+    proxy.cut();
+    etcd.replace().await;
+    let mut writer = etcd.client().await;
+    put(&mut writer, "b", &record(2, r#""version": "1.0""#)).await;
+    put(&mut writer, "c", &record(3, r#""version": "2.0""#)).await;
+    put(&mut writer, "d", &record(4, "")).await;
+    let mut revision = 0;
+    for other in ["p1", "p2", "p3"] {
+        revision = writer
+            .put(format!("{PREFIX}/payments/{other}"), record(9, ""), None)
+            .await
+            .expect("put")
+            .header()
+            .expect("header")
+            .revision();
+    }
+    assert!(revision > old_revision, "{revision} ≤ {old_revision}");
+    proxy.restore();
+
+    // The difference, removals first, each sorted by id: a and w (from `watching_abc`)
+    // were only in the old cluster.
+    assert_eq!(
+        take(&mut orders, 4).await,
+        [
+            "-a",
+            "-w",
+            "+c 127.0.0.1:3 {version=2.0}",
+            "+d 127.0.0.1:4 {}"
+        ]
+    );
+    let status = registry.status();
+    let new_id = status.cluster_id.expect("the new cluster's ID");
+    assert_ne!(new_id, old_id, "{status:?}");
+    assert_eq!(status.resets, 1, "{status:?}");
+    assert_eq!(status.revision, Some(revision), "{status:?}");
+    let warn = logs.line("etcd cluster changed").await;
+    assert!(warn.contains("WARN"), "{warn}");
+    let (old_hex, new_hex) = (format!("{old_id:x}"), format!("{new_id:x}"));
+    assert!(
+        warn.contains(&format!(r#"old_cluster_id=Some("{old_hex}")"#))
+            && warn.contains(&format!(r#"new_cluster_id=Some("{new_hex}")"#)),
+        "{warn}"
+    );
+    assert!(
+        warn.contains(&format!(
+            "the cluster ID changed from {old_hex} to {new_hex}"
+        )),
+        "{warn}"
+    );
+
+    // And it follows the new cluster from there.
+    put(&mut writer, "z", &record(26, "")).await;
+    assert_eq!(next(&mut orders).await, "+z 127.0.0.1:26 {}");
+}

@@ -3,15 +3,10 @@
 
 mod support;
 
-use std::{
-    io::Write,
-    path::Path,
-    sync::{Arc, Mutex},
-    time::Duration,
-};
+use std::{io::Write, path::Path, time::Duration};
 
 use gray_discovery::{Error, Registry, source::file::FileSource};
-use support::{TempDir, WAIT, instances, next, take, until_instances};
+use support::{TempDir, WAIT, capture, instances, next, take, until_instances};
 
 /// Writes `content` to `path` the way editors and config tools do: a new file renamed over
 /// the old one.
@@ -121,55 +116,6 @@ async fn instances_follow_the_file_with_no_traffic_at_all() {
     write(&path, &one("b", 2, "gray = true"));
     until_instances(&orders, &["b 127.0.0.1:2 {gray=true}"]).await;
     assert!(registry.status().last_contact.is_some());
-}
-
-/// Collects what `tracing` prints.
-#[derive(Clone, Default)]
-struct Logs(Arc<Mutex<Vec<u8>>>);
-
-impl Logs {
-    fn text(&self) -> String {
-        String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()
-    }
-
-    /// Waits (bounded) until a line contains `what`; returns that line.
-    async fn line(&self, what: &str) -> String {
-        let deadline = tokio::time::Instant::now() + WAIT;
-        loop {
-            if let Some(line) = self.text().lines().find(|l| l.contains(what)) {
-                return line.to_owned();
-            }
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "no `{what}` logged: {}",
-                self.text()
-            );
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    }
-}
-
-impl Write for Logs {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-fn capture() -> (Logs, tracing::subscriber::DefaultGuard) {
-    let logs = Logs::default();
-    let writer = logs.clone();
-    let subscriber = tracing_subscriber::fmt()
-        .with_writer(move || writer.clone())
-        .with_ansi(false)
-        .finish();
-    // A current-thread runtime: the registry's task runs on this thread, under this
-    // subscriber.
-    (logs, tracing::subscriber::set_default(subscriber))
 }
 
 #[tokio::test(flavor = "current_thread")]

@@ -17,10 +17,12 @@
 //! - **Request side**: what counts of a request's [`Stain`](gray_core::Stain) for a service is
 //!   its lane and the version it pins *for that service* (a per-service pin wins over
 //!   `all`). A request that carries no stain at all (a background job, a message consumer)
-//!   takes the calling instance's own lane ([`Policy::with_own_lane`], seed 000); a request
-//!   whose stain is baseline stays baseline. When the policy reads no lane label the
-//!   request's lane is ignored, and when it reads no version label its pins are ignored; a
-//!   [disabled](Policy::with_enabled) policy treats every request as unstained.
+//!   or an [unstained](gray_core::Stain::unstained) one (no carrier on the inbound request,
+//!   as gray-tower's `ExtractStainLayer` marks it) takes the calling instance's own lane
+//!   ([`Policy::with_own_lane`], seed 000); a request whose stain is an explicit baseline
+//!   (`gray: false`) stays baseline. When the policy reads no lane label the request's lane
+//!   is ignored, and when it reads no version label its pins are ignored; a
+//!   [disabled](Policy::with_enabled) policy routes every request as baseline.
 //! - **Lane and pin together**: the pin is the more specific stain, so it decides first.
 //!   The request is served by the instances of the pinned version, whatever their lane;
 //!   its lane matters only when falling back.

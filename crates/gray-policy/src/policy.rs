@@ -206,7 +206,10 @@ impl Policy {
     }
 
     /// The lane of the calling instance itself, used for requests that carry no stain at
-    /// all (seed 000).
+    /// all (seed 000): no [`Stain`](gray_core::Stain) anywhere, or the
+    /// [unstained](gray_core::Stain::unstained) one that gray-tower's `ExtractStainLayer`
+    /// gives a request without any carrier. An explicit baseline (`gray: false`) is not
+    /// affected.
     #[must_use]
     pub fn with_own_lane(mut self, lane: Option<Lane>) -> Self {
         self.own_lane = lane;

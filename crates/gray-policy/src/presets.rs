@@ -16,9 +16,11 @@ pub(super) const EXPECTED_PRESET: &str =
 impl Policy {
     /// Seed 000 (gray-transition component): the flag `gray`, lenient on both sides;
     /// missing or invalid = baseline; a gray request uses gray instances, else baseline
-    /// ones; a baseline request uses baseline instances only, none = error. An unstained
-    /// request made by a gray instance itself uses that instance's own flag: pass the
-    /// instance's lane to [`with_own_lane`](Self::with_own_lane).
+    /// ones; a baseline request uses baseline instances only, none = error. A request
+    /// without the header (no stain, or the [unstained](gray_core::Stain::unstained) one
+    /// that gray-tower's `ExtractStainLayer` gives it) uses the calling instance's own
+    /// flag: pass the instance's lane to [`with_own_lane`](Self::with_own_lane) on a gray
+    /// instance. `gray: false`, or any value other than `true`/`false`, is baseline.
     ///
     /// | stain | instance label | fallback |
     /// |---|---|---|

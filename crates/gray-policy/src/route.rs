@@ -9,12 +9,12 @@
 //!    [`Policy::classify`] reads the lane and the versions from its labels. The balancer
 //!    files the instance under every [`Subset`] the class belongs to: [`Subset::All`], then
 //!    [`Subset::Baseline`] or [`Subset::Lane`], then each [`Subset::Version`] (with
-//!    [`Unlabelled::Wildcard`](crate::Unlabelled::Wildcard), unlabelled instances also
+//!    [`Unlabelled::Wildcard`], unlabelled instances also
 //!    count for every lane and every version; [`Policy::serves`] says whether a class
 //!    belongs to a subset, for a balancer that keeps no index).
 //! 2. **Per request**, [`Policy::key`] turns the request's stain into a [`Key`]: its lane
-//!    and its version pin for this service (`None` for a request with no stain at all:
-//!    the policy's own lane then applies).
+//!    and its version pin for this service (for a request with no stain at all, `None`,
+//!    or an [unstained](gray_core::Stain::unstained) one, the policy's own lane applies).
 //! 3. [`Policy::walk`] tries the [`Chain`] of subsets the key may use ([`Policy::chain`]:
 //!    the pinned version, the lane, baseline, all, as the fallback allows) and asks the
 //!    balancer, through a closure, for the [`Counts`] of each: how many of its instances
@@ -155,13 +155,17 @@ impl Policy {
 
     /// The key of a request for `service`: its lane and its pin for that service.
     ///
-    /// `stain` is `None` when the request carries no stain at all; the policy's own
-    /// lane then applies.
+    /// `stain` is `None` when the request carries no stain at all. Then, and for an
+    /// [unstained](Stain::unstained) stain (what gray-tower's `ExtractStainLayer` gives a
+    /// request without any carrier), the policy's own lane applies
+    /// ([`Policy::with_own_lane`], seed 000); an explicit [baseline](Stain::baseline) stain
+    /// (`gray: false`) stays baseline.
     #[must_use]
     pub fn key<'a>(&'a self, service: &str, stain: Option<&'a Stain>) -> Key<'a> {
         if !self.enabled {
             return Key::default();
         }
+        let stain = stain.filter(|s| !s.is_unstained());
         let (lane, own) = match stain {
             Some(stain) => (stain.lane(), false),
             None => (self.own_lane.as_ref(), self.own_lane.is_some()),
@@ -316,7 +320,8 @@ impl<'a> Key<'a> {
         self.pin
     }
 
-    /// `true` when the lane is the calling instance's own (the request had no stain).
+    /// `true` when the lane is the calling instance's own (the request had no stain, or an
+    /// unstained one).
     #[must_use]
     pub fn is_own_lane(&self) -> bool {
         self.own_lane

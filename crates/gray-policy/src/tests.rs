@@ -95,18 +95,24 @@ fn pin_decides_first_and_lane_is_the_next_fallback() {
 }
 
 #[test]
-fn own_lane_applies_only_without_a_stain() {
+fn own_lane_applies_only_without_a_decided_stain() {
     let p = Policy::seed_000().with_own_lane(Some(lane("gray")));
     let inst = [("b", labels(&[])), ("g", labels(&[("gray", "true")]))];
     assert_eq!(route(&p, None, &inst).unwrap(), ["g"]);
+    assert_eq!(route(&p, Some(&Stain::unstained()), &inst).unwrap(), ["g"]);
     assert_eq!(route(&p, Some(&Stain::baseline()), &inst).unwrap(), ["b"]);
-    let d = p.decide(
-        "svc-b",
-        None,
-        inst.iter()
-            .map(|(i, l)| Candidate::new(*i, l, Availability::Ready)),
-    );
-    assert!(d.own_lane);
+    for stain in [None, Some(&Stain::unstained())] {
+        let d = p.decide(
+            "svc-b",
+            stain,
+            inst.iter()
+                .map(|(i, l)| Candidate::new(*i, l, Availability::Ready)),
+        );
+        assert!(d.own_lane);
+    }
+    let baseline = Stain::baseline();
+    let key = p.key("svc-b", Some(&baseline));
+    assert!(!key.is_own_lane() && key.lane().is_none());
 }
 
 #[test]
@@ -189,13 +195,18 @@ fn seed_000_table_row() {
     }
     // baseline with only gray instances → error
     assert!(route(&p, Some(&Stain::baseline()), &both[3..]).is_none());
-    // absent → the caller's own flag
-    assert_eq!(route(&p, None, &both).unwrap(), ["gray"]);
-    let base_caller = Policy::seed_000();
-    assert_eq!(
-        route(&base_caller, None, &both).unwrap(),
-        ["base", "bad", "none"]
-    );
+    // absent → the caller's own flag: no stain at all, or the unstained one a server
+    // layer gives a request without the header
+    let absent = carriers.extract_or(&headers(&[]), &Stain::default());
+    assert!(absent.is_unstained());
+    for absent in [None, Some(&absent)] {
+        assert_eq!(route(&p, absent, &both).unwrap(), ["gray"]);
+        let base_caller = Policy::seed_000();
+        assert_eq!(
+            route(&base_caller, absent, &both).unwrap(),
+            ["base", "bad", "none"]
+        );
+    }
 }
 
 #[test]

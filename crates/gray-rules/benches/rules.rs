@@ -1,7 +1,9 @@
-//! Evaluating a 20-rule set per request: `cargo bench -p gray-core --bench rules`.
+//! Evaluating rules per request: `cargo bench -p gray-rules --bench rules`.
 //!
-//! The set mixes every condition kind; the requests hit the last rule, the middle, and no
-//! rule at all (every rule checked), which is the worst case.
+//! `rules_20`: a set that mixes every condition kind; the requests hit the last rule, the
+//! middle, and no rule at all (every rule checked), which is the worst case. `split`: one
+//! rule that splits between 3 arms, sticky by a user header or random, against a sticky
+//! percentage.
 
 use std::hint::black_box;
 
@@ -81,5 +83,42 @@ fn bench(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, bench);
+fn one_rule(json: &str) -> RuleSet {
+    RuleSet::parse(&format!(r#"{{"rules":[{json}]}}"#), Format::Json, "bench")
+        .expect("a valid rule")
+}
+
+fn bench_split(c: &mut Criterion) {
+    let arms = r#"[{"weight":80},{"weight":15,"lane":"canary-1"},{"weight":5,"lane":"canary-2"}]"#;
+    let sticky = one_rule(&format!(
+        r#"{{"split":{{"by":{{"header":"x-user-id"}},"salt":"checkout","arms":{arms}}}}}"#
+    ));
+    let random = one_rule(&format!(r#"{{"split":{arms}}}"#));
+    let percent = one_rule(
+        r#"{"when":{"sticky":{"by":{"header":"x-user-id"},"percent":20,"salt":"checkout"}},"lane":"canary-1"}"#,
+    );
+    let headers = headers(&[
+        ("x-user-id", "user-12345"),
+        ("user-agent", "bench/1.0"),
+        ("accept", "*/*"),
+    ]);
+    let uri: Uri = "/checkout".parse().expect("uri");
+
+    let mut g = c.benchmark_group("split");
+    for (name, set) in [
+        ("sticky_3_arms", &sticky),
+        ("random_3_arms", &random),
+        ("sticky_percent", &percent),
+    ] {
+        g.bench_function(name, |b| {
+            b.iter(|| {
+                let view = RequestView::new(black_box(&uri), black_box(&headers));
+                black_box(set.evaluate(&view).map(|d| d.into_stain()))
+            })
+        });
+    }
+    g.finish();
+}
+
+criterion_group!(benches, bench, bench_split);
 criterion_main!(benches);

@@ -146,13 +146,23 @@ impl Condition {
 impl Key {
     /// The user's bucket, or `None` when the key is missing (the user is not in).
     pub(crate) fn bucket(&self, req: &RequestView<'_>, salt: &[u8]) -> Option<u32> {
+        self.with_bytes(req, |key| sticky_bucket(salt, key))
+    }
+
+    /// `f` of the key's bytes (a header's or cookie's first value, a query parameter
+    /// decoded, the client IP's octets), or `None` when the request has no key.
+    pub(crate) fn with_bytes<R>(
+        &self,
+        req: &RequestView<'_>,
+        f: impl FnOnce(&[u8]) -> R,
+    ) -> Option<R> {
         match self {
-            Key::Header(name) => req.header(name).map(|v| sticky_bucket(salt, v)),
-            Key::Cookie(name) => req.cookie(name).map(|v| sticky_bucket(salt, v)),
-            Key::Query(name) => req.query_param(name).map(|v| sticky_bucket(salt, &v)),
+            Key::Header(name) => req.header(name).map(f),
+            Key::Cookie(name) => req.cookie(name).map(f),
+            Key::Query(name) => req.query_param(name).map(|v| f(&v)),
             Key::ClientIp => req.client_ip().map(|ip| match ip {
-                std::net::IpAddr::V4(v4) => sticky_bucket(salt, &v4.octets()),
-                std::net::IpAddr::V6(v6) => sticky_bucket(salt, &v6.octets()),
+                std::net::IpAddr::V4(v4) => f(&v4.octets()),
+                std::net::IpAddr::V6(v6) => f(&v6.octets()),
             }),
         }
     }

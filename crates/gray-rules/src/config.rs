@@ -102,9 +102,10 @@ pub struct RuleConfig {
     /// Per-service version pins (seed 002's `custom`); they win over `version`.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub services: BTreeMap<String, String>,
-    /// A weighted random split between outcomes.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub split: Vec<SplitArmConfig>,
+    /// A weighted split between outcomes: random per request (a list of arms), or sticky
+    /// per user (a table with `by` and `arms`).
+    #[serde(default, skip_serializing_if = "SplitConfig::is_empty")]
+    pub split: SplitConfig,
     /// Pins the version named by the request itself (seed 004).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub version_from: Option<VersionFromConfig>,
@@ -113,14 +114,143 @@ pub struct RuleConfig {
     pub baseline: bool,
 }
 
-/// One arm of a weighted random split. An arm without `lane`, `version` or `services`
-/// is baseline.
+/// A weighted split, written as a list of arms (a fresh random choice per request) or as
+/// a table `{ by, salt?, arms }` (a sticky choice per user, by weighted rendezvous hashing
+/// of the `by` key; see [`sticky_split_arm`](crate::sticky_split_arm)). The table needs
+/// `by`: a random split is written as a list.
+///
+/// ```
+/// use gray_rules::{Format, KeyConfig, RulesConfig};
+///
+/// let random = r#"{"rules":[{"split":[{"weight":9},{"weight":1,"lane":"gray"}]}]}"#;
+/// let split = &RulesConfig::parse(random, Format::Json, "inline")?.rules[0].split;
+/// assert_eq!((split.by.as_ref(), split.arms.len()), (None, 2));
+///
+/// let sticky = r#"{"rules":[{"split":{"by":{"header":"x-user-id"},"salt":"checkout",
+///     "arms":[{"weight":9},{"weight":1,"lane":"gray"}]}}]}"#;
+/// let split = &RulesConfig::parse(sticky, Format::Json, "inline")?.rules[0].split;
+/// assert_eq!(split.by, Some(KeyConfig::Header("x-user-id".into())));
+/// assert_eq!((split.salt.as_str(), split.arms[1].weight), ("checkout", 1));
+/// # Ok::<(), gray_rules::RulesError>(())
+/// ```
+#[derive(Debug, Clone, Default, PartialEq)]
+#[non_exhaustive]
+pub struct SplitConfig {
+    /// The key that identifies a user (as a sticky condition's `by`); `None`: a random
+    /// choice per request.
+    pub by: Option<KeyConfig>,
+    /// Mixed into the hash of a sticky split: splits with the same key and salt place a
+    /// user alike; another salt places users independently.
+    pub salt: String,
+    /// The arms.
+    pub arms: Vec<SplitArmConfig>,
+}
+
+impl SplitConfig {
+    /// A random split between `arms`.
+    #[must_use]
+    pub fn random(arms: Vec<SplitArmConfig>) -> Self {
+        SplitConfig {
+            by: None,
+            salt: String::new(),
+            arms,
+        }
+    }
+
+    /// A sticky split between `arms` by the key `by`, without salt.
+    #[must_use]
+    pub fn sticky(by: KeyConfig, arms: Vec<SplitArmConfig>) -> Self {
+        SplitConfig {
+            by: Some(by),
+            salt: String::new(),
+            arms,
+        }
+    }
+
+    /// `true` when nothing is set: the rule has no split.
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.by.is_none() && self.salt.is_empty() && self.arms.is_empty()
+    }
+}
+
+/// The table form of a split, as written.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SplitTable {
+    by: KeyConfig,
+    #[serde(default)]
+    salt: String,
+    #[serde(default)]
+    arms: Vec<SplitArmConfig>,
+}
+
+// Written by hand: a list of arms, or a table, in every format, with the field of each
+// error (`split[1].lnae`, `split.arms[1].lnae`).
+impl<'de> Deserialize<'de> for SplitConfig {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct SplitVisitor;
+
+        impl<'de> Visitor<'de> for SplitVisitor {
+            type Value = SplitConfig;
+
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a list of arms, or a table with `by`, `salt` and `arms`")
+            }
+
+            fn visit_seq<A: de::SeqAccess<'de>>(self, seq: A) -> Result<SplitConfig, A::Error> {
+                let arms = Vec::deserialize(de::value::SeqAccessDeserializer::new(seq))?;
+                Ok(SplitConfig::random(arms))
+            }
+
+            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<SplitConfig, A::Error> {
+                let t = SplitTable::deserialize(de::value::MapAccessDeserializer::new(map))?;
+                Ok(SplitConfig {
+                    by: Some(t.by),
+                    salt: t.salt,
+                    arms: t.arms,
+                })
+            }
+        }
+
+        d.deserialize_any(SplitVisitor)
+    }
+}
+
+// The form it was read from: a list for a random split, else a table.
+impl Serialize for SplitConfig {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeStruct;
+        if self.by.is_none() && self.salt.is_empty() {
+            return self.arms.serialize(s);
+        }
+        let mut table = s.serialize_struct("SplitConfig", 3)?;
+        match &self.by {
+            Some(by) => table.serialize_field("by", by)?,
+            None => table.skip_field("by")?,
+        }
+        if !self.salt.is_empty() {
+            table.serialize_field("salt", &self.salt)?;
+        } else {
+            table.skip_field("salt")?;
+        }
+        table.serialize_field("arms", &self.arms)?;
+        table.end()
+    }
+}
+
+/// One arm of a weighted split. An arm without `lane`, `version` or `services` is
+/// baseline: an arm like the others.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 #[non_exhaustive]
 pub struct SplitArmConfig {
     /// The relative weight of this arm (an integer; arms with weight 0 never win).
     pub weight: u32,
+    /// What identifies the arm in a sticky split's hash; default: its position (`"0"`,
+    /// `"1"`, …). Name the arms to reorder them, or to insert one, without moving users.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
     /// The lane of this arm.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lane: Option<String>,

@@ -86,9 +86,19 @@ impl RulesError {
             (Some((i, _)), false) => format!("rules[{i}].{}", e.field),
             (None, _) => e.field.clone(),
         };
-        if let Some((line, column)) = document.position(&path) {
-            e.line = Some(line);
-            e.column = column;
+        // A field that is not written (a missing `arms`) is reported at the nearest table
+        // around it that is.
+        let mut at = path.as_str();
+        loop {
+            if let Some((line, column)) = document.position(at) {
+                e.line = Some(line);
+                e.column = column;
+                break;
+            }
+            match at.rfind(['.', '[']) {
+                Some(cut) if cut > 0 => at = &at[..cut],
+                _ => break,
+            }
         }
         self
     }
@@ -481,10 +491,14 @@ mod tests {
         let c = RulesConfig::parse(block("json"), Format::Json, "rules.json").unwrap();
         assert_eq!(a, b);
         assert_eq!(b, c);
-        assert_eq!(a.rules.len(), 3);
+        assert_eq!(a.rules.len(), 4);
         RuleSet::compile(&a, "rules.toml").unwrap();
 
-        let errors: Vec<&str> = block("text").lines().collect();
+        // The last `text` block: the errors (the first is the sticky split's formula).
+        let start = guide.rfind("```text\n").expect("a text block") + 8;
+        let errors: Vec<&str> = guide[start..start + guide[start..].find("```").unwrap()]
+            .lines()
+            .collect();
         let percent = toml.replace("percent = 10 }", "percent = 120 }");
         let e = RuleSet::parse(&percent, Format::Toml, "rules.toml").unwrap_err();
         assert_eq!(e.to_string(), errors[0]);

@@ -1,4 +1,5 @@
-//! The sticky-percentage hash and the random rolls of splits.
+//! The sticky hashes (a percentage's bucket, a split's arm) and the random rolls of
+//! random splits.
 //!
 //! A user's bucket is a number in `[0, 10000)` (basis points):
 //!
@@ -12,8 +13,13 @@
 //! `percent = p` matches when `bucket < round(p × 100)`: growing `p` only adds buckets, so a
 //! user inside 10 % stays inside at 20 %. The function is fixed: it is part of the
 //! configuration contract and never changes between releases.
+//!
+//! A user's arm of a sticky split: [`sticky_split_arm`].
 
-use gray_core::{hash::keyed_hash, rand::Rng};
+use gray_core::{
+    hash::{keyed_hash, keyed_hash_parts},
+    rand::Rng,
+};
 
 /// The number of buckets: percentages have a resolution of 0.01.
 pub const BUCKETS: u32 = 10_000;
@@ -31,6 +37,76 @@ pub const BUCKETS: u32 = 10_000;
 pub fn sticky_bucket(salt: &[u8], key: &[u8]) -> u32 {
     // BUCKETS fits in u32, so the remainder does too.
     (keyed_hash(salt, key) % u64::from(BUCKETS)) as u32
+}
+
+/// The arm of a sticky split that `key` falls in under `salt`: the index, in `arms`, of the
+/// arm of highest score; each arm is its id (its name, else its position in decimal) and
+/// its weight. `None` when no arm has a weight above 0.
+///
+/// Weighted rendezvous hashing (highest random weight), over the arms of weight `w > 0`:
+///
+/// ```text
+/// h      = keyed_hash(salt, key ‖ 0xFF ‖ id)     id: the arm's name, else its position ("0", "1", …)
+/// u      = ((h >> 11) + 0.5) / 2^53              in (0, 1)
+/// score  = w / −ln(u)                            IEEE-754 double precision
+/// ```
+///
+/// `−ln(u)` is exponentially distributed, so each arm wins for a share `w / Σw` of the keys.
+/// An arm's score depends only on its own id and weight: growing one arm's weight raises
+/// its score alone, so the only users who move are users who move **into** it (shrinking
+/// it, only users who leave it); adding an arm moves users only into the new arm, and
+/// removing one only moves its own users. On equal scores the earlier arm wins. The
+/// function is fixed like [`sticky_bucket`]: part of the configuration contract. (Computed in
+/// double precision with the platform's `ln`: two platforms whose `ln` differ in the last
+/// bit could disagree only on a key whose two best scores are that close, about one key
+/// in 10^15.)
+///
+/// ```
+/// use gray_rules::sticky_split_arm;
+///
+/// let arms: [(&[u8], u32); 3] = [(b"0", 80), (b"1", 15), (b"2", 5)];
+/// // Fixed by the documented formula, across releases and platforms.
+/// assert_eq!(sticky_split_arm(b"", b"user-42", arms), Some(0));
+/// assert_eq!(sticky_split_arm(b"", b"user-7", arms), Some(1));
+/// // Growing arm 2 takes users only into arm 2.
+/// let grown: [(&[u8], u32); 3] = [(b"0", 80), (b"1", 15), (b"2", 50)];
+/// for i in 0..1_000 {
+///     let key = format!("user-{i}");
+///     let (before, after) = (
+///         sticky_split_arm(b"", key.as_bytes(), arms),
+///         sticky_split_arm(b"", key.as_bytes(), grown),
+///     );
+///     assert!(before == after || after == Some(2));
+/// }
+/// assert_eq!(sticky_split_arm(b"", b"user-42", [(&b"0"[..], 0)]), None);
+/// ```
+#[must_use]
+pub fn sticky_split_arm<'a>(
+    salt: &[u8],
+    key: &[u8],
+    arms: impl IntoIterator<Item = (&'a [u8], u32)>,
+) -> Option<usize> {
+    let mut best: Option<(usize, f64)> = None;
+    for (i, (id, weight)) in arms.into_iter().enumerate() {
+        if weight == 0 {
+            continue;
+        }
+        let score = arm_score(salt, key, id, weight);
+        if best.is_none_or(|(_, top)| score > top) {
+            best = Some((i, score));
+        }
+    }
+    best.map(|(i, _)| i)
+}
+
+/// `w / −ln(u)`, `u` the arm's hash mapped into (0, 1); see the [formula](self).
+fn arm_score(salt: &[u8], key: &[u8], id: &[u8], weight: u32) -> f64 {
+    const SCALE: f64 = 1.0 / (1u64 << 53) as f64;
+    let h = keyed_hash_parts(salt, &[key, &[0xFF], id]);
+    // The top 53 bits, centred: never 0, never 1.
+    let u = ((h >> 11) as f64 + 0.5) * SCALE;
+    // u < 1, so −ln(u) > 0.
+    f64::from(weight) / -u.ln()
 }
 
 /// A source of random rolls in `[0, 10000)`, for `random` conditions and `split` rules: the
@@ -75,6 +151,38 @@ mod tests {
         assert_eq!(sticky_bucket(b"salt", b"alice"), 9232);
         assert_eq!(sticky_bucket(b"", b"user-42"), 4299);
         assert_ne!(sticky_bucket(b"ab", b"c"), sticky_bucket(b"a", b"bc"));
+    }
+
+    #[test]
+    fn split_arms_are_fixed() {
+        // Part of the configuration contract; computed independently from the documented
+        // formula (a Python transcription of it).
+        let arms: [(&[u8], u32); 3] = [(b"0", 80), (b"1", 15), (b"2", 5)];
+        for (salt, key, arm) in [
+            (&b""[..], &b"user-42"[..], 0),
+            (b"", b"user-7", 1),
+            (b"", b"user-2", 1),
+            (b"", b"bob", 0),
+            (b"checkout", b"user-42", 1),
+            (b"checkout", b"bob", 2),
+            (b"checkout", b"alice", 0),
+        ] {
+            assert_eq!(
+                sticky_split_arm(salt, key, arms),
+                Some(arm),
+                "{key:?} {salt:?}"
+            );
+        }
+        // Zero weights never win; equal scores go to the earlier arm.
+        assert_eq!(
+            sticky_split_arm(b"", b"bob", [(&b"0"[..], 0), (b"1", 1)]),
+            Some(1)
+        );
+        assert_eq!(
+            sticky_split_arm(b"", b"bob", [(&b"x"[..], 1), (b"x", 1)]),
+            Some(0)
+        );
+        assert_eq!(sticky_split_arm(b"", b"bob", std::iter::empty()), None);
     }
 
     /// Within 4 standard deviations of a binomial count: `n` trials of probability `p`.

@@ -8,6 +8,7 @@ mod error;
 mod hash;
 pub mod path;
 mod request;
+mod split;
 
 use std::{collections::HashMap, sync::Arc};
 
@@ -21,10 +22,10 @@ pub use self::{
     condition::MAX_DEPTH,
     config::{
         ConditionConfig, FieldMatchConfig, KeyConfig, PathMatchConfig, RandomConfig, RuleConfig,
-        RulesConfig, SplitArmConfig, StickyConfig, VersionFromConfig,
+        RulesConfig, SplitArmConfig, SplitConfig, StickyConfig, VersionFromConfig,
     },
     error::{Problem, RulesError},
-    hash::{BUCKETS, Dice, sticky_bucket},
+    hash::{BUCKETS, Dice, sticky_bucket, sticky_split_arm},
     request::{RequestView, canonical_ip, percent_decode},
 };
 use self::{
@@ -73,7 +74,7 @@ pub struct Rule {
 #[derive(Debug, Clone)]
 enum Outcome {
     Fixed(Stain),
-    Split { arms: Vec<(u32, Stain)>, total: u32 },
+    Split(split::Split),
     VersionFrom(VersionFrom),
 }
 
@@ -126,12 +127,7 @@ impl Rule {
         }
         match &self.outcome {
             Outcome::Fixed(stain) => Some(stain.clone()),
-            Outcome::Split { arms, total } => {
-                let roll = dice.get_or_insert_with(Dice::from_thread).roll(*total);
-                arms.iter()
-                    .find(|(upper, _)| roll < *upper)
-                    .map(|(_, stain)| stain.clone())
-            }
+            Outcome::Split(split) => split.pick(req, dice),
             Outcome::VersionFrom(v) => v.stain(req),
         }
     }
@@ -465,35 +461,7 @@ fn compile_rule(
             names,
         )?)
     } else if !rc.split.is_empty() {
-        let mut arms = Vec::with_capacity(rc.split.len());
-        let mut total: u32 = 0;
-        for (i, arm) in rc.split.iter().enumerate() {
-            let prefix = format!("split[{i}].");
-            total = total.checked_add(arm.weight).ok_or_else(|| {
-                at.expected(
-                    format!("{prefix}weight"),
-                    "weights that add up to less than 2^32",
-                    None,
-                )
-            })?;
-            let stain = fixed_stain(
-                at,
-                &prefix,
-                arm.lane.as_deref(),
-                arm.version.as_deref(),
-                &arm.services,
-                names,
-            )?;
-            arms.push((total, stain));
-        }
-        if total == 0 {
-            return Err(at.expected(
-                "split",
-                "at least one arm with a weight above 0",
-                Some("all weights 0".into()),
-            ));
-        }
-        Outcome::Split { arms, total }
+        Outcome::Split(split::compile(at, &rc.split, names)?)
     } else {
         let vf = rc
             .version_from

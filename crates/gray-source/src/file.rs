@@ -1,15 +1,18 @@
 //! One file, polled for changes (feature `file`).
 //!
-//! [`FileSource::watch`] checks the file every 250 ms (configurable): its modification time
-//! and size first, and its bytes when they changed or when the file was modified in the
-//! last few seconds (a second edit within the granularity of the file system's clock does
-//! not show in the modification time). Whenever the bytes differ from the last ones
+//! [`FileSource::watch`] checks the file every 250 ms (configurable): its modification time,
+//! size and (on Unix) identity (device and inode, through every symlink) first, and its
+//! bytes when they changed or when the file was modified in the last few seconds (a second
+//! edit within the granularity of the file system's clock does not show in the
+//! modification time). Whenever the bytes differ from the last ones
 //! handed out, the stream yields an [`Update::Reset`] with one [`Entry`]: the key is the
 //! path, the value the bytes, the revision [`Revision::File`].
 //!
 //! No platform file watcher is used, so it works the same on every file system, bind
-//! mounts and Kubernetes ConfigMaps (whose files are replaced through a symlink swap)
-//! included. A missing or unreadable file is logged once (WARN, target `gray::source`),
+//! mounts and Kubernetes ConfigMaps included: the path is resolved at every check, so a
+//! ConfigMap update (a new timestamped directory, the `..data` symlink swapped to it, the
+//! old directory removed) is followed, even when the new file has the old one's length and
+//! modification time. A missing or unreadable file is logged once (WARN, target `gray::source`),
 //! recorded in the [`Status`](crate::Status), and changes nothing; when it is readable
 //! again, its content is handed out if it changed meanwhile.
 //!
@@ -234,11 +237,15 @@ impl Source for FileSource {
     }
 }
 
-/// What identifies a version of the file cheaply.
+/// What identifies a version of the file cheaply: its modification time, its length and
+/// (on Unix) the file itself, device and inode, at the end of every symlink. A file
+/// renamed over the old one, or a symlink swapped to a new file (a Kubernetes ConfigMap
+/// update), is a new file, whatever its time and length.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Stamp {
     modified: Option<SystemTime>,
     len: u64,
+    file: Option<(u64, u64)>,
 }
 
 impl Read {
@@ -254,9 +261,17 @@ impl Read {
 
 impl Stamp {
     fn of(meta: &std::fs::Metadata) -> Stamp {
+        #[cfg(unix)]
+        let file = {
+            use std::os::unix::fs::MetadataExt;
+            Some((meta.dev(), meta.ino()))
+        };
+        #[cfg(not(unix))]
+        let file = None;
         Stamp {
             modified: meta.modified().ok(),
             len: meta.len(),
+            file,
         }
     }
 
@@ -391,6 +406,31 @@ mod tests {
         assert_eq!(next(updates.next().await), "b");
         assert!(updates.status().connected);
         std::fs::remove_file(&path).unwrap();
+    }
+
+    /// A Kubernetes ConfigMap update swaps the `..data` symlink to a new directory. In the
+    /// last swap, the new file has the old one's length and modification time, long past:
+    /// only its identity (device and inode) tells the versions apart.
+    #[cfg(unix)]
+    #[tokio::test]
+    async fn follows_a_configmap_swap_that_keeps_length_and_mtime() {
+        use gray_test_support::{WAIT, configmap::ConfigMap};
+
+        let past = SystemTime::now() - Duration::from_secs(3600);
+        let mut map = ConfigMap::mount("configmap-swap", &[("rules.toml", "aaaa")]);
+        let source =
+            FileSource::new(map.path("rules.toml")).with_interval(Duration::from_millis(5));
+        let mut updates = source.watch();
+        let mut next = async || match tokio::time::timeout(WAIT, updates.next()).await {
+            Ok(Some(Update::Reset(s))) => String::from_utf8(s.entries[0].value.clone()).unwrap(),
+            other => panic!("expected a reset within {WAIT:?}, got {other:?}"),
+        };
+        assert_eq!(next().await, "aaaa");
+        map.update_with_mtime(&[("rules.toml", "bbbb")], Some(past));
+        assert_eq!(next().await, "bbbb");
+        // Same length, same modification time, an hour old.
+        map.update_with_mtime(&[("rules.toml", "cccc")], Some(past));
+        assert_eq!(next().await, "cccc");
     }
 
     #[tokio::test]

@@ -12,9 +12,13 @@
 //! - `net` (feature `net`, which `etcd` includes): raw TCP servers on loopback, among them
 //!   an HTTP/1.1 instance that answers before it has read the request body, and a port
 //!   that refuses connections for as long as the test holds it;
+//! - [`configmap`] (Unix): a directory mounted the way Kubernetes mounts a ConfigMap, whose
+//!   updates swap a `..data` symlink;
 //! - [`TempDir`] and [`WAIT`], the bound of every wait in the real-network tests.
 
 pub mod alloc;
+#[cfg(unix)]
+pub mod configmap;
 #[cfg(feature = "etcd")]
 pub mod etcd;
 #[cfg(feature = "net")]

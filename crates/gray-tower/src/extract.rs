@@ -4,8 +4,11 @@
 //! resulting [`Stain`] into the request extensions, and makes it the task-local stain
 //! (see [`crate::task`]) for both the synchronous `call()` of the inner service and every
 //! poll of its response future. A request without any carrier gets the layer's default
-//! stain: baseline, unless [`ExtractStainLayer::with_default`] says otherwise (seed 000:
-//! a gray instance treats an unstained request as its own lane).
+//! stain, [`Stain::unstained`] unless [`ExtractStainLayer::with_default`] says otherwise.
+//! An unstained request is baseline traffic, except for a balancer whose policy has an
+//! own lane (gray-policy's `Policy::with_own_lane`, seed 000): it routes the request into
+//! that lane, so a gray instance keeps its unstained traffic gray. An explicit carrier,
+//! `gray: false` included (or a malformed one), is a decision and stays as it says.
 //!
 //! With a `baggage` carrier ([`Carriers::with_baggage`]), the stain also keeps the
 //! request's other `baggage` members ([`Stain::baggage`]), and the client layers write them
@@ -62,7 +65,8 @@ struct Config {
 /// Builds [`ExtractStain`]: reads the stain of each inbound request.
 ///
 /// `ExtractStainLayer::new()` reads the default carriers (`x-gray-lane`, `x-gray-info`)
-/// with a baseline default; the `with_*` setters change one setting each, in any order.
+/// with the [unstained](Stain::unstained) default; the `with_*` setters change one setting
+/// each, in any order.
 #[derive(Debug, Clone, Default)]
 pub struct ExtractStainLayer {
     config: Arc<Config>,
@@ -82,9 +86,11 @@ impl ExtractStainLayer {
         self
     }
 
-    /// Uses `stain` for requests that carry no stain at all (an explicit `gray: false`
-    /// still means baseline). Seed 000 sets this to the instance's own lane on gray
-    /// instances.
+    /// Uses `stain` for requests that carry no stain carrier at all (an explicit
+    /// `gray: false` still means baseline). The default, [`Stain::unstained`], lets each
+    /// balancer apply its policy's own lane (seed 000: `Policy::with_own_lane` on a gray
+    /// instance), and writes no carrier onward. A lane set here instead is the request's
+    /// lane everywhere: every balancer routes by it and every client writes it onward.
     #[must_use]
     pub fn with_default(mut self, stain: Stain) -> Self {
         Arc::make_mut(&mut self.config).default = stain;
@@ -263,6 +269,34 @@ mod tests {
         );
         let req = Request::new(());
         assert_eq!(lane_seen(ExtractStainLayer::new(), req).await, None);
+    }
+
+    /// What the layer puts into the extensions of `req`.
+    async fn stain_seen(layer: ExtractStainLayer, req: Request<()>) -> Stain {
+        let svc = layer.layer(service_fn(|req: Request<()>| async move {
+            let stain = req.extensions().get::<Stain>().cloned().unwrap();
+            assert_eq!(Some(&stain), task::current().as_ref());
+            Ok::<_, std::convert::Infallible>(Response::new(stain))
+        }));
+        svc.oneshot(req).await.unwrap().into_body()
+    }
+
+    #[tokio::test]
+    async fn no_carrier_is_unstained_and_an_explicit_one_is_decided() {
+        let gray = Lane::new("gray").unwrap();
+        let layer = ExtractStainLayer::new().with_carriers(
+            Carriers::new().with(PlainHeader::flag(HeaderName::from_static("gray"), gray)),
+        );
+        let absent = stain_seen(layer.clone(), Request::new(())).await;
+        assert!(absent.is_unstained());
+        for value in ["false", "FALSE", "maybe"] {
+            let req = Request::builder().header("gray", value).body(()).unwrap();
+            assert_eq!(
+                stain_seen(layer.clone(), req).await,
+                Stain::baseline(),
+                "{value}"
+            );
+        }
     }
 
     #[tokio::test]

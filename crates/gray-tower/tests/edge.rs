@@ -143,13 +143,14 @@ async fn seed003_whitelist_through_a_trusted_proxy_hop() {
     assert_eq!(d.rule_name.as_deref(), Some("ip-whitelist"));
     assert_eq!(d.client_ip, Some("192.168.1.100".parse().expect("ip")));
 
-    // Everyone else is baseline, and told so downstream.
+    // Everyone else is baseline, and told so downstream. The edge decides: an explicit
+    // baseline, never the unstained stain a balancer's own lane would apply to.
     let seen = send(
         &edge,
         request("10.0.0.2:51000", &[("x-forwarded-for", "198.51.100.4")]),
     )
     .await;
-    assert!(seen.stain.expect("stain").is_baseline());
+    assert_eq!(seen.stain.expect("stain"), gray_core::Stain::baseline());
     assert_eq!(seen.headers["x-gray-flag"], "false");
     assert_eq!(seen.headers["x-gray-ip"], "198.51.100.4");
     assert!(seen.headers.get("x-gray-lane").is_none());

@@ -311,7 +311,8 @@ impl Carrier {
 
     /// Writes `stain` into `headers` (replacing this carrier's previous value).
     ///
-    /// A baseline stain writes nothing; the carrier's previous value is removed. A
+    /// A baseline (or [unstained](Stain::unstained)) stain writes nothing; the carrier's
+    /// previous value is removed. A
     /// `baggage` member also writes the stain's inherited members.
     pub fn encode(&self, stain: &Stain, headers: &mut HeaderMap) {
         match self {

@@ -114,3 +114,54 @@ pub async fn until_instances(service: &ServiceInstances, expected: &[&str]) {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
 }
+
+/// Collects what `tracing` prints.
+#[derive(Clone, Default)]
+pub struct Logs(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl Logs {
+    pub fn text(&self) -> String {
+        String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()
+    }
+
+    /// Waits (bounded) until a line contains `what`; returns that line.
+    pub async fn line(&self, what: &str) -> String {
+        let deadline = tokio::time::Instant::now() + WAIT;
+        loop {
+            if let Some(line) = self.text().lines().find(|l| l.contains(what)) {
+                return line.to_owned();
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "no `{what}` logged: {}",
+                self.text()
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+}
+
+impl std::io::Write for Logs {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// Captures what `tracing` prints on this thread while the guard lives (use a
+/// current-thread runtime, so that the tasks under test run on it).
+pub fn capture() -> (Logs, tracing::subscriber::DefaultGuard) {
+    let logs = Logs::default();
+    let writer = logs.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_writer(move || writer.clone())
+        .with_ansi(false)
+        .finish();
+    // A current-thread runtime: the registry's task runs on this thread, under this
+    // subscriber.
+    (logs, tracing::subscriber::set_default(subscriber))
+}

@@ -71,6 +71,8 @@ pub struct Etcd {
     _ports: [Reserved; 2],
     /// `name=peer-url,…` of every member of its cluster.
     initial_cluster: String,
+    /// `--initial-cluster-token`: with the members, it makes the cluster ID.
+    token: String,
     tls: Option<Arc<Tls>>,
     auth: Option<(String, String)>,
 }
@@ -115,6 +117,7 @@ impl Etcd {
             peer_port: ports[1].port(),
             _ports: ports,
             initial_cluster: String::new(),
+            token: "gray-test".to_owned(),
             tls,
             auth: None,
         }
@@ -201,7 +204,7 @@ impl Etcd {
             .arg(format!("--initial-advertise-peer-urls={peer}"))
             .arg(format!("--initial-cluster={}", self.initial_cluster))
             .arg("--initial-cluster-state=new")
-            .arg("--initial-cluster-token=gray-test")
+            .arg(format!("--initial-cluster-token={}", self.token))
             .arg("--logger=zap")
             .arg("--log-level=warn")
             .stdin(Stdio::null())
@@ -289,6 +292,15 @@ impl Etcd {
         if let Some((user, password)) = auth {
             self.enable_auth(&user, &password).await;
         }
+    }
+
+    /// Replaces the cluster: a new single-member etcd on the same ports, with an EMPTY data
+    /// dir and another cluster token, so it has a new cluster ID (what a client sees when
+    /// the address it follows now leads to another cluster). Its revisions start again
+    /// from 1; a user set up by [`Etcd::start_auth`] is set up again.
+    pub async fn replace(&mut self) {
+        self.token = format!("{}-replaced", self.token);
+        self.restart_empty().await;
     }
 
     /// Stops the process with SIGSTOP: it keeps its connections open and answers nothing,
