@@ -216,3 +216,19 @@ fn pick_names_the_built_in_strategies() {
     assert!(Pick::PendingRequests.strategy().probes());
     assert_eq!(Pick::PendingRequests.strategy().rtt_decay(), None);
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_built_in_strategy_given_as_a_strategy_works_as_its_pick() {
+    use crate::strategy::RoundRobin;
+
+    let h = Harness::new(BalanceLayer::new("svc-b", Policy::new()).with_strategy(RoundRobin));
+    let _handles = ranked(&h, &[("a", "1"), ("b", "1"), ("c", "1")]);
+    settle(|| h.balance.len() == 3).await;
+    assert!(format!("{:?}", h.balance).contains("RoundRobin"));
+    // No probes: new endpoints take their turn from the first request on.
+    let served: Vec<_> = (0..6).map(|_| picked(&h)).collect();
+    let first = served.iter().position(|&k| k == "a").unwrap();
+    let cycle: Vec<_> = served[first..first + 3].to_vec();
+    assert_eq!(cycle, ["a", "b", "c"], "{served:?}");
+    assert_eq!(served[..3], served[3..], "{served:?}");
+}
