@@ -12,12 +12,14 @@ use crate::{
     Driver, Pick, RecordRouted,
     health::{Classifier, Ejection},
     service::{Balance, Config},
+    strategy::{Chooser, Strategy},
 };
 
 /// Builds a [`Balance`] over a discover stream: `layer.layer(discover)`.
 ///
-/// Holds the target service's name, its [`Policy`], how to [`Pick`] among ready
-/// endpoints, when to [eject](Ejection) endpoints, how to recognise a connection error
+/// Holds the target service's name, its [`Policy`], how to pick among ready endpoints (a
+/// [`Strategy`], built-in by [`Pick`] or your own), when to [eject](Ejection) endpoints,
+/// how to recognise a connection error
 /// ([`Classifier`]) and which requests record how they were routed ([`RecordRouted`]).
 /// The `with_*` setters may come in any order.
 #[derive(Clone)]
@@ -42,10 +44,23 @@ impl BalanceLayer {
         }
     }
 
-    /// How to pick among the ready endpoints of a subset.
+    /// Picks among the ready endpoints of a subset with the built-in strategy `pick`
+    /// names (default [`Pick::PeakEwma`]).
     #[must_use]
     pub fn with_pick(mut self, pick: Pick) -> Self {
-        self.config.router.pick = pick;
+        self.config.router.set_strategy(pick.chooser());
+        self
+    }
+
+    /// Picks among the ready endpoints of a subset with `strategy`: one virtual call per
+    /// request that reaches a subset of two or more ready endpoints, no allocation. See
+    /// [`strategy`](crate::strategy) for what it sees and what the balancer still does
+    /// around it (the policy's walk, probing, passive health). A built-in strategy
+    /// ([`PeakEwma`](crate::strategy::PeakEwma), ...) is recognised and called directly,
+    /// as [`with_pick`](Self::with_pick) does. The last of the two setters wins.
+    #[must_use]
+    pub fn with_strategy(mut self, strategy: impl Strategy) -> Self {
+        self.config.router.set_strategy(Chooser::new(strategy));
         self
     }
 

@@ -16,8 +16,9 @@
 //!    an index of ready endpoints per subset: finding the subset and picking from it costs
 //!    the same for 10 or 10,000 endpoints, takes no lock and allocates nothing;
 //! 3. it picks among the ready endpoints of that subset: a new endpoint's probe first
-//!    (below), else by power of two choices over a Peak-EWMA cost, or the requests in
-//!    flight, or round-robin ([`Pick`]);
+//!    (below), else by its [`Strategy`]: power of two choices over a Peak-EWMA cost (the
+//!    default), or the requests in flight, or round-robin ([`Pick`] names them), or a
+//!    strategy of your own ([`BalanceLayer::with_strategy`]; see [`strategy`]);
 //! 4. it returns a future that waits for a clone of that endpoint to be ready, calls it
 //!    and reports the outcome (round-trip time, connection errors) to the endpoint's
 //!    atomics;
@@ -77,7 +78,8 @@
 //! probing list between two requests). Probes go one at a time per endpoint, so a slow
 //! new endpoint is not flooded: besides its probe, p2c sees it at the default cost.
 //! [`Pick::RoundRobin`] needs no probe: an endpoint of a subset of `n` gets one of every
-//! `n` requests.
+//! `n` requests. A strategy of your own gets probing unless its
+//! [`probes`](Strategy::probes) says no.
 //!
 //! # Passive health
 //!
@@ -185,6 +187,7 @@ pub mod future;
 pub mod health;
 #[cfg(feature = "reqwest")]
 pub mod reqwest;
+pub mod strategy;
 
 pub use gray_core::{Labelled, Labels};
 /// The routing policy types a balancer is built with, re-exported from [`gray_core`] so
@@ -196,6 +199,7 @@ pub use self::{
     layer::BalanceLayer,
     pick::{Pick, Picked, RecordRouted, Routed},
     service::{Balance, RequestStain},
+    strategy::Strategy,
 };
 
 #[cfg(test)]

@@ -271,8 +271,7 @@ impl Meter {
     }
 
     /// `true` while the endpoint has completed fewer than `PROBES` requests.
-    #[cfg(test)]
-    fn is_probing(&self) -> bool {
+    pub(crate) fn is_probing(&self) -> bool {
         self.completed.load(Relaxed) < PROBES
     }
 }

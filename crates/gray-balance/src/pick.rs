@@ -1,10 +1,10 @@
-//! Choosing an endpoint over a snapshot: the policy's walk, then a probe, power of two
-//! choices or round-robin; and [`Picked`], a chosen endpoint for clients that send
-//! requests themselves.
+//! Choosing an endpoint over a snapshot: the policy's walk, then a probe or the
+//! [`Strategy`]; [`Pick`], the built-in strategies by name; and [`Picked`], a chosen
+//! endpoint for clients that send requests themselves.
 
 use std::{fmt, sync::Arc, time::Duration};
 
-use gray_core::{Labels, rand::Rng};
+use gray_core::Labels;
 use gray_policy::{
     OwnedSubset, Policy, Unroutable,
     route::{Key, Route},
@@ -12,10 +12,14 @@ use gray_policy::{
 
 use crate::{
     index::{Entry, Slot, Snapshot},
-    meter::{Clock, Completion, Meter, Ticket},
+    meter::{Clock, Completion, Ticket},
+    strategy::{Chooser, PeakEwma, PendingRequests, Ready, RoundRobin, Strategy},
 };
 
-/// How the balancer picks among the ready endpoints of a subset.
+/// The built-in [`Strategy`]s by name, as a configuration file names them (`peak-ewma`,
+/// `pending-requests`, `round-robin`); [`BalanceLayer::with_pick`](crate::BalanceLayer::with_pick)
+/// uses the one it names. A strategy of your own goes to
+/// [`BalanceLayer::with_strategy`](crate::BalanceLayer::with_strategy).
 #[derive(Debug, Clone, Copy, PartialEq)]
 #[non_exhaustive]
 pub enum Pick {
@@ -86,11 +90,30 @@ impl<'de> serde::Deserialize<'de> for Pick {
 }
 
 impl Pick {
-    /// Peak-EWMA's decay in nanoseconds; `None` for the picks that measure no round trip.
-    pub(crate) fn decay_ns(&self) -> Option<f64> {
-        match self {
-            Pick::PeakEwma { decay, .. } => Some(decay.as_nanos() as f64),
-            _ => None,
+    /// The strategy this names: [`PeakEwma`], [`PendingRequests`] or [`RoundRobin`].
+    #[must_use]
+    pub fn strategy(&self) -> Arc<dyn Strategy> {
+        match *self {
+            Pick::PeakEwma { default_rtt, decay } => Arc::new(
+                PeakEwma::new()
+                    .with_default_rtt(default_rtt)
+                    .with_decay(decay),
+            ),
+            Pick::PendingRequests => Arc::new(PendingRequests),
+            Pick::RoundRobin => Arc::new(RoundRobin),
+        }
+    }
+
+    /// The strategy this names, as a balancer calls it.
+    pub(crate) fn chooser(&self) -> Chooser {
+        match *self {
+            Pick::PeakEwma { default_rtt, decay } => Chooser::new(
+                PeakEwma::new()
+                    .with_default_rtt(default_rtt)
+                    .with_decay(decay),
+            ),
+            Pick::PendingRequests => Chooser::PendingRequests,
+            Pick::RoundRobin => Chooser::RoundRobin,
         }
     }
 }
@@ -137,7 +160,12 @@ pub enum RecordRouted {
 pub(crate) struct Router {
     pub(crate) service: Arc<str>,
     pub(crate) policy: Policy,
-    pub(crate) pick: Pick,
+    chooser: Chooser,
+    /// The strategy's `rtt_decay()`, in nanoseconds: round trips are measured, the clock
+    /// read at every pick.
+    rtt_decay_ns: Option<f64>,
+    /// The strategy's `probes()`.
+    probes: bool,
     pub(crate) record: RecordRouted,
     /// The balancer's clock; set when the balancer is built.
     pub(crate) clock: Clock,
@@ -180,6 +208,11 @@ impl<K, S> Choice<'_, '_, K, S> {
     }
 }
 
+/// The strategy's Peak-EWMA decay, in nanoseconds.
+fn rtt_decay_ns(chooser: &Chooser) -> Option<f64> {
+    chooser.rtt_decay().map(|d| d.as_nanos() as f64)
+}
+
 /// A debug event (target `gray::balance`) about routing a request: the service and the
 /// request's key (lane, pin, own lane), then the fields and message given.
 macro_rules! route_event {
@@ -196,6 +229,35 @@ macro_rules! route_event {
 }
 
 impl Router {
+    /// Routes calls to `service` by `policy`, picking with `chooser`.
+    pub(crate) fn new(service: &str, policy: Policy, chooser: Chooser) -> Self {
+        Router {
+            service: service.into(),
+            policy,
+            rtt_decay_ns: rtt_decay_ns(&chooser),
+            probes: chooser.probes(),
+            chooser,
+            record: RecordRouted::Never,
+            clock: Clock::new(),
+        }
+    }
+
+    pub(crate) fn set_strategy(&mut self, chooser: Chooser) {
+        self.rtt_decay_ns = rtt_decay_ns(&chooser);
+        self.probes = chooser.probes();
+        self.chooser = chooser;
+    }
+
+    /// The strategy, for `Debug`.
+    pub(crate) fn strategy(&self) -> &Chooser {
+        &self.chooser
+    }
+
+    /// Peak-EWMA's decay in nanoseconds, when the strategy measures round trips.
+    pub(crate) fn rtt_decay_ns(&self) -> Option<f64> {
+        self.rtt_decay_ns
+    }
+
     /// Walks the policy's chain for `key` over `snapshot` and picks an endpoint of the
     /// subset it ends at.
     pub(crate) fn choose<'s, 'k, K: fmt::Debug, S>(
@@ -223,21 +285,22 @@ impl Router {
             }
         };
         let n = route.counts.ready;
-        // Read once: the costs of p2c and the start of the request's round trip.
-        let now = match self.pick {
-            Pick::PeakEwma { .. } => self.clock.now(),
-            _ => 0,
+        // Read once: the costs the strategy sees and the start of the request's round trip.
+        let now = match self.rtt_decay_ns {
+            Some(_) => self.clock.now(),
+            None => 0,
         };
-        let (slot, probe) = match self.pick {
-            Pick::RoundRobin => (
-                snapshot.ready_at(parts, snapshot.next_cursor(parts, n)),
+        let fresh = match self.probes {
+            true => snapshot.claim_fresh(parts),
+            false => None,
+        };
+        let (slot, probe) = match fresh {
+            Some(slot) => (Some(slot), true),
+            None if n <= 1 => (snapshot.ready_at(parts, 0), false),
+            None => (
+                self.chooser.choose(&Ready::new(snapshot, parts, n, now)),
                 false,
             ),
-            _ => match snapshot.claim_fresh(parts) {
-                Some(slot) => (Some(slot), true),
-                None if n == 1 => (snapshot.ready_at(parts, 0), false),
-                None => (self.p2c(snapshot, parts, n, now), false),
-            },
         };
         let Some(slot) = slot else {
             // The counts and the lists of one snapshot always agree.
@@ -264,41 +327,6 @@ impl Router {
             route,
             start: now,
         })
-    }
-
-    /// Power of two choices among the `n > 1` ready members of `parts`.
-    fn p2c<'s, K, S>(
-        &self,
-        snapshot: &'s Snapshot<K, S>,
-        parts: crate::index::Parts,
-        n: usize,
-        now: u64,
-    ) -> Option<&'s Slot<K, S>> {
-        let mut rng = Rng::new();
-        let a = rng.index(n);
-        let mut b = rng.index(n - 1);
-        if b >= a {
-            b += 1;
-        }
-        let (sa, sb) = (snapshot.ready_at(parts, a)?, snapshot.ready_at(parts, b)?);
-        let (ma, mb) = (&sa.entry.meter, &sb.entry.meter);
-        // One about to be ejected loses.
-        let a_lighter = match (ma.doomed(), mb.doomed()) {
-            (false, true) => true,
-            (true, false) => false,
-            _ => self.lighter(ma, mb, now),
-        };
-        Some(if a_lighter { sa } else { sb })
-    }
-
-    /// `true` when `ma` carries no more load than `mb`.
-    fn lighter(&self, ma: &Meter, mb: &Meter, now: u64) -> bool {
-        match self.pick {
-            Pick::PeakEwma { default_rtt, .. } => {
-                Meter::lighter(ma, mb, now, default_rtt.as_nanos() as f64)
-            }
-            _ => ma.pending() <= mb.pending(),
-        }
     }
 }
 

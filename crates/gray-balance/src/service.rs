@@ -20,7 +20,7 @@ use crate::{
     health::{Classifier, Ejection, is_connection_error},
     index::Snapshot,
     meter::{Clock, Feedback},
-    pick::{Pick, Picked, RecordRouted, Routed, Router},
+    pick::{Pick, Picked, Routed, Router},
 };
 
 /// Where the balancer finds a request's [`Stain`]: in the request itself (for an
@@ -31,7 +31,7 @@ pub trait RequestStain {
     fn gray_stain(&self) -> Option<&Stain>;
 
     /// Records on the request how it was routed, when the balancer records routes
-    /// ([`RecordRouted`]). Does nothing by default.
+    /// ([`RecordRouted`](crate::RecordRouted)). Does nothing by default.
     fn record_routed(&mut self, routed: Routed) {
         let _ = routed;
     }
@@ -61,13 +61,7 @@ impl Config {
     /// Peak-EWMA p2c, the default [`Ejection`] and [`is_connection_error`], no record.
     pub(crate) fn new(service: &str, policy: Policy) -> Self {
         Config {
-            router: Router {
-                service: service.into(),
-                policy,
-                pick: Pick::default(),
-                record: RecordRouted::Never,
-                clock: Clock::new(),
-            },
+            router: Router::new(service, policy, Pick::default().chooser()),
             ejection: Ejection::default(),
             classify: is_connection_error,
         }
@@ -79,7 +73,7 @@ impl fmt::Debug for Config {
         f.debug_struct("Config")
             .field("service", &self.router.service)
             .field("policy", &self.router.policy.name())
-            .field("pick", &self.router.pick)
+            .field("strategy", &self.router.strategy())
             .field("record", &self.router.record)
             .field("ejection", &self.ejection)
             .finish_non_exhaustive()
@@ -117,7 +111,7 @@ impl<K, S> fmt::Debug for Balance<K, S> {
         f.debug_struct("Balance")
             .field("service", &router.service)
             .field("policy", &router.policy.name())
-            .field("pick", &router.pick)
+            .field("strategy", &router.strategy())
             .field("endpoints", &self.len())
             .field("ready", &self.ready_len())
             .finish()
@@ -189,7 +183,7 @@ where
         let feedback = Arc::new(Feedback::new(
             events,
             clock,
-            config.router.pick.decay_ns(),
+            config.router.rtt_decay_ns(),
             config.ejection.consecutive(),
             config.classify,
         ));

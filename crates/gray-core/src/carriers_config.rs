@@ -15,6 +15,14 @@
 //! Unknown kinds and fields are errors; header names, lanes and keys are checked while the
 //! file is read, so the error carries the position a `serde_path_to_error` loader reports.
 //!
+//! In code, the constructors build the same entries, with the same defaults:
+//! [`CarrierConfig::flag`], [`lane`](CarrierConfig::lane), [`version`](CarrierConfig::version),
+//! [`route`](CarrierConfig::route) and [`baggage`](CarrierConfig::baggage), then
+//! [`with_header`](CarrierConfig::with_header), [`with_max_len`](CarrierConfig::with_max_len),
+//! [`with_lane`](CarrierConfig::with_lane) and [`with_member`](CarrierConfig::with_member)
+//! as fits the kind. A carrier of your own ([`CustomCarrier`](crate::codec::CustomCarrier))
+//! has no entry here: add it to the [`Carriers`] these build.
+//!
 //! ```
 //! use gray_core::CarrierConfig;
 //! use http::HeaderMap;
@@ -41,6 +49,16 @@
 //!
 //! let bad = serde_json::from_str::<Config>(r#"{ "carriers": [{ "kind": "lane", "header": "a b" }] }"#);
 //! assert!(bad.unwrap_err().to_string().contains("a valid HTTP header name"));
+//!
+//! // The same list in code.
+//! let in_code = [
+//!     CarrierConfig::flag(),
+//!     CarrierConfig::lane(),
+//!     CarrierConfig::version().with_header(http::HeaderName::from_static("x-version")),
+//!     CarrierConfig::baggage(),
+//! ];
+//! let headers = |list: &[CarrierConfig]| list.iter().map(|c| c.header().clone()).collect::<Vec<_>>();
+//! assert_eq!(headers(&in_code), headers(&config.carriers));
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
@@ -121,6 +139,106 @@ pub enum CarrierConfig {
         member: BaggageMember,
     },
 }
+
+// === impl CarrierConfig: constructors ===
+
+impl CarrierConfig {
+    /// A boolean flag (`kind = "flag"`): header `gray`, lane `gray`, values up to 256 bytes.
+    #[must_use]
+    pub fn flag() -> Self {
+        CarrierConfig::Flag {
+            header: GRAY,
+            lane: gray_lane(),
+            max_len: DEFAULT_PLAIN_MAX_LEN,
+        }
+    }
+
+    /// A lane name (`kind = "lane"`): header `x-gray-lane`, values up to 256 bytes.
+    #[must_use]
+    pub fn lane() -> Self {
+        CarrierConfig::Lane {
+            header: X_GRAY_LANE,
+            max_len: DEFAULT_PLAIN_MAX_LEN,
+        }
+    }
+
+    /// A version pinned for every service (`kind = "version"`): header `version`, values
+    /// up to 256 bytes.
+    #[must_use]
+    pub fn version() -> Self {
+        CarrierConfig::Version {
+            header: VERSION,
+            max_len: DEFAULT_PLAIN_MAX_LEN,
+        }
+    }
+
+    /// Seed 002's JSON route header (`kind = "route"`): header `x-gray-info`, values up
+    /// to 4096 bytes.
+    #[must_use]
+    pub fn route() -> Self {
+        CarrierConfig::Route {
+            header: X_GRAY_INFO,
+            max_len: DEFAULT_ROUTE_MAX_LEN,
+        }
+    }
+
+    /// A member of the W3C `baggage` header (`kind = "baggage"`): key
+    /// [`DEFAULT_BAGGAGE_KEY`].
+    #[must_use]
+    pub fn baggage() -> Self {
+        CarrierConfig::Baggage {
+            member: default_member(),
+        }
+    }
+
+    /// The header a flag, lane, version or route entry reads. A `baggage` entry lives in
+    /// `baggage` whatever this says: name its member with [`with_member`](Self::with_member).
+    #[must_use]
+    pub fn with_header(mut self, name: HeaderName) -> Self {
+        match &mut self {
+            CarrierConfig::Flag { header, .. }
+            | CarrierConfig::Lane { header, .. }
+            | CarrierConfig::Version { header, .. }
+            | CarrierConfig::Route { header, .. } => *header = name,
+            CarrierConfig::Baggage { .. } => {}
+        }
+        self
+    }
+
+    /// The longest value a flag, lane, version or route entry reads, in bytes (a `baggage`
+    /// member's caps are [`BaggageMember`]'s own).
+    #[must_use]
+    pub fn with_max_len(mut self, len: usize) -> Self {
+        match &mut self {
+            CarrierConfig::Flag { max_len, .. }
+            | CarrierConfig::Lane { max_len, .. }
+            | CarrierConfig::Version { max_len, .. }
+            | CarrierConfig::Route { max_len, .. } => *max_len = len,
+            CarrierConfig::Baggage { .. } => {}
+        }
+        self
+    }
+
+    /// The lane a flag entry's `true` means (other kinds have no lane of their own).
+    #[must_use]
+    pub fn with_lane(mut self, lane: Lane) -> Self {
+        if let CarrierConfig::Flag { lane: own, .. } = &mut self {
+            *own = lane;
+        }
+        self
+    }
+
+    /// The member a `baggage` entry reads and writes (other kinds are whole headers).
+    #[must_use]
+    pub fn with_member(mut self, member: BaggageMember) -> Self {
+        if let CarrierConfig::Baggage { member: own } = &mut self {
+            *own = member;
+        }
+        self
+    }
+}
+
+// === impl CarrierConfig ===
 
 impl CarrierConfig {
     /// The carrier this entry describes.
@@ -237,6 +355,52 @@ mod tests {
         serde_json::from_str::<File>(json)
             .map(|f| f.carriers)
             .map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn constructors_build_what_the_file_names() {
+        let file = parse(
+            r#"{"carriers":[{"kind":"flag","header":"x-gray-flag","lane":"canary","max_len":4},{"kind":"lane","max_len":8},{"kind":"version"},{"kind":"route","header":"x-route"},{"kind":"baggage","key":"lane"}]}"#,
+        )
+        .unwrap();
+        let code = [
+            CarrierConfig::flag()
+                .with_header(HeaderName::from_static("x-gray-flag"))
+                .with_lane(Lane::new("canary").unwrap())
+                .with_max_len(4)
+                .with_member(default_member()),
+            CarrierConfig::lane().with_max_len(8).with_lane(gray_lane()),
+            CarrierConfig::version(),
+            CarrierConfig::route().with_header(HeaderName::from_static("x-route")),
+            CarrierConfig::baggage()
+                .with_member(BaggageMember::new("lane").unwrap())
+                .with_header(GRAY)
+                .with_max_len(1),
+        ];
+        // The same entries: the same Debug, field for field.
+        assert_eq!(format!("{file:?}"), format!("{code:?}"));
+        let headers: Vec<_> = code.iter().map(|c| c.header().as_str()).collect();
+        assert_eq!(
+            headers,
+            [
+                "x-gray-flag",
+                "x-gray-lane",
+                "version",
+                "x-route",
+                "baggage"
+            ]
+        );
+        // And the carriers they build behave the same.
+        let (from_file, from_code) = (
+            CarrierConfig::carriers(&file),
+            CarrierConfig::carriers(&code),
+        );
+        let mut h = HeaderMap::new();
+        h.insert("x-gray-flag", HeaderValue::from_static("TRUE"));
+        assert_eq!(from_code.extract(&h), from_file.extract(&h));
+        assert_eq!(from_code.extract(&h).unwrap().lane().unwrap(), "canary");
+        h.insert("x-gray-flag", HeaderValue::from_static("TRUE!"));
+        assert!(from_code.extract(&h).unwrap().is_baseline(), "over max_len");
     }
 
     #[test]

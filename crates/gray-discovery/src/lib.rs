@@ -37,6 +37,15 @@
 //! recovers by itself. The [`InstanceSet`] that computes the changes is public, for custom
 //! sources.
 //!
+//! # Other registries
+//!
+//! A registry this crate does not know (Consul, Nacos, Kubernetes EndpointSlices) takes
+//! two pieces: a [`gray_source::Source`] that reads it (bytes by key, and a watch of
+//! `Reset`/`Put`/`Delete` updates) and a [`Decoder`] that turns those bytes into
+//! instances ([`registry::Effect`]); [`Registry::start_with`] joins them. The crate's own
+//! [`Layout`]s are decoders too. `examples/extension` does this for a Consul-style HTTP
+//! catalogue.
+//!
 //! # Features
 //!
 //! | feature | default | what it adds | dependencies |
@@ -111,6 +120,6 @@ pub use gray_source as source;
 pub use endpoint::{Endpoint, Endpoints, MakeEndpoint};
 pub use error::Error;
 pub use instance::{Address, Instance, InstanceId, Record};
-pub use registry::{InstanceDiscover, InstanceSource, Layout, Registry, ServiceInstances};
+pub use registry::{Decoder, InstanceDiscover, InstanceSource, Layout, Registry, ServiceInstances};
 pub use set::InstanceSet;
 pub use static_list::StaticDiscover;

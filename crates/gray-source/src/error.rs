@@ -35,6 +35,35 @@ pub enum SourceError {
         /// What is wrong and what was expected.
         message: String,
     },
+    /// A source of your own failed (a registry's HTTP API, say); see
+    /// [`SourceError::other`].
+    Other {
+        /// What was being done: `GET http://127.0.0.1:8500/v1/health/service/orders`.
+        action: String,
+        /// Why it failed.
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+}
+
+impl SourceError {
+    /// A failure of a [`Source`](crate::Source) implemented outside this crate: what it
+    /// was doing, and why that failed.
+    ///
+    /// ```
+    /// use gray_source::SourceError;
+    ///
+    /// let e = SourceError::other("GET http://127.0.0.1:8500/v1/catalog", "connection refused");
+    /// assert_eq!(e.to_string(), "GET http://127.0.0.1:8500/v1/catalog failed: connection refused");
+    /// ```
+    pub fn other(
+        action: impl Into<String>,
+        source: impl Into<Box<dyn std::error::Error + Send + Sync>>,
+    ) -> Self {
+        SourceError::Other {
+            action: action.into(),
+            source: source.into(),
+        }
+    }
 }
 
 impl fmt::Display for SourceError {
@@ -59,6 +88,7 @@ impl fmt::Display for SourceError {
                 write!(f, "{action}: no answer within {after:?}")
             }
             SourceError::Config { field, message } => write!(f, "setting `{field}`: {message}"),
+            SourceError::Other { action, source } => write!(f, "{action} failed: {source}"),
         }
     }
 }
@@ -183,6 +213,7 @@ impl std::error::Error for SourceError {
             SourceError::Read { source, .. } => Some(source),
             #[cfg(feature = "etcd")]
             SourceError::Etcd { source, .. } => Some(source),
+            SourceError::Other { source, .. } => Some(&**source),
             _ => None,
         }
     }

@@ -23,6 +23,12 @@
 //! - [`WatchHandle`]: the background task a consumer runs to follow a source, stopped when
 //!   dropped, with the source's status.
 //!
+//! A place this crate does not read (a registry's HTTP API, a Kubernetes watch) is a
+//! [`Source`] of your own: `load` reads it once into a [`Snapshot`], `watch` hands out
+//! [`Update`]s through [`Updates::new`], reporting contacts and failures to its
+//! [`StatusHandle`]; [`SourceError::other`] says why a read failed. `examples/extension`
+//! implements one over a Consul-style HTTP catalogue.
+//!
 //! The consumers decide what the bytes mean: gray-tower parses a rule set, gray-discovery
 //! parses instances. A consumer applies each [`Update`] in order: a [`Update::Reset`]
 //! replaces everything it knew, a [`Update::Put`] adds or replaces one key, a

@@ -2,10 +2,7 @@
 
 use std::{
     collections::HashMap,
-    sync::{
-        Arc,
-        atomic::{AtomicUsize, Ordering::Relaxed},
-    },
+    sync::{Arc, atomic::AtomicUsize},
 };
 
 use gray_core::{Lane, Version};
@@ -142,12 +139,12 @@ impl<K, S> Snapshot<K, S> {
         None
     }
 
-    /// The next round-robin position of `parts`, below `n` (`n > 0`).
-    pub(crate) fn next_cursor(&self, parts: Parts, n: usize) -> usize {
-        match parts.exact.or(parts.wild) {
-            Some(id) => self.subset(id).cursor.fetch_add(1, Relaxed) % n,
-            None => 0,
-        }
+    /// The round-robin cursor of `parts` (its exact subset's, else its wildcard's).
+    pub(crate) fn cursor(&self, parts: Parts) -> Option<&AtomicUsize> {
+        parts
+            .exact
+            .or(parts.wild)
+            .map(|id| &*self.subset(id).cursor)
     }
 
     /// A ready member of `parts` still being probed whose probe slot this call claimed.

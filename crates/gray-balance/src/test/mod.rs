@@ -7,6 +7,7 @@
 mod health;
 mod probe;
 mod routing;
+mod strategy;
 
 use std::{
     collections::HashMap,

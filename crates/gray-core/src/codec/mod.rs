@@ -9,6 +9,7 @@
 //! | [`PlainHeader::version`] | `version: 2.0` (seed 001) | a version pinned for all services |
 //! | [`RouteHeader`] | `x-gray-info: {"all":"v2","custom":{"svc-b":"v3"}}` (seed 002) | version pins |
 //! | [`BaggageMember`] | `baggage: userId=42,gray.lane=canary` (W3C) | a lane, and every other member of the request ([`InheritedBaggage`]) |
+//! | [`Carrier::custom`] | a header format of your own ([`CustomCarrier`]) | what its `decode` yields |
 //!
 //! [`Carriers`] bundles the ones a service uses. [`Carriers::default`] is `x-gray-lane` plus
 //! `x-gray-info`; [`Carriers::with_baggage`] adds the `baggage` member
@@ -68,131 +69,33 @@
 //! assert_eq!(outbound["baggage"], "tenant=acme,userId=42;ttl=5,gray.lane=canary");
 //! ```
 
+mod custom;
 mod member;
+mod outcome;
 mod plain;
 mod route;
 
-use std::{fmt, sync::Arc};
+use std::sync::Arc;
 
 use http::{HeaderMap, HeaderName, HeaderValue};
 
 use self::member::Own;
 pub use self::{
+    custom::CustomCarrier,
     member::{
         BaggageMember, DEFAULT_BAGGAGE_KEY, DEFAULT_MAX_MEMBERS, InheritedBaggage,
         InvalidBaggageKey, W3C_MIN_BYTES, W3C_MIN_MEMBERS,
     },
+    outcome::{Decoded, Reason, Rejection},
     plain::PlainHeader,
     route::RouteHeader,
 };
-use crate::{
-    name::{InvalidName, Lane, Names},
-    stain::{InvalidService, Pins, Stain},
-};
+use crate::{name::Names, stain::Stain};
 
 /// The default cap on a plain header value, in bytes.
 pub const DEFAULT_PLAIN_MAX_LEN: usize = 256;
 /// The default cap on a JSON route header value, in bytes.
 pub const DEFAULT_ROUTE_MAX_LEN: usize = 4096;
-
-/// What one carrier found on a request.
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum Decoded {
-    /// The request is in this lane.
-    Lane(Lane),
-    /// The request says explicitly that it is baseline (`gray: false`).
-    Baseline,
-    /// The request pins versions.
-    Pins(Arc<Pins>),
-}
-
-/// Why a carrier was ignored. The request is treated as if the carrier were absent.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Rejection {
-    header: HeaderName,
-    reason: Reason,
-}
-
-/// The reason inside a [`Rejection`].
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum Reason {
-    /// The value is longer than the configured cap.
-    TooLong {
-        /// Length of the value, in bytes.
-        len: usize,
-        /// The configured cap, in bytes.
-        max: usize,
-    },
-    /// The value is not UTF-8 text.
-    NotText,
-    /// The value is empty.
-    Empty,
-    /// A boolean flag holds something other than `true` or `false`.
-    NotABoolean,
-    /// A lane or version name is not a valid token.
-    InvalidName(InvalidName),
-    /// A service name in version pins is invalid.
-    InvalidService(InvalidService),
-    /// The JSON route header does not parse.
-    InvalidJson(String),
-}
-
-// === impl Rejection ===
-
-impl Rejection {
-    pub(crate) fn new(header: &HeaderName, reason: Reason) -> Self {
-        Rejection {
-            header: header.clone(),
-            reason,
-        }
-    }
-
-    /// The header that was ignored.
-    pub fn header(&self) -> &HeaderName {
-        &self.header
-    }
-
-    /// Why it was ignored.
-    pub fn reason(&self) -> &Reason {
-        &self.reason
-    }
-}
-
-// === impl Reason ===
-
-impl fmt::Display for Reason {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Reason::TooLong { len, max } => {
-                write!(f, "its value is {len} bytes, more than the cap of {max}")
-            }
-            Reason::NotText => f.write_str("its value is not UTF-8 text"),
-            Reason::Empty => f.write_str("its value is empty"),
-            Reason::NotABoolean => f.write_str("its value is neither `true` nor `false`"),
-            Reason::InvalidName(e) => fmt::Display::fmt(e, f),
-            Reason::InvalidService(e) => fmt::Display::fmt(e, f),
-            Reason::InvalidJson(e) => write!(f, "its value is not a valid route rule: {e}"),
-        }
-    }
-}
-
-impl fmt::Display for Rejection {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "ignored header `{}`: {}", self.header, self.reason)
-    }
-}
-
-impl std::error::Error for Rejection {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        match &self.reason {
-            Reason::InvalidName(e) => Some(e),
-            Reason::InvalidService(e) => Some(e),
-            _ => None,
-        }
-    }
-}
 
 /// The header a plain or route carrier lives in, and the cap on its value.
 #[derive(Debug, Clone)]
@@ -259,7 +162,8 @@ impl<'a> StainKeys<'a> {
     }
 }
 
-/// One way of carrying the stain in headers.
+/// One way of carrying the stain in headers: a built-in one, or a [`CustomCarrier`] of
+/// your own ([`Carrier::custom`]).
 #[derive(Debug, Clone)]
 #[non_exhaustive]
 pub enum Carrier {
@@ -269,6 +173,8 @@ pub enum Carrier {
     Route(RouteHeader),
     /// A member of the W3C `baggage` header.
     Baggage(BaggageMember),
+    /// A carrier written outside this crate; see [`CustomCarrier`].
+    Custom(Arc<dyn CustomCarrier>),
 }
 
 // === impl Carrier ===
@@ -291,7 +197,18 @@ impl From<BaggageMember> for Carrier {
     }
 }
 
+impl From<Arc<dyn CustomCarrier>> for Carrier {
+    fn from(c: Arc<dyn CustomCarrier>) -> Self {
+        Carrier::Custom(c)
+    }
+}
+
 impl Carrier {
+    /// A [`CustomCarrier`] as a carrier, for [`Carriers::with`].
+    pub fn custom(carrier: impl CustomCarrier) -> Self {
+        Carrier::Custom(Arc::new(carrier))
+    }
+
     /// Decodes this carrier from `headers`.
     ///
     /// `Ok(None)` means the carrier is absent; an error means it is present but unusable.
@@ -306,6 +223,7 @@ impl Carrier {
                 .first_value(headers)?
                 .map_or(Ok(None), |value| c.decode_value(value, names)),
             Carrier::Baggage(c) => c.decode(headers, names),
+            Carrier::Custom(c) => c.decode(headers, names),
         }
     }
 
@@ -319,6 +237,7 @@ impl Carrier {
             Carrier::Plain(c) => c.encode(stain, headers),
             Carrier::Route(c) => c.encode(stain, headers),
             Carrier::Baggage(c) => c.encode(stain, &StainKeys(std::slice::from_ref(self)), headers),
+            Carrier::Custom(c) => c.encode(stain, headers),
         }
     }
 
@@ -332,6 +251,7 @@ impl Carrier {
                 headers.remove(c.header_name());
             }
             Carrier::Baggage(c) => c.remove(headers),
+            Carrier::Custom(c) => c.remove(headers),
         }
     }
 
@@ -341,15 +261,28 @@ impl Carrier {
             Carrier::Plain(c) => headers.contains_key(c.header_name()),
             Carrier::Route(c) => headers.contains_key(c.header_name()),
             Carrier::Baggage(c) => c.is_present(headers),
+            Carrier::Custom(c) => c.is_present(headers),
         }
     }
 
-    /// The header this carrier lives in.
+    /// The header this carrier lives in (for a custom carrier, the first of its
+    /// [`header_names`](Self::header_names)).
     pub fn header_name(&self) -> &HeaderName {
         match self {
             Carrier::Plain(c) => c.header_name(),
             Carrier::Route(c) => c.header_name(),
             Carrier::Baggage(_) => &member::BAGGAGE,
+            Carrier::Custom(c) => c.header_name(),
+        }
+    }
+
+    /// Every header this carrier reads: one, except for a custom carrier that names more.
+    /// (A `baggage` member reads `baggage`, which holds other members too: an edge removes
+    /// only its member.)
+    pub fn header_names(&self) -> &[HeaderName] {
+        match self {
+            Carrier::Custom(c) => c.header_names(),
+            other => std::slice::from_ref(other.header_name()),
         }
     }
 }

@@ -1,16 +1,19 @@
-//! How a source's entries hold instances, and how its updates become changes.
+//! How the sources of gray-source hold instances: [`Layout`], the built-in [`Decoder`]s.
 
 use std::{collections::BTreeMap, fmt};
 
 use gray_source::{Entry, Snapshot, Source, Update};
 
+use super::decoder::{Decoder, Effect};
 use crate::{Error, Instance, InstanceId, Record, instance::check_segment};
 #[cfg(feature = "file")]
 use crate::{error::ConfigError, file::Format};
 
 /// How a source's entries hold instances: one document with every service, or one key per
-/// instance. [`InstanceSource::layout`] knows it for the sources of gray-source;
-/// [`Registry::start_with`](crate::Registry::start_with) takes it for any other source.
+/// instance; the [`Decoder`] of the instance files and records this crate defines.
+/// [`InstanceSource::layout`] knows it for the sources of gray-source;
+/// [`Registry::start_with`](crate::Registry::start_with) takes it (or any other decoder)
+/// for any other source.
 ///
 /// ```
 /// use gray_discovery::Layout;
@@ -110,24 +113,10 @@ impl<S: InstanceSource + ?Sized> InstanceSource for std::sync::Arc<S> {
     }
 }
 
-/// What an update does to the instances, service by service.
-#[derive(Debug)]
-pub(crate) enum Effect {
-    /// The whole content: every service gets exactly these instances (services not named
-    /// get none).
-    Reset(BTreeMap<String, Vec<Instance>>),
-    /// One instance added or replaced.
-    Put(String, Instance),
-    /// One instance removed.
-    Remove(String, InstanceId),
-    /// Nothing changes (an ignored key, a rejected version: already logged).
-    None,
-}
-
-impl Layout {
+impl Decoder for Layout {
     /// What the first content of a source holds; `Err` for a document that is rejected
     /// (the registry does not start). Malformed keys of a key layout are skipped.
-    pub(crate) fn load(&self, snapshot: Snapshot) -> Result<Effect, Error> {
+    fn load(&self, snapshot: Snapshot) -> Result<Effect, Error> {
         match &self.0 {
             #[cfg(feature = "file")]
             Kind::Document(format) => Ok(Effect::Reset(document(*format, &snapshot)?)),
@@ -136,7 +125,7 @@ impl Layout {
     }
 
     /// What an update does; a rejected document is logged (ERROR) and changes nothing.
-    pub(crate) fn apply(&self, update: Update) -> Effect {
+    fn apply(&self, update: Update) -> Effect {
         match &self.0 {
             #[cfg(feature = "file")]
             Kind::Document(format) => {

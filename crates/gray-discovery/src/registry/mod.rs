@@ -24,6 +24,7 @@
 //! | [`EtcdSource::prefix`](gray_source::etcd::EtcdSource::prefix) (feature `etcd`) | one key per instance ([`crate::etcd`]) | a watch event: O(1); a re-list (after a compaction or a reset cluster): a diff, O(n) |
 //! | [`Registry::from_static`] | a fixed list | nothing changes |
 //! | any other [`Source`] | [`Registry::start_with`] and a [`Layout`] | as above |
+//! | a registry of its own (Consul, Nacos, Kubernetes) | [`Registry::start_with`] and a [`Decoder`] of its own | what its [`Effect`]s say: O(1) for a put or a removal, a diff for a replaced service or a reset |
 //!
 //! A version of a file that cannot be parsed, or is empty, is rejected as a whole (ERROR
 //! event with file, line and field; the last good instances stay); an etcd value that is
@@ -68,6 +69,7 @@
 //! # }).unwrap();
 //! ```
 
+mod decoder;
 mod layout;
 mod service;
 
@@ -80,9 +82,9 @@ use std::{
 use futures_util::StreamExt;
 use gray_source::{Revision, Source, Status, StatusHandle, Updates, WatchHandle};
 
-pub(crate) use self::layout::Effect;
 use self::service::ServiceState;
 pub use self::{
+    decoder::{Decoder, Effect},
     layout::{InstanceSource, Layout},
     service::{InstanceDiscover, ServiceInstances},
 };
@@ -132,6 +134,7 @@ impl Catalog {
     fn apply(&self, effect: Effect) -> usize {
         match effect {
             Effect::Reset(mut next) => {
+                next.retain(|name, _| valid_service(name));
                 // Every service known: the ones the new content names get its instances,
                 // the others none.
                 let known: Vec<(Arc<str>, Arc<ServiceState>)> = self
@@ -148,16 +151,39 @@ impl Catalog {
                 }
                 changes
             }
+            Effect::Replace(service, instances) => {
+                if !valid_service(&service) {
+                    return 0;
+                }
+                self.service(&service).replace(instances)
+            }
             Effect::Put(service, instance) => {
+                if !valid_service(&service) {
+                    return 0;
+                }
                 tracing::debug!(target: "gray::discovery", %service, id = %instance.id(),
                     address = %instance.address(), "instance put");
                 self.service(&service).insert(instance)
             }
             Effect::Remove(service, id) => {
+                if !valid_service(&service) {
+                    return 0;
+                }
                 tracing::debug!(target: "gray::discovery", %service, %id, "instance removed");
                 self.service(&service).remove(&id)
             }
             Effect::None => 0,
+        }
+    }
+}
+
+/// `true` for a valid service name; a decoder's invalid one is logged (WARN) and skipped.
+fn valid_service(name: &str) -> bool {
+    match check_service(name) {
+        Ok(()) => true,
+        Err(error) => {
+            tracing::warn!(target: "gray::discovery", %error, "service skipped");
+            false
         }
     }
 }
@@ -182,8 +208,14 @@ impl Registry {
         Registry::start_with(source, layout).await
     }
 
-    /// [`Registry::start`] for any source, whose entries hold instances as `layout` says.
-    pub async fn start_with<S: Source>(source: S, layout: Layout) -> Result<Registry, Error> {
+    /// [`Registry::start`] for any source, whose entries `decoder` turns into instances: a
+    /// [`Layout`] (an instance file, one key per instance), or a [`Decoder`] of your own.
+    /// Fails when the source cannot be read, or when the decoder rejects its first
+    /// content.
+    pub async fn start_with<S: Source, D: Decoder>(
+        source: S,
+        decoder: D,
+    ) -> Result<Registry, Error> {
         let describe = source.describe();
         let snapshot = source.load().await.map_err(Error::Source)?;
         let revision = match &snapshot.revision {
@@ -191,11 +223,11 @@ impl Registry {
             _ => None,
         };
         let catalog = Arc::new(Catalog::default());
-        catalog.apply(layout.load(snapshot)?);
+        catalog.apply(decoder.load(snapshot)?);
         let updates = source.watch();
         let status = updates.status_handle();
         status.contact(revision);
-        let task = tokio::spawn(follow(catalog.clone(), layout, updates, describe.clone()));
+        let task = tokio::spawn(follow(catalog.clone(), decoder, updates, describe.clone()));
         tracing::info!(target: "gray::discovery", source = %describe,
             services = catalog.lock().len(), "registry started");
         Ok(Registry {
@@ -275,10 +307,15 @@ impl Registry {
 }
 
 /// The registry's task: applies every update of the source, in order.
-async fn follow(catalog: Arc<Catalog>, layout: Layout, mut updates: Updates, source: String) {
+async fn follow<D: Decoder>(
+    catalog: Arc<Catalog>,
+    decoder: D,
+    mut updates: Updates,
+    source: String,
+) {
     while let Some(update) = updates.next().await {
-        let effect = layout.apply(update);
-        let whole = matches!(effect, Effect::Reset(_));
+        let effect = decoder.apply(update);
+        let whole = matches!(effect, Effect::Reset(_) | Effect::Replace(..));
         let changes = catalog.apply(effect);
         if whole && changes > 0 {
             tracing::info!(target: "gray::discovery", %source, changes, "instances reloaded");

@@ -322,11 +322,11 @@ impl Config {
     }
 }
 
-/// The default carriers: `x-gray-lane` and `x-gray-info` ([`gray_core::Carriers::default`]).
+/// The default carriers: `x-gray-lane` and `x-gray-info`, as [`gray_core::Carriers::default`]
+/// reads and writes them.
 #[must_use]
 pub fn default_carriers() -> Vec<CarrierConfig> {
-    let text = r#"[{"kind": "lane"}, {"kind": "route"}]"#;
-    serde_json::from_str(text).unwrap_or_default()
+    vec![CarrierConfig::lane(), CarrierConfig::route()]
 }
 
 /// An error that lost its place on the way is placed again: serde buffers internally

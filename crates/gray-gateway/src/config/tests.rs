@@ -62,6 +62,30 @@ fn defaults() {
     assert!(matches!(cfg.rules, Rules::None));
 }
 
+#[test]
+fn the_default_carriers_are_the_library_defaults() {
+    use gray_core::{Carriers, Lane, Pins, Stain, Version};
+
+    let ours = CarrierConfig::carriers(&default_carriers());
+    let library = Carriers::default();
+    let names = |c: &Carriers| {
+        c.iter()
+            .map(|c| c.header_name().clone())
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(names(&ours), ["x-gray-lane", "x-gray-info"]);
+    assert_eq!(names(&ours), names(&library));
+    // The same kinds: they write a lane and pins alike, and read back what they wrote.
+    let stain = Stain::in_lane(Lane::new("gray").unwrap())
+        .with_pins(Pins::all(Version::new("v2").unwrap()));
+    let (mut a, mut b) = (http::HeaderMap::new(), http::HeaderMap::new());
+    ours.inject(&stain, &mut a);
+    library.inject(&stain, &mut b);
+    assert_eq!(a, b);
+    assert_eq!(a.len(), 2);
+    assert_eq!(ours.extract(&b), Some(stain));
+}
+
 /// What a binary built without `etcd` (or `etcd-tls`) answers for those tables: the check
 /// `Config::parse` makes with `cfg!(feature = ..)`, made here with the feature off, so that
 /// the build with every feature (CI's) runs it too.

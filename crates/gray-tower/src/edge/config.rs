@@ -21,7 +21,14 @@ pub const X_GRAY_IP: HeaderName = HeaderName::from_static("x-gray-ip");
 /// [`DEFAULT_BAGGAGE_KEY`](gray_core::codec::DEFAULT_BAGGAGE_KEY)): the lane
 /// header, seed 002's route header, seed 003's flag and IP headers, seed 000's `gray` flag
 /// and seed 001's `version`.
-pub const KNOWN_STAIN_HEADERS: [HeaderName; 6] = [
+///
+/// A slice, so that a release may add a header without breaking code that reads it. (The
+/// headers of the carriers an edge is configured with, a
+/// [`CustomCarrier`](gray_core::codec::CustomCarrier)'s included, are stripped whatever
+/// this list holds.)
+pub static KNOWN_STAIN_HEADERS: &[HeaderName] = &KNOWN;
+
+static KNOWN: [HeaderName; 6] = [
     X_GRAY_LANE,
     X_GRAY_INFO,
     X_GRAY_FLAG,
@@ -84,14 +91,23 @@ impl Config {
         config
     }
 
-    /// Recomputes what is stripped from untrusted clients.
+    /// Recomputes what is stripped from untrusted clients: whatever a configured carrier
+    /// reads (a custom carrier: every one of its headers, whole), the known carriers
+    /// (unless switched off) and the extra headers.
     pub(crate) fn refresh(&mut self) {
         let mut removal = Removal::default();
         for carrier in self.carriers.iter() {
-            removal.add(carrier.clone());
+            match carrier {
+                Carrier::Custom(custom) => {
+                    for name in custom.header_names() {
+                        removal.add_header(name.clone());
+                    }
+                }
+                other => removal.add(other.clone()),
+            }
         }
         if self.strip_known {
-            for name in &KNOWN_STAIN_HEADERS {
+            for name in KNOWN_STAIN_HEADERS {
                 removal.add_header(name.clone());
             }
             removal.add(Carrier::Baggage(default_member()));
