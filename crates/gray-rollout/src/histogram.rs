@@ -86,6 +86,7 @@ fn lower_ns(index: usize) -> u64 {
 /// A latency `d` falls in bucket `i` when `lower(i) ≤ d < upper(i)` (in whole
 /// nanoseconds). Exported as a Prometheus `le` (which is inclusive), an edge is off by one
 /// nanosecond.
+#[must_use]
 pub fn upper_bound(index: usize) -> Option<Duration> {
     (index < BUCKETS - 1).then(|| Duration::from_nanos(lower_ns(index + 1)))
 }
@@ -129,6 +130,7 @@ pub struct Histogram {
 
 impl Histogram {
     /// An empty histogram: one allocation of 4 × [`BUCKETS`] counters (13.5 KiB).
+    #[must_use]
     pub fn new() -> Self {
         Histogram {
             shards: (0..SHARDS)
@@ -155,6 +157,7 @@ impl Histogram {
 
     /// The counts so far. Records that run concurrently may or may not be included, each
     /// one wholly in its bucket (the sum may be a record ahead or behind the buckets).
+    #[must_use]
     pub fn snapshot(&self) -> Snapshot {
         let mut counts = vec![0u64; BUCKETS];
         let mut sum_ns = 0u64;
@@ -168,6 +171,7 @@ impl Histogram {
     }
 
     /// The number of latencies recorded so far.
+    #[must_use]
     pub fn count(&self) -> u64 {
         let counts = self.shards.iter().flat_map(|s| s.counts.iter());
         counts.map(|c| c.load(Ordering::Relaxed)).sum()
@@ -206,6 +210,7 @@ static ZEROS: [u64; BUCKETS] = [0; BUCKETS];
 
 impl Snapshot {
     /// An empty snapshot: the neutral element of [`merge`](Self::merge).
+    #[must_use]
     pub fn empty() -> Self {
         Snapshot {
             counts: Vec::new(),
@@ -214,16 +219,19 @@ impl Snapshot {
     }
 
     /// The number of latencies counted.
+    #[must_use]
     pub fn count(&self) -> u64 {
         self.counts.iter().sum()
     }
 
     /// The sum of the latencies counted (Prometheus `_sum`).
+    #[must_use]
     pub fn sum(&self) -> Duration {
         Duration::from_nanos(self.sum_ns)
     }
 
     /// The count of each bucket ([`BUCKETS`] of them), in the order of [`upper_bounds`].
+    #[must_use]
     pub fn counts(&self) -> &[u64] {
         if self.counts.is_empty() {
             &ZEROS
@@ -250,6 +258,7 @@ impl Snapshot {
     /// The latencies counted here and not in `earlier` (an earlier snapshot of the same
     /// histogram): the window between the two. A bucket that went down (not an earlier
     /// snapshot) counts 0.
+    #[must_use]
     pub fn since(&self, earlier: &Snapshot) -> Snapshot {
         let counts = if self.counts.is_empty() {
             Vec::new()
@@ -308,6 +317,7 @@ impl Snapshot {
     /// most `bound`: exact when `bound` is an edge ([`upper_bounds`]), otherwise rounded
     /// down to the edge below (by less than 6.25 %). For exporting fewer buckets than the
     /// histogram has, e.g. Prometheus' defaults.
+    #[must_use]
     pub fn count_below(&self, bound: Duration) -> u64 {
         self.cumulative()
             .take_while(|(upper, _)| upper.is_some_and(|u| u <= bound))

@@ -61,6 +61,7 @@ pub struct KillSwitch {
 
 impl KillSwitch {
     /// The defaults: 50 % of at least 20 gray requests in 10 s, from at least 3 users.
+    #[must_use]
     pub fn new() -> Self {
         KillSwitch {
             enabled: true,
@@ -72,30 +73,35 @@ impl KillSwitch {
     }
 
     /// Armed or not.
+    #[must_use]
     pub fn with_enabled(mut self, enabled: bool) -> Self {
         self.enabled = enabled;
         self
     }
 
     /// The share of failed gray requests that trips the switch.
+    #[must_use]
     pub fn with_error_ratio(mut self, ratio: f64) -> Self {
         self.error_ratio = ratio;
         self
     }
 
     /// The fewest gray requests in the window.
+    #[must_use]
     pub fn with_min_requests(mut self, n: u64) -> Self {
         self.min_requests = n;
         self
     }
 
     /// The fewest gray users whose first error of the rollout falls in the window.
+    #[must_use]
     pub fn with_min_users(mut self, n: u64) -> Self {
         self.min_users = n;
         self
     }
 
     /// How far back "recent" goes.
+    #[must_use]
     pub fn with_window(mut self, window: Duration) -> Self {
         self.window = window;
         self
@@ -141,6 +147,7 @@ pub struct KillCounts {
 
 impl KillCounts {
     /// Counts.
+    #[must_use]
     pub fn new(requests: Pair, errors: Pair, gray_error_users: u64) -> Self {
         KillCounts {
             requests,
@@ -168,12 +175,14 @@ pub struct KillWindow {
 impl KillWindow {
     /// An empty history for `switch`, starting at `now` with zero counts (a rollout's
     /// start).
+    #[must_use]
     pub fn new(switch: KillSwitch, now: Duration) -> Self {
         KillWindow::resume(switch, now, KillCounts::default())
     }
 
     /// A history for `switch` that starts at `now` with the cumulative counts so far (a
     /// restored rollout).
+    #[must_use]
     pub fn resume(switch: KillSwitch, now: Duration, counts: KillCounts) -> Self {
         let first = Sample { at: now, counts };
         KillWindow {

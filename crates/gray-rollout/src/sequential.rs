@@ -295,7 +295,7 @@ impl MixtureTest {
         let deltas: Vec<f64> = self
             .ratios
             .iter()
-            .map(|r| c * (r / self.r0).ln() + n * (base - (w * (r - 1.0)).ln_1p()))
+            .map(|r| c.mul_add((r / self.r0).ln(), n * (base - (w * (r - 1.0)).ln_1p())))
             .collect();
         for onset in &mut self.onsets {
             for (l, d) in onset.log_likelihoods.iter_mut().zip(&deltas) {
@@ -306,6 +306,7 @@ impl MixtureTest {
     }
 
     /// ln M (0 before any event).
+    #[must_use]
     pub fn log_m(&self) -> f64 {
         let k = (self.ratios.len() as f64).ln();
         let open = self
@@ -321,6 +322,7 @@ impl MixtureTest {
     }
 
     /// ln(1/α).
+    #[must_use]
     pub fn log_threshold(&self) -> f64 {
         -self.alpha.ln()
     }
@@ -343,27 +345,32 @@ impl MixtureTest {
     }
 
     /// The tolerated ratio `r0`.
+    #[must_use]
     pub fn tolerance(&self) -> f64 {
         self.r0
     }
 
     /// The grid of ratios `r_k`.
+    #[must_use]
     pub fn ratios(&self) -> &[f64] {
         &self.ratios
     }
 
     /// α of this test.
+    #[must_use]
     pub fn alpha(&self) -> f64 {
         self.alpha
     }
 
     /// Bad events counted so far, gray and baseline.
+    #[must_use]
     pub fn counts(&self) -> (u64, u64) {
         (self.gray, self.baseline)
     }
 
     /// Whether `other` tests the same hypothesis with the same grid, onsets and α (its
     /// evidence may differ): a restored state must match its configuration.
+    #[must_use]
     pub fn same_test(&self, other: &MixtureTest) -> bool {
         self.r0 == other.r0
             && self.ratios == other.ratios
@@ -373,6 +380,7 @@ impl MixtureTest {
     }
 
     /// What the admin API shows.
+    #[must_use]
     pub fn summary(&self) -> StreamSummary {
         let leading = self
             .onsets

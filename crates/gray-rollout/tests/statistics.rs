@@ -19,7 +19,7 @@ const ALPHA: f64 = 0.01;
 /// α·n plus three binomial standard deviations.
 fn allowed(n: u64, alpha: f64) -> f64 {
     let n = n as f64;
-    alpha * n + 3.0 * (n * alpha * (1.0 - alpha)).sqrt()
+    alpha.mul_add(n, 3.0 * (n * alpha * (1.0 - alpha)).sqrt())
 }
 
 /// A 95 % Wilson interval for `k` of `n`.
@@ -200,7 +200,7 @@ fn thirty_percent_of_gray_slower_than_the_baseline_p99_is_rolled_back_within_10_
     let mut times = time_to_rollback(200, 30_000, |_, rng| {
         let latency = if bernoulli(rng, 0.3) {
             // 100–200 ms: above the baseline's p99 (≈ 64 ms)
-            Duration::from_secs_f64(0.1 + 0.1 * uniform(rng))
+            Duration::from_secs_f64(0.1f64.mul_add(uniform(rng), 0.1))
         } else {
             baseline_latency(rng)
         };
@@ -317,9 +317,9 @@ fn a_shared_dependency_failing_both_arms_does_not_roll_back() {
     let (promoted, rolled_back, killed) =
         step_through(runs, 50_000, &|| Box::new(population(200, 0.1)), &|seed| {
             let mut rng = Rng::seeded(seed ^ 0xdead);
-            let start = 30.0 + 100.0 * uniform(&mut rng);
-            let end = start + 20.0 + 40.0 * uniform(&mut rng);
-            let rate = 0.3 + 0.6 * uniform(&mut rng);
+            let start = 100.0f64.mul_add(uniform(&mut rng), 30.0);
+            let end = 40.0f64.mul_add(uniform(&mut rng), start + 20.0);
+            let rate = 0.6f64.mul_add(uniform(&mut rng), 0.3);
             Box::new(move |req: Req, rng: &mut Rng| {
                 let t = req.at.as_secs_f64();
                 if (start..end).contains(&t) {

@@ -122,6 +122,7 @@ pub struct Observation {
 
 impl Observation {
     /// An observation.
+    #[must_use]
     pub fn new(arm: Arm, user: u64, outcome: Outcome, latency: Duration) -> Self {
         Observation {
             arm,
@@ -150,6 +151,7 @@ impl Stream {
     pub const ALL: [Stream; 3] = [Stream::Errors, Stream::LatencyP99, Stream::LatencyP50];
 
     /// `errors`, `latency_p99` or `latency_p50`.
+    #[must_use]
     pub fn as_str(self) -> &'static str {
         match self {
             Stream::Errors => "errors",
@@ -226,11 +228,13 @@ pub struct Pair {
 
 impl Pair {
     /// A pair.
+    #[must_use]
     pub fn new(gray: u64, baseline: u64) -> Self {
         Pair { gray, baseline }
     }
 
     /// The count of `arm`.
+    #[must_use]
     pub fn get(&self, arm: Arm) -> u64 {
         match arm {
             Arm::Gray => self.gray,
@@ -280,16 +284,19 @@ impl Counters {
     }
 
     /// What these counts have beyond `earlier`, field by field (never below 0).
+    #[must_use]
     pub fn since(&self, earlier: &Counters) -> Counters {
         self.zip(earlier, u64::saturating_sub)
     }
 
     /// The field-by-field maximum.
+    #[must_use]
     pub fn max(&self, other: &Counters) -> Counters {
         self.zip(other, u64::max)
     }
 
     /// The field-by-field sum.
+    #[must_use]
     pub fn add(&self, other: &Counters) -> Counters {
         self.zip(other, u64::saturating_add)
     }
@@ -311,6 +318,7 @@ pub struct EpochCounts {
 
 impl EpochCounts {
     /// Counts of `epoch`, with no baseline latencies.
+    #[must_use]
     pub fn new(epoch: u64, counters: Counters) -> Self {
         EpochCounts {
             epoch,
@@ -320,6 +328,7 @@ impl EpochCounts {
     }
 
     /// With the baseline's latencies of the epoch.
+    #[must_use]
     pub fn with_baseline_latency(mut self, latencies: Snapshot) -> Self {
         self.baseline_latency = latencies;
         self
@@ -341,6 +350,7 @@ pub struct Report {
 
 impl Report {
     /// A report from `source`.
+    #[must_use]
     pub fn new(source: u64, epochs: Vec<EpochCounts>) -> Self {
         Report { source, epochs }
     }
@@ -362,12 +372,14 @@ pub struct Thresholds {
 
 impl Thresholds {
     /// Thresholds set by hand.
+    #[must_use]
     pub fn new(p99: Duration, p50: Duration) -> Self {
         Thresholds { p99, p50 }
     }
 
     /// The p99 and p50 of `latencies` when they hold at least `min_samples` (and at least
     /// one), else `None`.
+    #[must_use]
     pub fn from_latencies(latencies: &Snapshot, min_samples: u64) -> Option<Self> {
         if latencies.count() < min_samples.max(1) {
             return None;
@@ -397,6 +409,7 @@ pub struct EpochSpec {
 
 impl EpochSpec {
     /// Epoch `epoch` of run 0, with no thresholds yet.
+    #[must_use]
     pub fn new(epoch: u64) -> Self {
         EpochSpec {
             epoch,
@@ -406,12 +419,14 @@ impl EpochSpec {
     }
 
     /// Of run `run`.
+    #[must_use]
     pub fn with_run(mut self, run: u64) -> Self {
         self.run = run;
         self
     }
 
     /// With thresholds.
+    #[must_use]
     pub fn with_thresholds(mut self, thresholds: Option<Thresholds>) -> Self {
         self.thresholds = thresholds;
         self

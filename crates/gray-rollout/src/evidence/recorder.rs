@@ -89,11 +89,13 @@ impl Recorder {
     /// A recorder for `source` (unique per process start, e.g.
     /// `gray_core::rand::random_u64()`), at epoch 0 of run 0 with no thresholds, holding
     /// [`DEFAULT_CAPACITY`] users per set.
+    #[must_use]
     pub fn new(source: u64) -> Self {
         Recorder::with_capacity(source, DEFAULT_CAPACITY)
     }
 
     /// A recorder whose user sets hold `capacity` users each (at least 1).
+    #[must_use]
     pub fn with_capacity(source: u64, capacity: usize) -> Self {
         let capacity = capacity.max(1);
         let set = || UserSet::new(capacity);

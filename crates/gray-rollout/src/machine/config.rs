@@ -82,6 +82,7 @@ pub struct Tolerance {
 
 impl Tolerance {
     /// 1.0 for every stream: gray no worse than baseline.
+    #[must_use]
     pub fn new() -> Self {
         Tolerance {
             errors: 1.0,
@@ -91,6 +92,7 @@ impl Tolerance {
     }
 
     /// `r0` of `stream`.
+    #[must_use]
     pub fn get(&self, stream: Stream) -> f64 {
         match stream {
             Stream::Errors => self.errors,
@@ -100,6 +102,7 @@ impl Tolerance {
     }
 
     /// With `r0` of `stream` set to `r0`.
+    #[must_use]
     pub fn with(mut self, stream: Stream, r0: f64) -> Self {
         match stream {
             Stream::Errors => self.errors = r0,
@@ -132,6 +135,7 @@ impl ConfigError {
     }
 
     /// The field, as written in the configuration (`steps[2]`, `kill_switch.error_ratio`).
+    #[must_use]
     pub fn field(&self) -> &str {
         &self.field
     }
@@ -168,48 +172,56 @@ impl RolloutConfig {
     }
 
     /// The steps, in percent.
+    #[must_use]
     pub fn with_steps(mut self, steps: impl Into<Vec<f64>>) -> Self {
         self.steps = steps.into();
         self
     }
 
     /// The least time per step.
+    #[must_use]
     pub fn with_hold(mut self, hold: Duration) -> Self {
         self.hold = hold;
         self
     }
 
     /// The fewest distinct gray users per step.
+    #[must_use]
     pub fn with_min_users(mut self, n: u64) -> Self {
         self.min_users = n;
         self
     }
 
     /// Steps (percentages) that wait for a manual resume.
+    #[must_use]
     pub fn with_gates(mut self, gates: impl Into<Vec<f64>>) -> Self {
         self.gates = gates.into();
         self
     }
 
     /// The false-rollback bound.
+    #[must_use]
     pub fn with_alpha(mut self, alpha: f64) -> Self {
         self.alpha = alpha;
         self
     }
 
     /// The tolerated degradation per stream.
+    #[must_use]
     pub fn with_tolerance(mut self, tolerance: Tolerance) -> Self {
         self.tolerance = tolerance;
         self
     }
 
     /// The mixture's grid, as multiples of `r0`.
+    #[must_use]
     pub fn with_ratios(mut self, ratios: impl Into<Vec<f64>>) -> Self {
         self.ratios = ratios.into();
         self
     }
 
     /// How often the test opens a fresh mixture, and how many stay open.
+    #[must_use]
     pub fn with_onsets(mut self, every: Duration, max: usize) -> Self {
         self.onset_every = every;
         self.max_onsets = max;
@@ -217,18 +229,21 @@ impl RolloutConfig {
     }
 
     /// The kill switch.
+    #[must_use]
     pub fn with_kill_switch(mut self, kill_switch: KillSwitch) -> Self {
         self.kill_switch = kill_switch;
         self
     }
 
     /// How old evidence may get before the rollout pauses.
+    #[must_use]
     pub fn with_stale_after(mut self, stale_after: Duration) -> Self {
         self.stale_after = stale_after;
         self
     }
 
     /// Baseline latencies needed to set an epoch's thresholds.
+    #[must_use]
     pub fn with_min_latency_samples(mut self, n: u64) -> Self {
         self.min_latency_samples = n;
         self
@@ -236,6 +251,7 @@ impl RolloutConfig {
 
     /// α of each stream's test: α split evenly over the three streams (Bonferroni), so
     /// that P(any stream falsely alarms) ≤ α.
+    #[must_use]
     pub fn stream_alpha(&self) -> f64 {
         self.alpha / Stream::ALL.len() as f64
     }
@@ -277,7 +293,7 @@ impl RolloutConfig {
                     format!("{p} does not increase on the step before ({before})"),
                 ));
             }
-            if ((p * 100.0).round() - p * 100.0).abs() > 1e-6 {
+            if p.mul_add(-100.0, (p * 100.0).round()).abs() > 1e-6 {
                 return Err(ConfigError::new(
                     field,
                     format!("{p} is finer than the sticky rule's resolution of 0.01 %"),

@@ -31,6 +31,7 @@ pub struct CommandError {
 
 impl CommandError {
     /// The phase the rollout is in.
+    #[must_use]
     pub fn phase(&self) -> Phase {
         self.phase
     }

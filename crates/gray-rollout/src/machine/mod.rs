@@ -195,16 +195,19 @@ impl Rollout {
     }
 
     /// The configuration.
+    #[must_use]
     pub fn config(&self) -> &RolloutConfig {
         &self.config
     }
 
     /// The state: persist it after every call that changed it.
+    #[must_use]
     pub fn state(&self) -> &State {
         &self.state
     }
 
     /// What every recorder must follow.
+    #[must_use]
     pub fn epoch_spec(&self) -> EpochSpec {
         self.state.epoch_spec()
     }

@@ -30,6 +30,7 @@ pub enum Phase {
 
 impl Phase {
     /// `pending`, `step`, `paused`, `promoted` or `rolled_back`.
+    #[must_use]
     pub fn as_str(self) -> &'static str {
         match self {
             Phase::Pending => "pending",
@@ -41,6 +42,7 @@ impl Phase {
     }
 
     /// Whether the rollout is under way (`step` or `paused`): the test can roll it back.
+    #[must_use]
     pub fn is_active(self) -> bool {
         matches!(self, Phase::Step | Phase::Paused)
     }
@@ -72,6 +74,7 @@ pub enum PauseReason {
 
 impl PauseReason {
     /// Whether the pause lifts by itself when the data comes back.
+    #[must_use]
     pub fn is_automatic(self) -> bool {
         matches!(self, PauseReason::Stale | PauseReason::NoData)
     }
@@ -110,6 +113,7 @@ pub struct Evidence {
 
 impl Evidence {
     /// What the admin API and a transition show.
+    #[must_use]
     pub fn summary(&self) -> EvidenceSummary {
         EvidenceSummary {
             streams: PerStream::from_fn(|s| self.streams.get(s).summary()),
@@ -199,6 +203,7 @@ impl Reason {
     /// A short name for logs and metric labels: `start`, `advance`, `gate`, `stale`,
     /// `no_data`, `fresh`, `pause`, `resume`, `alarm`, `kill_switch`, `complete`,
     /// `promote`, `abort`.
+    #[must_use]
     pub fn as_str(&self) -> &'static str {
         match self {
             Reason::Start => "start",
@@ -296,6 +301,7 @@ pub struct State {
 
 impl State {
     /// What every recorder must follow ([`Recorder::follow`](crate::evidence::Recorder::follow)).
+    #[must_use]
     pub fn epoch_spec(&self) -> EpochSpec {
         EpochSpec::new(self.epoch.index)
             .with_run(self.run)

@@ -5,7 +5,7 @@ use super::*;
 const S: fn(u64) -> Duration = Duration::from_secs;
 
 fn q(w: f64, r: f64) -> f64 {
-    w * r / (w * r + 1.0 - w)
+    w * r / w.mul_add(r, 1.0 - w)
 }
 
 fn single(r0: f64, multipliers: &[f64]) -> MixtureTest {
@@ -24,7 +24,7 @@ fn one_onset_is_the_formula_of_the_design() {
         let mut l = 0.0;
         for (w, c, b) in [(0.1, 3.0, 40.0), (0.25, 2.0, 7.0)] {
             let (qk, q0) = (q(w, r), q(w, 1.2));
-            l += c * (qk / q0).ln() + b * ((1.0 - qk) / (1.0 - q0)).ln();
+            l += c.mul_add((qk / q0).ln(), b * ((1.0 - qk) / (1.0 - q0)).ln());
         }
         direct.push(l);
     }

@@ -57,15 +57,15 @@ pub(crate) fn poisson(rng: &mut Rng, lambda: f64) -> u64 {
     }
     let slam = lambda.sqrt();
     let loglam = lambda.ln();
-    let b = 0.931 + 2.53 * slam;
-    let a = -0.059 + 0.02483 * b;
+    let b = 2.53f64.mul_add(slam, 0.931);
+    let a = 0.02483f64.mul_add(b, -0.059);
     let inv_alpha = 1.1239 + 1.1328 / (b - 3.4);
     let vr = 0.9277 - 3.6224 / (b - 2.0);
     loop {
         let u = uniform(rng) - 0.5;
         let v = uniform(rng);
         let us = 0.5 - u.abs();
-        let k = ((2.0 * a / us + b) * u + lambda + 0.43).floor();
+        let k = ((2.0 * a / us + b).mul_add(u, lambda) + 0.43).floor();
         if us >= 0.07 && v <= vr {
             return k as u64;
         }
@@ -104,7 +104,10 @@ fn log_gamma(x: f64) -> f64 {
     for a in A[..9].iter().rev() {
         gl0 = gl0 * x2 + a;
     }
-    let mut gl = gl0 / x0 + 0.5 * std::f64::consts::TAU.ln() + (x0 - 0.5) * x0.ln() - x0;
+    let mut gl = (x0 - 0.5).mul_add(
+        x0.ln(),
+        0.5f64.mul_add(std::f64::consts::TAU.ln(), gl0 / x0),
+    ) - x0;
     for _ in 0..n as u32 {
         x0 -= 1.0;
         gl -= x0.ln();
@@ -339,9 +342,9 @@ pub(crate) fn aggregate(
         let f = load(now);
         if now >= burst_until && bernoulli(&mut rng, dt / world.burst_every.as_secs_f64()) {
             let (a, b) = world.burst_length;
-            burst_until = now + a.as_secs_f64() + uniform(&mut rng) * (b - a).as_secs_f64();
+            burst_until = uniform(&mut rng).mul_add((b - a).as_secs_f64(), now + a.as_secs_f64());
             let (lo, hi) = world.burst_error_rate;
-            burst_rate = lo + uniform(&mut rng) * (hi - lo);
+            burst_rate = uniform(&mut rng).mul_add(hi - lo, lo);
         }
         let error_rate = if now < burst_until {
             burst_rate
