@@ -22,7 +22,7 @@ fn one_onset_is_the_formula_of_the_design() {
     let mut direct = Vec::new();
     for r in [2.4, 12.0] {
         let mut l = 0.0;
-        for (w, c, b) in [(0.1, 3.0, 40.0), (0.25, 2.0, 7.0)] {
+        for (w, c, b) in [(0.1, 3.0_f64, 40.0), (0.25, 2.0, 7.0)] {
             let (qk, q0) = (q(w, r), q(w, 1.2));
             l += c.mul_add((qk / q0).ln(), b * ((1.0 - qk) / (1.0 - q0)).ln());
         }
