@@ -16,8 +16,10 @@ use std::{
 use super::{
     Result,
     kinds::{Kind, Launch, Setup, Upstreams},
-    options::{Options, Settings},
-    probe, step,
+    options::Options,
+    probe,
+    settings::Settings,
+    step,
     tools::Builds,
     wrk::{self, Summary},
 };

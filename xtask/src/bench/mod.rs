@@ -37,7 +37,7 @@
 //!
 //! # The code
 //!
-//! - [`options`]: the command line and the environment;
+//! - [`options`] and [`settings`]: the command line and the environment;
 //! - [`tools`]: finding and installing programs, cargo builds;
 //! - [`harness`]: the temp directory, the processes, the upstreams, starting targets,
 //!   routing checks ([`probe`]), load ([`wrk`]);
@@ -87,6 +87,7 @@ mod options;
 mod probe;
 mod procfs;
 mod report;
+mod settings;
 mod tools;
 mod wrk;
 

@@ -8,7 +8,7 @@
 use std::ffi::OsString;
 
 use super::{Kind, Launch, Program, Setup};
-use crate::bench::{Result, options::Settings};
+use crate::bench::{Result, settings::Settings};
 
 /// The `bare` and `bare-gray` targets: the same proxy with another client.
 #[derive(Debug)]

@@ -4,7 +4,7 @@
 //! lane, as the others do.
 
 use super::{Kind, Launch, Program, Setup, render, write};
-use crate::bench::{Result, options::Settings};
+use crate::bench::{Result, settings::Settings};
 
 const INSTANCES: &str = r#"[[services.svc]]
 id = "base-1"

@@ -2,7 +2,7 @@
 //! `balance roundrobin`, `http-reuse always`, `/svc` stripped by `replace-path`.
 
 use super::{Kind, Launch, Program, Setup, check, render, write};
-use crate::bench::{Result, options::Settings};
+use crate::bench::{Result, settings::Settings};
 
 /// HAProxy's configuration: one thread, a backend per lane chosen by an acl on the header,
 /// round-robin, idle upstream connections reused by any client connection.

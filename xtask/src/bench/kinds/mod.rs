@@ -13,7 +13,7 @@ use std::{
     process::Command,
 };
 
-use super::{Result, options::Settings};
+use super::{Result, settings::Settings};
 
 mod bare;
 mod gateway;

@@ -4,7 +4,7 @@
 use std::ffi::OsString;
 
 use super::{Kind, Launch, Program, Setup, check, render, write};
-use crate::bench::{Result, options::Settings, procfs};
+use crate::bench::{Result, procfs, settings::Settings};
 
 /// nginx's configuration. `{master}` is `off` under callgrind, so that the one process left
 /// is the worker, the one counted.
