@@ -9,6 +9,7 @@ use std::{
     os::unix::fs::PermissionsExt,
     path::{Path, PathBuf},
     process::{Child, Command, Stdio},
+    sync::OnceLock,
     thread,
     time::{Duration, Instant, SystemTime, UNIX_EPOCH},
 };
@@ -123,8 +124,15 @@ impl Processes {
         let err = log
             .try_clone()
             .map_err(|e| format!("{}: {e}", path.display()))?;
-        // taskset execs the program: the child's pid is the program's.
-        let child = Command::new("taskset")
+        // setpriv and taskset exec the program: the child's pid is the program's.
+        let mut command = if parent_death_signal() {
+            let mut setpriv = Command::new("setpriv");
+            setpriv.args(["--pdeathsig", "TERM", "--", "taskset"]);
+            setpriv
+        } else {
+            Command::new("taskset")
+        };
+        let child = command
             .arg("-c")
             .arg(cpu.to_string())
             .arg(program)
@@ -211,6 +219,21 @@ impl Drop for Processes {
             reap(child, Duration::from_secs(5));
         }
     }
+}
+
+/// Whether `setpriv --pdeathsig` works here (util-linux 2.33 and later): the processes the
+/// bench starts then get SIGTERM when it dies, however it dies (std cannot catch signals,
+/// so `Drop` does not run on SIGTERM or SIGKILL).
+fn parent_death_signal() -> bool {
+    static WORKS: OnceLock<bool> = OnceLock::new();
+    *WORKS.get_or_init(|| {
+        Command::new("setpriv")
+            .args(["--pdeathsig", "TERM", "--", "true"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success())
+    })
 }
 
 /// SIGTERM (std's `Child::kill` is SIGKILL, which would leave nginx's workers behind).

@@ -29,10 +29,11 @@
 //!    with `x-gray-lane: gray`. A run fails if any target answered a non-2xx status or had
 //!    socket errors.
 //!
-//! Every process it starts is stopped when it ends, failure included (on Ctrl-C in a
-//! terminal they get the signal with it: they are in its process group). The temp
-//! directory (configurations, logs, callgrind dumps, perf output) is removed, unless `--keep`
-//! or the run failed. Machine load is printed before and after: numbers taken while
+//! Every process it starts is stopped when it ends, failure included; if it is killed,
+//! they get SIGTERM (`setpriv --pdeathsig`, where util-linux has it; on Ctrl-C in a terminal
+//! they get the signal anyway, being in its process group). The temp directory
+//! (configurations, logs, callgrind dumps, perf output) is removed, unless `--keep` or the
+//! run failed (or it was killed). Machine load is printed before and after: numbers taken while
 //! something else compiles are noise.
 //!
 //! # The code
