@@ -56,7 +56,7 @@ impl TempDir {
                         .map_err(|e| format!("cannot chmod {}: {e}", path.display()))?;
                     return Ok(TempDir { path });
                 }
-                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
                 Err(e) => return Err(format!("cannot create {}: {e}", path.display())),
             }
         }
