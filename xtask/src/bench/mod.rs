@@ -76,8 +76,19 @@
 //! per idle connection, say, is `start_all`, opening the connections, and `VmRSS` of
 //! `serving_pids` before and after.
 //!
-//! Where TLS would plug in: the load URL ([`harness::Target::url`]) and the routing probe
-//! ([`probe::get`], plain HTTP/1.1 on std).
+//! ## Where the planned additions go
+//!
+//! - TLS termination (the gateway against nginx with the same certificate and cipher): a
+//!   kind per TLS target whose template names a certificate the bench writes into the run's
+//!   directory; [`harness::Target::url`] gives wrk its `https` URL, and the routing probe
+//!   ([`probe::get`], plain HTTP/1.1 on std) needs a TLS client (curl with `--cacert`, or
+//!   one in bench-support). The full-handshake cost is a mode whose load opens a connection
+//!   per request.
+//! - HTTP/2 upstreams: an HTTP/2 listener in bench-support's `upstream`, and the protocol in
+//!   [`kinds::Upstreams`], which the templates read.
+//! - Memory per idle keep-alive connection (8,000, plaintext and TLS): a mode, as above.
+//! - The cost of recording evidence: a second value of the gateway's kind with recording
+//!   on, compared with `gateway` in one interleaved run.
 
 use std::process::ExitCode;
 
