@@ -6,7 +6,7 @@
 //! connections close.
 //!
 //! Measured against hyper-util's `GracefulShutdown` and `TowerToHyperService`
-//! (`scripts/bench-gateway --targets gateway --instructions`, user-space instructions per
+//! (`cargo xtask bench-gateway --targets gateway --instructions`, user-space instructions per
 //! request under callgrind, two runs each): both from hyper-util 37.9–38.1 k; hyper-util's
 //! adapter with this drain 37.5–37.6 k; both here 37.1–37.2 k. The drain checks an atomic
 //! flag per poll where `GracefulShutdown` polls a `watch` receiver (a lock), and the adapter

@@ -1,6 +1,6 @@
-//! Run with: cargo run --profile dist -p example-bench-support --bin upstream -- --listen 127.0.0.1:9001 --id base-1
+//! Run with: cargo run --profile dist -p bench-support --bin upstream -- --listen 127.0.0.1:9001 --id base-1
 //!
-//! A minimal HTTP/1.1 upstream for `scripts/bench-gateway`: it answers every request `200`
+//! A minimal HTTP/1.1 upstream for `cargo xtask bench-gateway`: it answers every request `200`
 //! with its id as the body and three headers that let the bench check the routing:
 //!
 //! - `x-instance`: its id;
@@ -85,7 +85,7 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    example_bench_support::run("upstream", options.threads, false, serve(options))
+    bench_support::run("upstream", options.threads, false, serve(options))
 }
 
 async fn serve(options: Options) -> Result<(), String> {
@@ -99,7 +99,7 @@ async fn serve(options: Options) -> Result<(), String> {
     }
     let mut instances = tokio::task::JoinSet::new();
     for (listener, id) in listeners {
-        instances.spawn(example_bench_support::serve_upstream(listener, id));
+        instances.spawn(bench_support::serve_upstream(listener, id));
     }
     while instances.join_next().await.is_some() {}
     Ok(())

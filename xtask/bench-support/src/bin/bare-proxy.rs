@@ -1,6 +1,6 @@
-//! Run with: cargo run --profile dist -p example-bench-support --bin bare-proxy -- --listen 127.0.0.1:9000 --baseline 127.0.0.1:9001 --gray 127.0.0.1:9002
+//! Run with: cargo run --profile dist -p bench-support --bin bare-proxy -- --listen 127.0.0.1:9000 --baseline 127.0.0.1:9001 --gray 127.0.0.1:9002
 //!
-//! The minimal hyper proxy that `scripts/bench-gateway` measures the gateway against: the
+//! The minimal hyper proxy that `cargo xtask bench-gateway` measures the gateway against: the
 //! routing the gateway does in that benchmark, and nothing else the gateway does (no rules,
 //! no stripping of untrusted stains, no `X-Forwarded-For`, no metrics, no timeouts, no
 //! admin). What is left is what any hyper reverse proxy with header routing does:
@@ -35,8 +35,8 @@ use std::{
     time::Duration,
 };
 
+use bench_support::X_GRAY_LANE;
 use bytes::Bytes;
-use example_bench_support::X_GRAY_LANE;
 use gray_core::Labels;
 use gray_discovery::{
     Instance,
@@ -124,7 +124,7 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    example_bench_support::run("bare-proxy", 1, false, serve(options))
+    bench_support::run("bare-proxy", 1, false, serve(options))
 }
 
 /// One lane's upstreams, taken in turn.
@@ -383,10 +383,7 @@ mod tests {
         for id in ["base-1", "base-2", "gray-1", "gray-2"] {
             let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
             let addr = listener.local_addr().unwrap();
-            tokio::spawn(example_bench_support::serve_upstream(
-                listener,
-                id.parse().unwrap(),
-            ));
+            tokio::spawn(bench_support::serve_upstream(listener, id.parse().unwrap()));
             match id.starts_with("gray") {
                 true => options.gray.push(addr),
                 false => options.baseline.push(addr),
@@ -426,13 +423,10 @@ mod tests {
                         "{lane:?}, gray client: {gray_client}"
                     );
                     let headers = res.headers();
-                    assert_eq!(headers[example_bench_support::X_SEEN_PATH], "/x/y?q=1");
-                    assert_eq!(
-                        headers[example_bench_support::X_SEEN_LANE],
-                        lane.unwrap_or("-")
-                    );
+                    assert_eq!(headers[bench_support::X_SEEN_PATH], "/x/y?q=1");
+                    assert_eq!(headers[bench_support::X_SEEN_LANE], lane.unwrap_or("-"));
                     seen.push(
-                        headers[example_bench_support::X_INSTANCE]
+                        headers[bench_support::X_INSTANCE]
                             .to_str()
                             .unwrap()
                             .to_owned(),

@@ -26,7 +26,7 @@ const NO_LANE: HeaderValue = HeaderValue::from_static("-");
 /// error (the runtime's or `serve`'s) is printed as `name: message` and exits with 1.
 ///
 /// ```
-/// let code = example_bench_support::run("demo", 1, false, async { Ok(()) });
+/// let code = bench_support::run("demo", 1, false, async { Ok(()) });
 /// assert_eq!(code, std::process::ExitCode::SUCCESS);
 /// ```
 pub fn run(
@@ -66,13 +66,13 @@ pub fn run(
 /// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
 /// let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
 /// let addr = listener.local_addr().unwrap();
-/// tokio::spawn(example_bench_support::serve_upstream(listener, "base-1".parse().unwrap()));
+/// tokio::spawn(bench_support::serve_upstream(listener, "base-1".parse().unwrap()));
 /// let client = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
 ///     .build_http::<http_body_util::Empty<bytes::Bytes>>();
 /// let req = http::Request::get(format!("http://{addr}/x?q=1")).body(Default::default()).unwrap();
 /// let res = client.request(req).await.unwrap();
-/// assert_eq!(res.headers()[example_bench_support::X_INSTANCE], "base-1");
-/// assert_eq!(res.headers()[example_bench_support::X_SEEN_PATH], "/x?q=1");
+/// assert_eq!(res.headers()[bench_support::X_INSTANCE], "base-1");
+/// assert_eq!(res.headers()[bench_support::X_SEEN_PATH], "/x?q=1");
 /// # });
 /// ```
 pub async fn serve_upstream(listener: TcpListener, id: HeaderValue) {
