@@ -960,6 +960,53 @@ fn hop_by_hop_and_path_checks_allocate_nothing_on_a_clean_request() {
     assert!(dirty > 1, "normalising a path allocated only {dirty} times");
 }
 
+#[test]
+fn the_gateways_checks_add_no_allocation_to_a_request_that_passes() {
+    // The gateway's shape: the peer given once per connection (its `X-Forwarded-For` entry
+    // made then), paths checked for leaving their first segment, the peer appended.
+    let plain = EdgeLayer::new(guarded_rules())
+        .with_carriers(Carriers::default().with_names(gray_core::Names::new().with_lanes([gray()])))
+        .with_decision_extension(false);
+    let gateway = plain
+        .clone()
+        .with_reject_prefix_escape(true)
+        .with_forwarded_for(true);
+    let peer: SocketAddr = TESTER.parse().expect("peer");
+    let clean = || {
+        let mut req = Request::get("/svc/public/x?page=2")
+            .header("accept", "application/json")
+            .header("user-agent", "curl/8.5.0")
+            .body(())
+            .expect("request");
+        req.headers_mut().reserve(16);
+        req
+    };
+    let measured = |edge: &EdgeLayer| {
+        let mut svc = tower::Layer::layer(
+            edge,
+            service_fn(|req: Request<()>| {
+                let forwarded = req.headers().get("x-forwarded-for").cloned();
+                std::future::ready(Ok::<_, Infallible>(Response::new(forwarded)))
+            }),
+        )
+        .with_peer(peer);
+        let mut requests: Vec<Request<()>> = (0..9).map(|_| clean()).collect();
+        measure(|| {
+            let req = requests.pop().expect("a request per run");
+            let res = poll_once(svc.call(req)).expect("infallible");
+            res.into_body().into_inner().flatten()
+        })
+    };
+    let (forwarded, before) = measured(&plain);
+    assert_eq!(forwarded, None);
+    let (forwarded, after) = measured(&gateway);
+    assert_eq!(forwarded.expect("appended"), "192.0.2.10");
+    assert_eq!(
+        after, before,
+        "the gateway's checks allocated {after} times against {before}"
+    );
+}
+
 /// Header bytes rich in the delimiters the parsers care about, a hop count, and which
 /// header to read.
 fn chain_header() -> impl Strategy<Value = (Vec<u8>, usize, bool)> {

@@ -17,8 +17,9 @@ pin_project! {
     ///
     /// It is an [`http_body::Body`] whenever the inner body is one whose data can be made
     /// from [`Bytes`]: hyper, tonic and axum bodies all are. Under axum, a
-    /// `Response<EdgeBody<axum::body::Body>>` is `IntoResponse`, so an `Edge<Router>` is
-    /// served with `.map_response(IntoResponse::into_response)`.
+    /// `Response<EdgeBody<axum::body::Body>>` is `IntoResponse`, so an `Edge<Router>` is a
+    /// router's fallback service (`Router::new().fallback_service(edge.layer(router))`),
+    /// or is served after `.map_response(IntoResponse::into_response)`.
     ///
     /// ```
     /// use gray_tower::edge::EdgeBody;
