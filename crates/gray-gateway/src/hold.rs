@@ -25,68 +25,71 @@ use tokio::time::Sleep;
 
 use crate::upstream::Tally;
 
-/// A response head held until its body's first frame; see the [module docs](self).
+/// What a response's body showed first.
+#[derive(Debug)]
+pub(crate) enum First {
+    /// Its first frame.
+    Frame(Frame<Bytes>),
+    /// Its end: it was empty.
+    End,
+    /// An error: it failed before its first frame.
+    Failed(hyper::Error),
+    /// Nothing within the bound: the head goes on without it.
+    Nothing,
+}
+
+/// Polls `body` once for what it shows first. Most responses bring their first frame
+/// with their head: the proxy calls this as soon as the head arrives, and holds nothing.
+pub(crate) fn poll_first(body: &mut ResponseBody, cx: &mut Context<'_>) -> Poll<First> {
+    Pin::new(body).poll_frame(cx).map(|frame| match frame {
+        Some(Ok(frame)) => First::Frame(frame),
+        Some(Err(e)) => First::Failed(e),
+        None => First::End,
+    })
+}
+
+/// A response head held until its body's first frame, for at most its bound; see the
+/// [module docs](self).
 #[derive(Debug)]
 pub(crate) struct Hold {
     response: Option<(Response<ResponseBody>, Tally)>,
-    /// Set on the first poll that finds no frame (with a bound above zero).
-    timer: Option<Pin<Box<Sleep>>>,
-}
-
-/// What came of a [`Hold`].
-// Returned once per request and moved on at once: boxing the response would allocate.
-#[allow(clippy::large_enum_variant)]
-#[derive(Debug)]
-pub(crate) enum Held {
-    /// The head goes to the client, with the body's first frame (or its end) in front of
-    /// the rest, or as it is once the bound elapsed.
-    Released(Response<HeldBody>, Tally),
-    /// The body failed before its first frame.
-    Failed(hyper::Error, Tally),
+    timer: Pin<Box<Sleep>>,
 }
 
 // === impl Hold ===
 
 impl Hold {
-    pub(crate) fn new(response: Response<ResponseBody>, tally: Tally) -> Self {
+    /// Holds `response`, whose body showed nothing yet, for at most `bound`.
+    pub(crate) fn new(response: Response<ResponseBody>, tally: Tally, bound: Duration) -> Self {
         Hold {
             response: Some((response, tally)),
-            timer: None,
+            timer: Box::pin(tokio::time::sleep(bound)),
         }
     }
 
-    /// Polls the body for its first frame, for at most `bound` since the first poll.
-    /// `None` once it has resolved.
-    pub(crate) fn poll(&mut self, cx: &mut Context<'_>, bound: Duration) -> Poll<Option<Held>> {
+    /// What the body showed first (or [`First::Nothing`] once the bound elapsed), with the
+    /// response and its tally. `None` once it has resolved.
+    pub(crate) fn poll(
+        &mut self,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<(First, Response<ResponseBody>, Tally)>> {
         let Some((response, _)) = self.response.as_mut() else {
             return Poll::Ready(None);
         };
-        let (first, ended) = match Pin::new(response.body_mut()).poll_frame(cx) {
-            Poll::Ready(Some(Ok(frame))) => (Some(frame), false),
-            Poll::Ready(None) => (None, true),
-            Poll::Ready(Some(Err(e))) => {
-                return Poll::Ready(self.response.take().map(|(_, t)| Held::Failed(e, t)));
-            }
+        let first = match poll_first(response.body_mut(), cx) {
+            Poll::Ready(first) => first,
             Poll::Pending => {
-                if !bound.is_zero() {
-                    let timer = self
-                        .timer
-                        .get_or_insert_with(|| Box::pin(tokio::time::sleep(bound)));
-                    if timer.as_mut().poll(cx).is_pending() {
-                        return Poll::Pending;
-                    }
+                if self.timer.as_mut().poll(cx).is_pending() {
+                    return Poll::Pending;
                 }
-                (None, false)
+                First::Nothing
             }
         };
-        Poll::Ready(self.response.take().map(|(response, tally)| {
-            let response = response.map(|rest| HeldBody {
-                first,
-                // An ended body has released its connection: it is not polled again.
-                rest: (!ended).then_some(rest),
-            });
-            Held::Released(response, tally)
-        }))
+        Poll::Ready(
+            self.response
+                .take()
+                .map(|(response, tally)| (first, response, tally)),
+        )
     }
 }
 
@@ -99,6 +102,26 @@ pub(crate) struct HeldBody {
     rest: Option<ResponseBody>,
 }
 
+impl HeldBody {
+    /// `rest`, after what it showed first (not [`First::Failed`], which gets no body).
+    pub(crate) fn new(first: First, rest: ResponseBody) -> Self {
+        match first {
+            First::Frame(frame) => HeldBody {
+                first: Some(frame),
+                rest: Some(rest),
+            },
+            // An ended body has released its connection: it is not polled again.
+            First::End => HeldBody {
+                first: None,
+                rest: None,
+            },
+            First::Nothing | First::Failed(_) => HeldBody {
+                first: None,
+                rest: Some(rest),
+            },
+        }
+    }
+}
 impl Body for HeldBody {
     type Data = Bytes;
     type Error = hyper::Error;

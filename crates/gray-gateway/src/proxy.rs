@@ -11,6 +11,7 @@ use std::{collections::BTreeMap, future::Future, pin::Pin, sync::Arc, task::Poll
 use bytes::Bytes;
 use gray_balance::error::status_of;
 use gray_core::{Lane, Stain};
+use gray_discovery::http::ResponseBody;
 use gray_policy::Unroutable;
 use http::{
     HeaderValue, Request, Response, StatusCode, Uri, header,
@@ -23,9 +24,9 @@ use tower::Service;
 use gray_tower::edge::hop;
 
 use crate::{
-    hold::{Held, HeldBody, Hold},
+    hold::{First, HeldBody, Hold, poll_first},
     metrics::Metrics,
-    upstream::{BalancerCall, Upstream},
+    upstream::{BalancerCall, Served, Tally, Upstream},
 };
 
 /// The body of every gateway response: streamed from the upstream, or made here.
@@ -215,12 +216,11 @@ impl Future for ProxyFuture {
                 lane,
             } => {
                 if hold.is_none() {
-                    match std::task::ready!(call.poll(cx)) {
-                        Ok(served) => {
-                            let (mut res, tally) = served.into_parts();
-                            hop::strip(res.headers_mut());
-                            *hold = Some(Hold::new(res, tally));
-                        }
+                    let Served {
+                        mut response,
+                        tally,
+                    } = match std::task::ready!(call.poll(cx)) {
+                        Ok(served) => served,
                         Err(error) => {
                             let res = failed(routes, service, lane.as_ref(), &*error);
                             routes
@@ -228,42 +228,66 @@ impl Future for ProxyFuture {
                                 .answered(service, lane.as_ref(), res.status().as_u16());
                             return Poll::Ready(Ok(res));
                         }
+                    };
+                    hop::strip(response.headers_mut());
+                    // Most bodies bring their first frame with the head: nothing is held.
+                    match poll_first(response.body_mut(), cx) {
+                        Poll::Ready(first) => {
+                            return Poll::Ready(Ok(finish(service, lane, response, tally, first)));
+                        }
+                        Poll::Pending if routes.head_hold.is_zero() => {
+                            let first = First::Nothing;
+                            return Poll::Ready(Ok(finish(service, lane, response, tally, first)));
+                        }
+                        Poll::Pending => *hold = Some(Hold::new(response, tally, routes.head_hold)),
                     }
                 }
-                let held = match hold.as_mut() {
-                    Some(hold) => std::task::ready!(hold.poll(cx, routes.head_hold)),
-                    None => None,
+                let Some(held) = hold.as_mut() else {
+                    return Poll::Ready(Ok(polled_after_completion()));
                 };
-                Poll::Ready(Ok(match held {
-                    // Served by an instance: counted under it.
-                    Some(Held::Released(res, tally)) => {
-                        tally.count(lane.as_ref(), res.status().as_u16());
-                        res.map(Either::Left)
-                    }
-                    // The instance sent a head, then its body failed before anything of it
-                    // reached the client: a 502 the client can act on, counted under it.
-                    Some(Held::Failed(error, tally)) => {
-                        let lane_label = lane.as_ref().map_or("baseline", |l| l.as_str());
-                        let instance = tally.instance().to_owned();
-                        tally.count(lane.as_ref(), StatusCode::BAD_GATEWAY.as_u16());
-                        tracing::warn!(service = %service, lane = lane_label, %instance, error = %error, "upstream failed after its response head, before its body: 502");
-                        json(
-                            StatusCode::BAD_GATEWAY,
-                            serde_json::json!({
-                                "error": format!("the upstream's response body failed before its first byte: {error}"),
-                                "service": &**service,
-                                "instance": instance,
-                            }),
-                        )
-                    }
-                    None => json(
-                        StatusCode::INTERNAL_SERVER_ERROR,
-                        serde_json::json!({"error": "response polled after completion"}),
-                    ),
+                Poll::Ready(Ok(match std::task::ready!(held.poll(cx)) {
+                    Some((first, response, tally)) => finish(service, lane, response, tally, first),
+                    None => polled_after_completion(),
                 }))
             }
         }
     }
+}
+
+fn polled_after_completion() -> Response<Body> {
+    json(
+        StatusCode::INTERNAL_SERVER_ERROR,
+        serde_json::json!({"error": "response polled after completion"}),
+    )
+}
+
+/// The answer to a request an instance served, once its body showed what comes first:
+/// the response, counted under the instance; or, when the body failed before its first
+/// byte, a 502 the client can act on, counted under it as such.
+fn finish(
+    service: &Arc<str>,
+    lane: &Option<Lane>,
+    response: Response<ResponseBody>,
+    tally: Tally,
+    first: First,
+) -> Response<Body> {
+    let lane = lane.as_ref();
+    if let First::Failed(error) = first {
+        let lane_label = lane.map_or("baseline", |l| l.as_str());
+        let instance = tally.instance().to_owned();
+        tally.count(lane, StatusCode::BAD_GATEWAY.as_u16());
+        tracing::warn!(service = %service, lane = lane_label, %instance, error = %error, "upstream failed after its response head, before its body: 502");
+        return json(
+            StatusCode::BAD_GATEWAY,
+            serde_json::json!({
+                "error": format!("the upstream's response body failed before its first byte: {error}"),
+                "service": &**service,
+                "instance": instance,
+            }),
+        );
+    }
+    tally.count(lane, response.status().as_u16());
+    response.map(|rest| Either::Left(HeldBody::new(first, rest)))
 }
 
 /// The first of `error` and its sources that is a `T`.

@@ -63,7 +63,7 @@ impl<S> Labelled for Tagged<S> {
 #[derive(Debug)]
 pub(crate) struct Served {
     pub(crate) response: Response<ResponseBody>,
-    tally: Tally,
+    pub(crate) tally: Tally,
 }
 
 /// Who served a response, and whether from a fallback subset.
@@ -87,13 +87,6 @@ impl Tally {
         if let Some(routed) = self.routed.filter(Routed::fallback) {
             me.metrics.fallback(&me.service, lane, routed.subset());
         }
-    }
-}
-
-impl Served {
-    /// The response, and its tally.
-    pub(crate) fn into_parts(self) -> (Response<ResponseBody>, Tally) {
-        (self.response, self.tally)
     }
 }
 
