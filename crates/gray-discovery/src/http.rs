@@ -68,7 +68,10 @@ use http::{
     uri::{Authority, PathAndQuery, Scheme},
 };
 use http_body::Body;
-use hyper::rt::{Read, Write};
+use hyper::{
+    body::Incoming,
+    rt::{Read, Write},
+};
 use hyper_util::client::legacy::connect::HttpConnector;
 use tower::BoxError;
 use tower_service::Service;
@@ -84,11 +87,17 @@ use self::pool::{Pool, Settings, Shared, Target};
 pub type ResponseFuture = EndpointFuture;
 use crate::{Endpoints, Instance, MakeEndpoint};
 
+/// The default connector of [`HttpEndpoints`]: plain TCP (hyper-util's `HttpConnector`),
+/// named here so that an endpoint's type can be written without depending on hyper-util:
+/// `HttpEndpoint` is `HttpEndpoint<Connector, hyper::body::Incoming>`, the endpoint a
+/// proxy forwards its inbound requests through.
+pub type Connector = HttpConnector;
+
 /// The connector and pool settings that turn instances into [`HttpEndpoint`]s; see the
-/// [module docs](self). `C` is the connector (hyper-util's [`HttpConnector`] by default, or
-/// any `tower::Service<Uri>` yielding a hyper IO, given to
-/// [`with_connector`](HttpEndpoints::with_connector)), `B` the request body type.
-pub struct HttpEndpoints<C, B> {
+/// [module docs](self). `C` is the connector ([`Connector`] by default, any
+/// `tower::Service<Uri>` yielding a hyper IO for TLS or Unix sockets), `B` the request
+/// body type (by default hyper's `Incoming`: what a proxy forwards).
+pub struct HttpEndpoints<C = Connector, B = Incoming> {
     connector: C,
     settings: Arc<Settings>,
     _body: PhantomData<fn(B)>,
@@ -231,8 +240,9 @@ impl<C: Clone, B> HttpEndpoints<C, B> {
 }
 
 /// One instance as an HTTP client service; see the [module docs](self). Clones share the
-/// instance's idle connections.
-pub struct HttpEndpoint<C, B>
+/// instance's idle connections. The defaults are those of [`HttpEndpoints`]: plain TCP,
+/// forwarding hyper's `Incoming` bodies.
+pub struct HttpEndpoint<C = Connector, B = Incoming>
 where
     C: Service<Uri>,
     C::Response: Read + Write,

@@ -136,12 +136,27 @@ async fn explain(State(admin): State<Admin>, body: Bytes) -> Response {
 
     // The same edge layer the proxy runs, around a service that reports what it decided.
     let probe = admin.edge.layer(service_fn(|req: Request<()>| async move {
-        Ok::<_, Infallible>((
+        Ok::<_, Infallible>(http::Response::new((
             req.extensions().get::<Stain>().cloned().unwrap_or_default(),
             req.extensions().get::<EdgeDecision>().cloned(),
-        ))
+        )))
     }));
-    let Ok((stain, decision)) = probe.oneshot(req).await;
+    let Ok(answer) = probe.oneshot(req).await;
+    let (parts, body) = answer.into_parts();
+    // The edge refused the request itself (a rejected path): it would not be routed.
+    if let Some(refusal) = body.answer() {
+        let refusal: serde_json::Value =
+            serde_json::from_slice(refusal).unwrap_or(serde_json::Value::Null);
+        return axum::Json(serde_json::json!({
+            "edge": {"refused": parts.status.as_u16(), "answer": refusal},
+            "lane": null,
+            "services": {},
+        }))
+        .into_response();
+    }
+    let Some((stain, decision)) = body.into_inner() else {
+        return bad_request("the edge answered without passing the request on".into());
+    };
 
     let services: serde_json::Map<String, serde_json::Value> = admin
         .routes

@@ -57,12 +57,13 @@ pub async fn check(path: &Path) -> Result<String, BoxError> {
     };
     let _ = writeln!(
         out,
-        "limits: header_read_timeout {}, max_header_bytes {}, idle_timeout {}, max_connections {}, upstream_timeout {} ms",
+        "limits: header_read_timeout {}, max_header_bytes {}, idle_timeout {}, max_connections {}, upstream_timeout {} ms, head_hold {} ms",
         ms(limits.header_read_timeout),
         limits.max_header_bytes,
         ms(limits.idle_timeout),
         limits.max_connections,
         config.upstream_timeout.as_millis(),
+        config.head_hold.as_millis(),
     );
     let cidrs = |list: &gray_rules::CidrList| {
         list.iter()

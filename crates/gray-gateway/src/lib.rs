@@ -6,6 +6,7 @@ pub mod metrics;
 
 mod admin;
 mod drain;
+mod hold;
 mod proxy;
 mod serve;
 mod upstream;
@@ -80,8 +81,8 @@ impl Gateway {
         let routes = Arc::new(Routes {
             services,
             timeout: config.upstream_timeout,
+            head_hold: config.head_hold,
             metrics: metrics.clone(),
-            reject_prefix_escape: config.reject_prefix_escape,
         });
 
         let mut edge = EdgeLayer::new(rules.clone())
@@ -89,7 +90,11 @@ impl Gateway {
             .with_strip(config.strip.iter().cloned())
             .with_trusted_clients(config.trusted_clients.clone())
             .with_proxies(TrustedProxies::cidrs(config.trusted_proxies.clone()))
-            .with_forwarded_header(config.forwarded_header);
+            .with_forwarded_header(config.forwarded_header)
+            // The edge does all of a request's checks: a path that leaves the `/{service}`
+            // it names is refused there, and the peer goes into `X-Forwarded-For`.
+            .with_reject_prefix_escape(config.reject_prefix_escape)
+            .with_forwarded_for(true);
         if config.seed003_headers {
             edge = edge.with_seed003_headers(Lane::new("gray")?);
         }
@@ -108,10 +113,7 @@ impl Gateway {
                 .with_decision_extension(false)
                 .with_task_local(false);
             let routes = routes.clone();
-            move |peer: SocketAddr| {
-                edge.layer(Proxy::for_peer(routes.clone(), peer.ip()))
-                    .with_peer(peer)
-            }
+            move |peer: SocketAddr| edge.layer(Proxy::new(routes.clone())).with_peer(peer)
         };
         tasks.push(tokio::spawn(serve::serve(
             listener,

@@ -14,7 +14,9 @@
 //! Label sets stay bounded whatever the traffic:
 //!
 //! - `instance` is an instance of the registry, or `-` for answers the gateway made itself
-//!   (404, 502, 503, 504). When an instance leaves the registry its series are removed.
+//!   (404, 502, 503, 504). An instance that sent a response head and then failed before
+//!   the first byte of its body is counted as a `502` of that instance (the answer the
+//!   client got). When an instance leaves the registry its series are removed.
 //! - `lane` is `baseline` for unstained requests; the first `metrics_max_lanes` lanes seen
 //!   (32 by default) get their own value, every later one is counted as `other`.
 //! - `subset` is the kind of fallback subset: `lane`, `baseline` or `all`.

@@ -1,13 +1,17 @@
 //! The proxy: `/{service}/rest` goes to an instance of `service` as `/rest`.
+//!
+//! It runs behind the edge layer, which has done everything else a request needs before it
+//! is routed (hop-by-hop headers, the stain, the path and its 400s, `X-Forwarded-For`): the
+//! proxy only routes, forwards, holds the response head until the body's first frame
+//! ([`hold`](crate::hold)), strips the response's hop-by-hop headers and maps failures to
+//! a status ([`gray_balance::error::status_of`]).
 
-use std::{
-    borrow::Cow, collections::BTreeMap, future::Future, net::IpAddr, pin::Pin, sync::Arc,
-    task::Poll, time::Duration,
-};
+use std::{collections::BTreeMap, future::Future, pin::Pin, sync::Arc, task::Poll, time::Duration};
 
 use bytes::Bytes;
+use gray_balance::error::status_of;
 use gray_core::{Lane, Stain};
-use gray_discovery::http::{RequestError, ResponseBody};
+use gray_discovery::http::ResponseBody;
 use gray_policy::Unroutable;
 use http::{
     HeaderValue, Request, Response, StatusCode, Uri, header,
@@ -17,15 +21,16 @@ use http_body_util::{Either, Full};
 use hyper::body::Incoming;
 use tower::Service;
 
-use gray_tower::edge::{PathRejected, RawUri, client_ip, hop};
+use gray_tower::edge::hop;
 
 use crate::{
+    hold::{First, HeldBody, Hold, poll_first},
     metrics::Metrics,
-    upstream::{BalancerCall, Upstream},
+    upstream::{BalancerCall, Served, Tally, Upstream},
 };
 
 /// The body of every gateway response: streamed from the upstream, or made here.
-pub(crate) type Body = Either<ResponseBody, Full<Bytes>>;
+pub(crate) type Body = Either<HeldBody, Full<Bytes>>;
 
 /// The routing table and what every request needs.
 #[derive(Debug)]
@@ -36,42 +41,22 @@ pub(crate) struct Routes {
     /// The time allowed until an upstream's response headers (the endpoints enforce it;
     /// here it is reported in the 504's body).
     pub(crate) timeout: Duration,
+    /// How long a response head waits for its body's first frame ([`hold`](crate::hold)).
+    pub(crate) head_hold: Duration,
     /// The counters.
     pub(crate) metrics: Arc<Metrics>,
-    /// Whether a path whose normalised form leaves its `/{service}` prefix is refused.
-    pub(crate) reject_prefix_escape: bool,
 }
 
-/// The proxy service (behind the edge layer), one per connection. Cheap to clone.
+/// The proxy service (behind the edge layer). Cheap to clone.
 #[derive(Debug, Clone)]
 pub(crate) struct Proxy {
     routes: Arc<Routes>,
-    /// The connection's peer as an `X-Forwarded-For` value, made once per connection.
-    forwarded_for: Option<HeaderValue>,
 }
 
 impl Proxy {
-    /// The proxy for the connection from `peer`, which it appends to `X-Forwarded-For`.
-    pub(crate) fn for_peer(routes: Arc<Routes>, peer: IpAddr) -> Self {
-        Proxy {
-            routes,
-            forwarded_for: Some(client_ip::forwarded_for(peer)),
-        }
+    pub(crate) fn new(routes: Arc<Routes>) -> Self {
+        Proxy { routes }
     }
-}
-
-/// Whether `error` (or one of its sources) is the endpoint's response timeout.
-fn is_timeout(error: &(dyn std::error::Error + 'static)) -> bool {
-    let mut cause = Some(error);
-    while let Some(e) = cause {
-        if e.downcast_ref::<RequestError>()
-            .is_some_and(RequestError::is_timeout)
-        {
-            return true;
-        }
-        cause = e.source();
-    }
-    false
 }
 
 fn json(status: StatusCode, value: serde_json::Value) -> Response<Body> {
@@ -121,26 +106,6 @@ impl Service<Request<Incoming>> for Proxy {
     /// path names no known service.
     fn call(&mut self, mut req: Request<Incoming>) -> ProxyFuture {
         let routes = &*self.routes;
-        // The edge layer rejected the path (an encoded slash, `..` above the root, …): no
-        // rule saw it, and it is not forwarded.
-        if let Some(PathRejected(e)) = req.extensions().get::<PathRejected>() {
-            return ProxyFuture::ready(json(
-                StatusCode::BAD_REQUEST,
-                serde_json::json!({"error": "invalid path", "reason": e.kind().as_str(), "detail": e.to_string()}),
-            ));
-        }
-        // The edge rewrote the path to its normal form: `/svc/../other/x` became
-        // `/other/x`. A client that names one service in its path must not reach another.
-        if routes.reject_prefix_escape {
-            if let Some(RawUri(raw)) = req.extensions().get::<RawUri>() {
-                if escapes_prefix(raw.path(), req.uri().path()) {
-                    return ProxyFuture::ready(json(
-                        StatusCode::BAD_REQUEST,
-                        serde_json::json!({"error": "invalid path", "reason": "prefix_escape", "detail": "the normalised path leaves the /{service} prefix the request names"}),
-                    ));
-                }
-            }
-        }
         let Some((service, rest)) = split(req.uri()) else {
             return ProxyFuture::ready(json(
                 StatusCode::NOT_FOUND,
@@ -163,14 +128,12 @@ impl Service<Request<Incoming>> for Proxy {
             }
         }
         // The edge layer in front removed the client's hop-by-hop headers before it wrote
-        // the stain; removing them here would let `Connection` name the stain's headers.
+        // the stain, and appended the peer to `X-Forwarded-For`; removing hop-by-hop
+        // headers here would let `Connection` name the stain's headers.
         // `Expect: 100-continue` is the gateway's to answer (hyper sends `100 Continue` when
         // the body is first read, by the upstream connection): the upstream never sees it.
         if req.headers().contains_key(header::EXPECT) {
             req.headers_mut().remove(header::EXPECT);
-        }
-        if let Some(peer) = &self.forwarded_for {
-            client_ip::append_forwarded_for(req.headers_mut(), peer);
         }
         let lane = req
             .extensions()
@@ -181,6 +144,7 @@ impl Service<Request<Incoming>> for Proxy {
         ProxyFuture {
             state: State::Upstream {
                 call: upstream.balancer.clone().call(req),
+                hold: None,
                 routes: self.routes.clone(),
                 service: upstream.name.clone(),
                 lane,
@@ -191,7 +155,8 @@ impl Service<Request<Incoming>> for Proxy {
 
 pin_project_lite::pin_project! {
     /// The response future of [`Proxy`]: the upstream's response with its hop-by-hop
-    /// headers removed, or the gateway's own answer (404, 502, 503, 504).
+    /// headers removed, once its body's first frame arrived (or the hold's bound passed),
+    /// or the gateway's own answer (404, 502, 503, 504).
     pub(crate) struct ProxyFuture {
         #[pin]
         state: State,
@@ -205,6 +170,8 @@ pin_project_lite::pin_project! {
         Upstream {
             #[pin]
             call: BalancerCall,
+            // Set once the response head arrived.
+            hold: Option<Hold>,
             routes: Arc<Routes>,
             service: Arc<str>,
             lane: Option<Lane>,
@@ -243,31 +210,102 @@ impl Future for ProxyFuture {
             }
             StateProj::Upstream {
                 call,
+                hold,
                 routes,
                 service,
                 lane,
             } => {
-                let error = match std::task::ready!(call.poll(cx)) {
-                    // Served by an instance: the endpoint wrapper counted it and named the
-                    // instance.
-                    Ok(mut res) => {
-                        hop::strip(res.headers_mut());
-                        return Poll::Ready(Ok(res.map(Either::Left)));
+                if hold.is_none() {
+                    let Served {
+                        mut response,
+                        tally,
+                    } = match std::task::ready!(call.poll(cx)) {
+                        Ok(served) => served,
+                        Err(error) => {
+                            let res = failed(routes, service, lane.as_ref(), &*error);
+                            routes
+                                .metrics
+                                .answered(service, lane.as_ref(), res.status().as_u16());
+                            return Poll::Ready(Ok(res));
+                        }
+                    };
+                    hop::strip(response.headers_mut());
+                    // Most bodies bring their first frame with the head: nothing is held.
+                    match poll_first(response.body_mut(), cx) {
+                        Poll::Ready(first) => {
+                            return Poll::Ready(Ok(finish(service, lane, response, tally, first)));
+                        }
+                        Poll::Pending if routes.head_hold.is_zero() => {
+                            let first = First::Nothing;
+                            return Poll::Ready(Ok(finish(service, lane, response, tally, first)));
+                        }
+                        Poll::Pending => *hold = Some(Hold::new(response, tally, routes.head_hold)),
                     }
-                    Err(error) => error,
+                }
+                let Some(held) = hold.as_mut() else {
+                    return Poll::Ready(Ok(polled_after_completion()));
                 };
-                let res = failed(routes, service, lane.as_ref(), &*error);
-                routes
-                    .metrics
-                    .answered(service, lane.as_ref(), res.status().as_u16());
-                Poll::Ready(Ok(res))
+                Poll::Ready(Ok(match std::task::ready!(held.poll(cx)) {
+                    Some((first, response, tally)) => finish(service, lane, response, tally, first),
+                    None => polled_after_completion(),
+                }))
             }
         }
     }
 }
 
-/// The gateway's answer when the upstream call failed: 504 for a timeout, 503 naming
-/// service, lane and policy when no instance fits, 502 otherwise.
+fn polled_after_completion() -> Response<Body> {
+    json(
+        StatusCode::INTERNAL_SERVER_ERROR,
+        serde_json::json!({"error": "response polled after completion"}),
+    )
+}
+
+/// The answer to a request an instance served, once its body showed what comes first:
+/// the response, counted under the instance; or, when the body failed before its first
+/// byte, a 502 the client can act on, counted under it as such.
+fn finish(
+    service: &Arc<str>,
+    lane: &Option<Lane>,
+    response: Response<ResponseBody>,
+    tally: Tally,
+    first: First,
+) -> Response<Body> {
+    let lane = lane.as_ref();
+    if let First::Failed(error) = first {
+        let lane_label = lane.map_or("baseline", |l| l.as_str());
+        let instance = tally.instance().to_owned();
+        tally.count(lane, StatusCode::BAD_GATEWAY.as_u16());
+        tracing::warn!(service = %service, lane = lane_label, %instance, error = %error, "upstream failed after its response head, before its body: 502");
+        return json(
+            StatusCode::BAD_GATEWAY,
+            serde_json::json!({
+                "error": format!("the upstream's response body failed before its first byte: {error}"),
+                "service": &**service,
+                "instance": instance,
+            }),
+        );
+    }
+    tally.count(lane, response.status().as_u16());
+    response.map(|rest| Either::Left(HeldBody::new(first, rest)))
+}
+
+/// The first of `error` and its sources that is a `T`.
+fn find<'a, T: std::error::Error + 'static>(
+    error: &'a (dyn std::error::Error + 'static),
+) -> Option<&'a T> {
+    let mut cause = Some(error);
+    while let Some(e) = cause {
+        if let Some(found) = e.downcast_ref::<T>() {
+            return Some(found);
+        }
+        cause = e.source();
+    }
+    None
+}
+
+/// The gateway's answer when the upstream call failed, by [`status_of`]: 504 for a
+/// timeout, 503 naming service, lane and policy when no instance fits, 502 otherwise.
 fn failed(
     routes: &Routes,
     service: &Arc<str>,
@@ -275,18 +313,12 @@ fn failed(
     e: &(dyn std::error::Error + Send + Sync + 'static),
 ) -> Response<Body> {
     let lane_label = lane.map_or("baseline", |l| l.as_str());
-    if is_timeout(e) {
-        tracing::warn!(service = %service, lane = lane_label, error = %e, "upstream timed out");
-        return json(
-            StatusCode::GATEWAY_TIMEOUT,
-            serde_json::json!({"error": "upstream timed out", "detail": e.to_string(), "service": &**service, "timeout_ms": routes.timeout.as_millis() as u64}),
-        );
-    }
-    match e.downcast_ref::<Unroutable>() {
-        Some(unroutable) => {
+    let status = status_of(e);
+    match (status, find::<Unroutable>(e)) {
+        (StatusCode::SERVICE_UNAVAILABLE, Some(unroutable)) => {
             tracing::info!(service = %service, lane = lane_label, error = %unroutable, "unroutable");
             json(
-                StatusCode::SERVICE_UNAVAILABLE,
+                status,
                 serde_json::json!({
                     "error": unroutable.to_string(),
                     "service": unroutable.service(),
@@ -296,7 +328,14 @@ fn failed(
                 }),
             )
         }
-        None => {
+        (StatusCode::GATEWAY_TIMEOUT, _) => {
+            tracing::warn!(service = %service, lane = lane_label, error = %e, "upstream timed out");
+            json(
+                status,
+                serde_json::json!({"error": "upstream timed out", "detail": e.to_string(), "service": &**service, "timeout_ms": routes.timeout.as_millis() as u64}),
+            )
+        }
+        _ => {
             tracing::warn!(service = %service, lane = lane_label, error = %e, "upstream failed");
             json(
                 StatusCode::BAD_GATEWAY,
@@ -306,56 +345,9 @@ fn failed(
     }
 }
 
-/// The first segment of a path as normalising it would leave it, skipping empty and `.`
-/// segments (`/./%73vc/x` → `svc`); `None` when it starts by climbing (`/../x`).
-fn first_segment(path: &str) -> Option<Cow<'_, str>> {
-    for segment in path.split('/').filter(|s| !s.is_empty()) {
-        if segment.bytes().all(|b| b != b'%' && b != b'.') {
-            return Some(Cow::Borrowed(segment));
-        }
-        let alone = format!("/{segment}");
-        let normal = gray_rules::path::normalize(&alone).ok()?;
-        match normal.strip_prefix('/') {
-            Some("") => {}
-            Some(s) => return Some(Cow::Owned(s.to_owned())),
-            None => return None,
-        }
-    }
-    Some(Cow::Borrowed(""))
-}
-
-/// Whether normalising `raw` into `normal` moved it out of the first segment it names:
-/// `/svc/../other/x` → `/other/x`.
-fn escapes_prefix(raw: &str, normal: &str) -> bool {
-    let named = first_segment(raw);
-    let now = normal
-        .trim_start_matches('/')
-        .split('/')
-        .next()
-        .unwrap_or("");
-    named.as_deref() != Some(now)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn a_path_that_climbs_out_of_its_service_escapes() {
-        for (raw, normal, escapes) in [
-            ("/svc/../other/x", "/other/x", true),
-            ("/svc/x/../../other/x", "/other/x", true),
-            ("/svc/..", "/", true),
-            ("/svc/x/../y", "/svc/y", false),
-            ("/svc/../svc/y", "/svc/y", false),
-            ("//svc//x", "/svc/x", false),
-            ("/./svc/x", "/svc/x", false),
-            ("/%73vc/x", "/svc/x", false),
-            ("/svc/%2e%2e/other", "/other", true),
-        ] {
-            assert_eq!(escapes_prefix(raw, normal), escapes, "{raw}");
-        }
-    }
 
     #[test]
     fn splits_service_and_rest() {

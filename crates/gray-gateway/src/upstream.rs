@@ -1,6 +1,6 @@
 //! One routed service: its instances (from the registry), and the label-aware balancer
-//! over them, whose endpoints name the instance that answered (`x-gray-instance`) and count
-//! each answer.
+//! over them, whose endpoints name the instance that answered (`x-gray-instance`) and hand
+//! the proxy what it needs to count the answer once it knows it ([`Served`]).
 
 use std::{
     future::Future,
@@ -11,7 +11,7 @@ use std::{
 
 use futures_util::StreamExt;
 use gray_balance::{Balance, BalanceLayer, RecordRouted, Routed, future::BalanceFuture};
-use gray_core::{Labelled, Labels, Lane, Stain};
+use gray_core::{Labelled, Labels, Lane};
 use gray_discovery::{
     Instance, InstanceId, ServiceInstances,
     http::{HttpEndpoint, HttpEndpoints, ResponseBody},
@@ -19,7 +19,6 @@ use gray_discovery::{
 use gray_policy::Policy;
 use http::{HeaderName, HeaderValue, Request, Response};
 use hyper::body::Incoming;
-use hyper_util::client::legacy::connect::HttpConnector;
 use pin_project_lite::pin_project;
 use tower::{BoxError, Service, discover::Change};
 
@@ -33,6 +32,8 @@ use crate::{
 #[derive(Debug)]
 struct Identity {
     service: Arc<str>,
+    /// The instance's id, for logs.
+    id: Arc<str>,
     /// The instance's labels (kept here, so that cloning the endpoint copies none).
     labels: Labels,
     /// The id as a header value, built once.
@@ -56,11 +57,44 @@ impl<S> Labelled for Tagged<S> {
     }
 }
 
+/// A response from an instance, and what counting it needs: the proxy counts it once it
+/// knows what the client gets (the instance's status, or a 502 when the body failed
+/// before its first byte).
+#[derive(Debug)]
+pub(crate) struct Served {
+    pub(crate) response: Response<ResponseBody>,
+    pub(crate) tally: Tally,
+}
+
+/// Who served a response, and whether from a fallback subset.
+#[derive(Debug)]
+pub(crate) struct Tally {
+    me: Arc<Identity>,
+    routed: Option<Routed>,
+}
+
+impl Tally {
+    /// The id of the instance that served.
+    pub(crate) fn instance(&self) -> &str {
+        &self.me.id
+    }
+
+    /// Counts the answer to a request of `lane`: `status`, under the instance, and the
+    /// fallback it was served from.
+    pub(crate) fn count(self, lane: Option<&Lane>, status: u16) {
+        let me = self.me;
+        me.counters.request(lane, status);
+        if let Some(routed) = self.routed.filter(Routed::fallback) {
+            me.metrics.fallback(&me.service, lane, routed.subset());
+        }
+    }
+}
+
 impl<S> Service<Request<Incoming>> for Tagged<S>
 where
     S: Service<Request<Incoming>, Response = Response<ResponseBody>, Error = BoxError>,
 {
-    type Response = Response<ResponseBody>;
+    type Response = Served;
     type Error = BoxError;
     type Future = TaggedFuture<S::Future>;
 
@@ -70,13 +104,9 @@ where
 
     fn call(&mut self, mut req: Request<Incoming>) -> Self::Future {
         let routed = req.extensions_mut().remove::<Routed>();
-        let lane = req
-            .extensions()
-            .get::<Stain>()
-            .and_then(|c| c.lane().cloned());
         TaggedFuture {
             inner: self.inner.call(req),
-            done: Some((self.me.clone(), lane, routed)),
+            done: Some((self.me.clone(), routed)),
         }
     }
 }
@@ -86,7 +116,7 @@ pin_project! {
     pub(crate) struct TaggedFuture<F> {
         #[pin]
         inner: F,
-        done: Option<(Arc<Identity>, Option<Lane>, Option<Routed>)>,
+        done: Option<(Arc<Identity>, Option<Routed>)>,
     }
 }
 
@@ -94,30 +124,31 @@ impl<F> Future for TaggedFuture<F>
 where
     F: Future<Output = Result<Response<ResponseBody>, BoxError>>,
 {
-    type Output = Result<Response<ResponseBody>, BoxError>;
+    type Output = Result<Served, BoxError>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.project();
         // An error is counted by the proxy, which turns it into a 502.
-        let mut res = std::task::ready!(this.inner.poll(cx))?;
-        if let Some((me, lane, routed)) = this.done.take() {
-            if let Some(header) = &me.header {
-                res.headers_mut().insert(X_GRAY_INSTANCE, header.clone());
-            }
-            me.counters.request(lane.as_ref(), res.status().as_u16());
-            if let Some(routed) = routed.filter(Routed::fallback) {
-                me.metrics
-                    .fallback(&me.service, lane.as_ref(), routed.subset());
-            }
+        let mut response = std::task::ready!(this.inner.poll(cx))?;
+        let Some((me, routed)) = this.done.take() else {
+            return Poll::Ready(Err("response future polled after completion".into()));
+        };
+        if let Some(header) = &me.header {
+            response
+                .headers_mut()
+                .insert(X_GRAY_INSTANCE, header.clone());
         }
-        Poll::Ready(Ok(res))
+        Poll::Ready(Ok(Served {
+            response,
+            tally: Tally { me, routed },
+        }))
     }
 }
 
 /// The response header naming the instance that served it.
 pub const X_GRAY_INSTANCE: HeaderName = HeaderName::from_static("x-gray-instance");
 
-type Endpoint = Tagged<HttpEndpoint<HttpConnector, Incoming>>;
+type Endpoint = Tagged<HttpEndpoint>;
 
 /// The balancer the proxy sends through: one handle (cloned per request) shared by every
 /// connection; it picks in the connection's task, without a lock.
@@ -152,7 +183,7 @@ impl Upstream {
     pub(crate) fn new(
         config: &ServiceConfig,
         instances: ServiceInstances,
-        pool: &HttpEndpoints<HttpConnector, Incoming>,
+        pool: &HttpEndpoints,
         metrics: &Arc<Metrics>,
     ) -> Upstream {
         let service: Arc<str> = config.name.as_str().into();
@@ -166,6 +197,7 @@ impl Upstream {
                     let bare = Instance::new(id.clone(), instance.address().clone(), Labels::new());
                     let me = Arc::new(Identity {
                         service: service.clone(),
+                        id: Arc::from(id.as_str()),
                         labels: instance.labels().clone(),
                         header: HeaderValue::from_str(id.as_str()).ok(),
                         counters: metrics.endpoint(&service, id.as_str()),

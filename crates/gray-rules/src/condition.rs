@@ -109,6 +109,23 @@ impl ValueMatch {
 // === impl Condition ===
 
 impl Condition {
+    /// Whether evaluating this condition reads the client IP (`ip`, or `sticky` by it).
+    pub(crate) fn reads_client_ip(&self) -> bool {
+        match self {
+            Condition::Ip(_) => true,
+            Condition::Sticky { key, .. } => matches!(key, Key::ClientIp),
+            Condition::All(list) | Condition::Any(list) => {
+                list.iter().any(Condition::reads_client_ip)
+            }
+            Condition::Not(c) => c.reads_client_ip(),
+            Condition::Header(..)
+            | Condition::Cookie(..)
+            | Condition::Query(..)
+            | Condition::Path(_)
+            | Condition::Random(_) => false,
+        }
+    }
+
     pub(crate) fn eval(&self, req: &RequestView<'_>, dice: &mut Option<Dice>) -> bool {
         match self {
             Condition::Header(name, m) => m.on_first(req.header(name), false),

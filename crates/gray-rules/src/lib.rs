@@ -294,6 +294,33 @@ impl RuleSet {
         &self.names
     }
 
+    /// Whether an enabled rule reads the client IP: an `ip` condition, or a `sticky` one
+    /// keyed by the client IP, anywhere in its condition. An edge that cannot tell the
+    /// client IP says so when this is true.
+    ///
+    /// ```
+    /// use gray_rules::{Format, RuleSet};
+    ///
+    /// let by_ip = r#"{"rules":[{"when":{"not":{"ip":["10.0.0.0/8"]}},"lane":"gray"}]}"#;
+    /// let by_header = r#"{"rules":[{"when":{"header":{"name":"x-beta","present":true}},"lane":"gray"}]}"#;
+    /// let sticky = r#"{"rules":[{"when":{"sticky":{"by":"client_ip","percent":10}},"lane":"gray"}]}"#;
+    /// let read = |text| RuleSet::parse(text, Format::Json, "inline").unwrap().reads_client_ip();
+    /// assert!(read(by_ip));
+    /// assert!(!read(by_header));
+    /// assert!(read(sticky));
+    /// ```
+    #[must_use]
+    pub fn reads_client_ip(&self) -> bool {
+        self.enabled
+            && self.rules.iter().any(|rule| {
+                rule.enabled
+                    && rule
+                        .condition
+                        .as_ref()
+                        .is_some_and(Condition::reads_client_ip)
+            })
+    }
+
     /// The first rule that matches `req`, and its stain. `None` when the set is switched
     /// off or no rule matches. Random conditions and splits use a per-thread generator.
     #[must_use]

@@ -17,20 +17,29 @@
 //! | [`baggage`] | W3C `baggage`: every member travels; the guide for a chain across languages |
 //! | `reqwest` | the client side as a `reqwest-middleware` middleware (feature `reqwest`) |
 //! | `otel` | the lane as a member of OpenTelemetry baggage, both ways (feature `opentelemetry`) |
+//! | `balance` | gray-balance, the label-aware balancer (feature `balance`) |
+//! | `discovery` | gray-discovery, instances, registries and endpoints (feature `discovery`) |
 //!
 //! # One dependency
 //!
 //! This crate re-exports what a user of its layers names from `gray-core`: the stain
 //! ([`Stain`], [`Lane`], [`Version`], [`Pins`]), the carriers ([`Carriers`], [`PlainHeader`],
 //! [`RouteHeader`], [`BaggageMember`], [`InheritedBaggage`], and the whole [`codec`] module),
-//! the interner ([`Names`]) and the balancer's [`Policy`]. An axum service needs only:
+//! the interner ([`Names`]); the routing policy types ([`Policy`], [`Fallback`],
+//! [`Unlabelled`], [`OnUnready`], [`PolicyConfig`], [`Unroutable`]); and in [`edge`], what
+//! an edge is configured with ([`edge::RuleSet`], [`edge::Format`], [`edge::CidrList`],
+//! [`edge::path`]). An axum service needs only:
 //!
 //! ```toml
 //! [dependencies]
 //! gray-tower = { version = "0.3", features = ["reqwest"] }
 //! ```
 //!
-//! (beside `axum`, `reqwest` and `tokio`, which it has anyway).
+//! (beside `axum`, `reqwest` and `tokio`, which it has anyway). A service that routes its
+//! outbound calls adds the features `balance` and `discovery`, and a custom gateway
+//! `axum` too: the balancer and the registry are then `gray_tower::balance` and
+//! `gray_tower::discovery`, and nothing else from gray is needed (the README's guide "A
+//! custom gateway" walks through one).
 //!
 //! # Builders
 //!
@@ -51,7 +60,11 @@
 //! | `opentelemetry` | no | module `otel`: the lane in OpenTelemetry baggage (`opentelemetry` 0.33), both ways |
 //! | `etcd` | no | live edge rules from an etcd key (`edge::EtcdSource`, from gray-source; etcd-client 0.21) |
 //! | `etcd-tls` | no | TLS to etcd (`edge::EtcdTls`: rustls on ring) |
-//! | `axum` | no | the edge reads the peer address from axum's `ConnectInfo<SocketAddr>` |
+//! | `axum` | no | the edge reads the peer address from axum's `ConnectInfo<SocketAddr>`, and refuses to run after axum's routing |
+//! | `toml`, `yaml` | no | rule sets in TOML or YAML (`edge::Format`; JSON always) |
+//! | `balance` | no | module `balance`: gray-balance, the label-aware balancer |
+//! | `discovery` | no | module `discovery`: gray-discovery with its HTTP/1.1 endpoints; with `file`, instances from a watched file; with `etcd`, from etcd |
+//! | `tonic` | no | `discovery::grpc::GrpcChannels`: a tonic channel per instance |
 //!
 //! The layers work unchanged on tonic servers (`Server::builder().layer(..)`) and around a
 //! tonic `Channel`: both speak `http::Request`.
@@ -114,6 +127,9 @@ pub use edge::{Edge, EdgeLayer, LiveRules};
 pub use extract::{ExtractStain, ExtractStainLayer};
 pub use propagate::{Existing, PropagateStain, PropagateStainLayer};
 pub use task::{StainExt, current};
+/// tower's `Layer` trait (from `tower-layer`), for `EdgeLayer::new(rules).layer(router)`
+/// without a dependency on tower.
+pub use tower_layer::Layer;
 
 /// The wire codecs of `gray-core` (`gray_core::codec`): carriers, rejections, limits.
 #[doc(inline)]
@@ -123,4 +139,16 @@ pub use gray_core::{
     Carriers, InheritedBaggage, Lane, Names, Pins, Stain, Version,
     codec::{BaggageMember, DEFAULT_BAGGAGE_KEY, PlainHeader, RouteHeader},
 };
-pub use gray_policy::Policy;
+pub use gray_policy::{
+    Fallback, FlagValues, OnUnready, Policy, PolicyConfig, Unlabelled, Unroutable, UnroutableReason,
+};
+
+/// The balancer (feature `balance`): gray-balance, re-exported whole.
+#[cfg(feature = "balance")]
+#[doc(inline)]
+pub use gray_balance as balance;
+/// Instances, registries and endpoints (feature `discovery`): gray-discovery, re-exported
+/// whole.
+#[cfg(feature = "discovery")]
+#[doc(inline)]
+pub use gray_discovery as discovery;

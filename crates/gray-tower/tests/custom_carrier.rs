@@ -141,13 +141,21 @@ async fn the_edge_strips_it_from_untrusted_clients_by_construction() {
 
     // An untrusted client's forged carrier is gone before the service sees the request.
     let res = send("203.0.113.9:5000", &[("x-canary", "gray.ok")]).await;
-    let (stain, header) = res.expect("served").into_body();
+    let (stain, header) = res
+        .expect("served")
+        .into_body()
+        .into_inner()
+        .expect("the service answered, not the edge");
     assert_eq!(stain, Some(Stain::baseline()));
     assert_eq!(header, None, "the forged x-canary reached the service");
 
     // A trusted client's carrier is read, and written onward.
     let res = send("10.1.2.3:5000", &[("x-canary", "gray.ok")]).await;
-    let (stain, header) = res.expect("served").into_body();
+    let (stain, header) = res
+        .expect("served")
+        .into_body()
+        .into_inner()
+        .expect("the service answered, not the edge");
     assert_eq!(stain, Some(Stain::in_lane(gray())));
     assert_eq!(header.expect("written"), "gray.ok");
 
@@ -157,7 +165,11 @@ async fn the_edge_strips_it_from_untrusted_clients_by_construction() {
         &[("x-canary", "gray.ok"), ("x-beta", "1")],
     )
     .await;
-    let (stain, header) = res.expect("served").into_body();
+    let (stain, header) = res
+        .expect("served")
+        .into_body()
+        .into_inner()
+        .expect("the service answered, not the edge");
     assert_eq!(stain.expect("stained").lane().expect("lane"), "beta");
     assert_eq!(header.expect("written"), "beta.ok");
 }

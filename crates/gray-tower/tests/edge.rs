@@ -12,8 +12,8 @@ use gray_rules::{CidrList, Format, RuleSet, path::PathErrorKind};
 use gray_test_support::alloc::{Counting, measure};
 use gray_tower::{
     edge::{
-        ClientIpResolver, DecidedBy, EdgeDecision, EdgeLayer, ForwardedHeader, LiveRules,
-        PathRejected, PeerAddr, Precedence, RawUri, TrustedProxies,
+        ClientIpResolver, DecidedBy, EdgeDecision, EdgeLayer, ForwardedHeader, LiveRules, PeerAddr,
+        Precedence, RawUri, TrustedProxies,
     },
     task,
 };
@@ -32,7 +32,6 @@ struct Seen {
     stain: Option<Stain>,
     task_ctx: Option<Stain>,
     decision: Option<EdgeDecision>,
-    path_rejected: Option<PathRejected>,
     raw_uri: Option<RawUri>,
 }
 
@@ -63,7 +62,6 @@ fn backend() -> impl Service<Request<()>, Response = Response<Seen>, Error = Inf
             stain: req.extensions().get::<Stain>().cloned(),
             task_ctx: task::current(),
             decision: req.extensions().get::<EdgeDecision>().cloned(),
-            path_rejected: req.extensions().get::<PathRejected>().copied(),
             raw_uri: req.extensions().get::<RawUri>().cloned(),
         }))
     })
@@ -71,7 +69,11 @@ fn backend() -> impl Service<Request<()>, Response = Response<Seen>, Error = Inf
 
 async fn send(layer: &EdgeLayer, req: Request<()>) -> Seen {
     let svc = tower::Layer::layer(layer, backend());
-    let seen = svc.oneshot(req).await.expect("infallible").into_body();
+    let res = svc.oneshot(req).await.expect("infallible");
+    let seen = res
+        .into_body()
+        .into_inner()
+        .expect("passed to the service behind");
     assert_eq!(seen.stain, seen.task_ctx, "extensions and task-local agree");
     seen
 }
@@ -276,7 +278,8 @@ async fn the_task_local_stain_can_be_left_out() {
     // Without it, the backend sees no task-local stain, and the decision all the same: in
     // the extension and in the headers.
     let svc = tower::Layer::layer(&without, backend());
-    let seen = svc.oneshot(beta()).await.expect("infallible").into_body();
+    let res = svc.oneshot(beta()).await.expect("infallible");
+    let seen = res.into_body().into_inner().expect("passed");
     assert_eq!(seen.task_ctx, None);
     assert_eq!(seen.lane().as_deref(), Some("beta"));
     assert_eq!(seen.headers["x-gray-lane"], "beta");
@@ -746,7 +749,6 @@ async fn paths_are_normalised_before_rules_and_forwarding() {
             ),
             None => assert_eq!(raw, guarded),
         }
-        assert!(seen.path_rejected.is_none(), "{raw}");
     }
 
     // Outside the guard the tester is gray, on the normalised path.
@@ -754,7 +756,7 @@ async fn paths_are_normalised_before_rules_and_forwarding() {
     assert_eq!(seen.lane().as_deref(), Some("gray"));
     assert_eq!(seen.uri.path(), "/svc/public/x");
 
-    // Rejected: no rule runs (not even the tester's), the request is baseline and marked.
+    // Rejected: answered 400 by the edge itself; no rule runs, nothing reaches the service.
     for (raw, kind) in [
         ("/svc/internal%2Fx", PathErrorKind::EncodedSlash),
         ("/svc%2finternal/x", PathErrorKind::EncodedSlash),
@@ -768,20 +770,17 @@ async fn paths_are_normalised_before_rules_and_forwarding() {
         ("/svc/%00/internal/x", PathErrorKind::Nul),
         ("/svc/%zz", PathErrorKind::BadPercentEncoding),
     ] {
-        let seen = send(
-            &edge,
-            request_to(TESTER, raw, &[("x-gray-lane", "gray"), ("gray", "true")]),
-        )
-        .await;
-        let PathRejected(e) = seen.path_rejected.expect(raw);
-        assert_eq!(e.kind(), kind, "{raw}");
-        let d = seen.decision.clone().expect("decision");
-        assert_eq!(d.decided_by, DecidedBy::PathRejected, "{raw}");
-        assert_eq!(d.rule_name, None, "{raw}");
-        assert_eq!(seen.lane(), None, "{raw}");
-        assert!(seen.headers.get("x-gray-lane").is_none(), "{raw}");
-        assert!(seen.headers.get("gray").is_none(), "{raw}");
-        assert_eq!(seen.uri.path(), raw, "left as sent");
+        let svc = tower::Layer::layer(&edge, backend());
+        let req = request_to(TESTER, raw, &[("x-gray-lane", "gray"), ("gray", "true")]);
+        let res = svc.oneshot(req).await.expect("infallible");
+        assert_eq!(res.status(), 400, "{raw}");
+        assert_eq!(res.headers()["content-type"], "application/json", "{raw}");
+        let body = res.into_body();
+        let answer: serde_json::Value =
+            serde_json::from_slice(body.answer().expect("the edge's answer")).expect("JSON");
+        assert_eq!(answer["error"], "invalid path", "{raw}");
+        assert_eq!(answer["reason"], kind.as_str(), "{raw}");
+        assert!(body.into_inner().is_none(), "{raw} reached the service");
     }
 
     // Switched off, the rules see the raw path (and the guard is bypassed).
@@ -908,15 +907,16 @@ fn edge_allocations(
     let mut svc = tower::Layer::layer(
         edge,
         service_fn(|req: Request<()>| {
-            std::future::ready(Ok::<_, Infallible>(
+            std::future::ready(Ok::<_, Infallible>(Response::new(
                 req.headers().get("x-gray-lane").cloned(),
-            ))
+            )))
         }),
     );
     let mut requests: Vec<Request<()>> = (0..9).map(|_| make()).collect();
     measure(|| {
         let req = requests.pop().expect("a request per run");
-        poll_once(svc.call(req)).expect("infallible")
+        let res = poll_once(svc.call(req)).expect("infallible");
+        res.into_body().into_inner().flatten()
     })
 }
 
@@ -959,6 +959,53 @@ fn hop_by_hop_and_path_checks_allocate_nothing_on_a_clean_request() {
     // The counter-example: a path to rewrite is built on the heap (and so is the URI).
     let (_, dirty) = edge_allocations(&edge, || request_to(TESTER, "/svc//public/./x", &[]));
     assert!(dirty > 1, "normalising a path allocated only {dirty} times");
+}
+
+#[test]
+fn the_gateways_checks_add_no_allocation_to_a_request_that_passes() {
+    // The gateway's shape: the peer given once per connection (its `X-Forwarded-For` entry
+    // made then), paths checked for leaving their first segment, the peer appended.
+    let plain = EdgeLayer::new(guarded_rules())
+        .with_carriers(Carriers::default().with_names(gray_core::Names::new().with_lanes([gray()])))
+        .with_decision_extension(false);
+    let gateway = plain
+        .clone()
+        .with_reject_prefix_escape(true)
+        .with_forwarded_for(true);
+    let peer: SocketAddr = TESTER.parse().expect("peer");
+    let clean = || {
+        let mut req = Request::get("/svc/public/x?page=2")
+            .header("accept", "application/json")
+            .header("user-agent", "curl/8.5.0")
+            .body(())
+            .expect("request");
+        req.headers_mut().reserve(16);
+        req
+    };
+    let measured = |edge: &EdgeLayer| {
+        let mut svc = tower::Layer::layer(
+            edge,
+            service_fn(|req: Request<()>| {
+                let forwarded = req.headers().get("x-forwarded-for").cloned();
+                std::future::ready(Ok::<_, Infallible>(Response::new(forwarded)))
+            }),
+        )
+        .with_peer(peer);
+        let mut requests: Vec<Request<()>> = (0..9).map(|_| clean()).collect();
+        measure(|| {
+            let req = requests.pop().expect("a request per run");
+            let res = poll_once(svc.call(req)).expect("infallible");
+            res.into_body().into_inner().flatten()
+        })
+    };
+    let (forwarded, before) = measured(&plain);
+    assert_eq!(forwarded, None);
+    let (forwarded, after) = measured(&gateway);
+    assert_eq!(forwarded.expect("appended"), "192.0.2.10");
+    assert_eq!(
+        after, before,
+        "the gateway's checks allocated {after} times against {before}"
+    );
 }
 
 /// Header bytes rich in the delimiters the parsers care about, a hop count, and which

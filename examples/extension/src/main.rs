@@ -355,10 +355,11 @@ async fn edge(registry: &Registry) -> Result<(u16, EdgeLayer), BoxError> {
     let rules = RuleSet::parse(rules, Format::Json, "rules.json")?;
     // No trusted clients: every client's x-canary is stripped before anything reads it.
     let layer = EdgeLayer::new(rules).with_carriers(carriers());
-    let app = layer.layer(Router::new().route("/stock", get(call_stock)));
+    // The edge wraps the router: it runs before routing (gray-tower's edge docs).
+    let app =
+        Router::new().fallback_service(layer.layer(Router::new().route("/stock", get(call_stock))));
     let listener = TcpListener::bind("127.0.0.1:0").await?;
     let port = listener.local_addr()?.port();
-    let app = axum::ServiceExt::<axum::extract::Request>::into_make_service(app);
     tokio::spawn(async move { axum::serve(listener, app).await });
     Ok((port, layer))
 }

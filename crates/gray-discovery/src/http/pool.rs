@@ -19,6 +19,7 @@ use std::{
     error::Error as StdError,
     fmt,
     future::{Future, poll_fn},
+    io,
     pin::Pin,
     sync::{
         Arc, Mutex,
@@ -478,7 +479,11 @@ where
     }
 
     fn timeout(&self, after: Duration) -> BoxError {
-        self.error(Stage::Timeout(after), "timed out")
+        // An I/O timeout as the source: `gray_balance::error::status_of` reads it as 504.
+        self.error(
+            Stage::Timeout(after),
+            io::Error::from(io::ErrorKind::TimedOut),
+        )
     }
 
     async fn run(mut self, mut request: Request<B>) -> Result<Response<ResponseBody>, BoxError> {

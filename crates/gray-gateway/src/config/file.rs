@@ -33,6 +33,8 @@ pub(super) struct File {
     pub(super) etcd: Option<Etcd>,
     #[serde(default = "defaults::upstream_timeout_ms")]
     pub(super) upstream_timeout_ms: u64,
+    #[serde(default = "defaults::head_hold_ms")]
+    pub(super) head_hold_ms: u64,
     #[serde(default = "defaults::header_read_timeout_ms")]
     pub(super) header_read_timeout_ms: u64,
     #[serde(default = "defaults::max_header_bytes")]

@@ -67,6 +67,9 @@ pub const DEFAULT_INSTANCES: &str = include_str!("../../instances.toml");
 
 /// The defaults of the configuration's keys.
 pub(crate) mod defaults {
+    pub(crate) fn head_hold_ms() -> u64 {
+        200
+    }
     pub(crate) fn upstream_timeout_ms() -> u64 {
         10_000
     }
@@ -124,6 +127,10 @@ pub struct Config {
     pub discovery: Discovery,
     /// The time allowed until an upstream's response headers (then 504).
     pub upstream_timeout: Duration,
+    /// How long an upstream's response head waits for the first frame of its body before
+    /// it goes to the client: a body that fails within it gets the client a 502 instead of
+    /// a closed connection; a streaming response is delayed by at most this (`head_hold_ms`).
+    pub head_hold: Duration,
     /// Limits on clients' connections.
     pub limits: Limits,
     /// How many distinct lanes get series of their own in `/metrics`; the others are
@@ -309,6 +316,7 @@ impl Config {
             rules,
             discovery,
             upstream_timeout: Duration::from_millis(raw.upstream_timeout_ms.max(1)),
+            head_hold: Duration::from_millis(raw.head_hold_ms),
             limits: Limits {
                 header_read_timeout: millis(raw.header_read_timeout_ms),
                 max_header_bytes: raw.max_header_bytes,

@@ -9,7 +9,9 @@ use gray_core::{
 use gray_rules::CidrList;
 use http::{HeaderMap, HeaderName};
 
-use super::{client_ip::ClientIpResolver, live::LiveRules};
+use std::sync::Arc;
+
+use super::{client_ip::ClientIpResolver, live::LiveRules, refusal::Notices};
 
 /// Seed 003's flag header, `x-gray-flag: true|false`.
 pub const X_GRAY_FLAG: HeaderName = HeaderName::from_static("x-gray-flag");
@@ -64,10 +66,14 @@ pub(crate) struct Config {
     pub(crate) strip: Vec<HeaderName>,
     pub(crate) hop_by_hop: bool,
     pub(crate) normalize_paths: bool,
+    pub(crate) reject_prefix_escape: bool,
+    pub(crate) forwarded_for: bool,
     pub(crate) decision_extension: bool,
     pub(crate) task_local: bool,
     /// Derived from `carriers`, `strip_known` and `strip` by [`Config::refresh`].
     pub(crate) removal: Removal,
+    /// What has been logged once (shared by the layer's clones and its services).
+    pub(crate) notices: Arc<Notices>,
 }
 
 impl Config {
@@ -83,9 +89,12 @@ impl Config {
             strip: Vec::new(),
             hop_by_hop: true,
             normalize_paths: true,
+            reject_prefix_escape: false,
+            forwarded_for: false,
             decision_extension: true,
             task_local: true,
             removal: Removal::default(),
+            notices: Arc::default(),
         };
         config.refresh();
         config

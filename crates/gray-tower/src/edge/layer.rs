@@ -28,6 +28,8 @@ use super::{
 /// | [`with_strip`](Self::with_strip) | no extra header |
 /// | [`with_hop_by_hop`](Self::with_hop_by_hop) | on |
 /// | [`with_path_normalization`](Self::with_path_normalization) | on |
+/// | [`with_reject_prefix_escape`](Self::with_reject_prefix_escape) | off |
+/// | [`with_forwarded_for`](Self::with_forwarded_for) | off |
 /// | [`with_decision_extension`](Self::with_decision_extension) | on |
 /// | [`with_task_local`](Self::with_task_local) | on |
 #[derive(Debug, Clone)]
@@ -136,12 +138,39 @@ impl EdgeLayer {
     }
 
     /// Whether the edge normalises the request path before rules see it and rewrites the
-    /// request to it (default: yes; see [`gray_rules::path`]). A path it rejects is never
-    /// given to the rules: the request is baseline and carries a
-    /// [`PathRejected`](super::PathRejected) extension for the service behind to answer 400.
+    /// request to it (default: yes; see [`gray_rules::path`]). A path it rejects is
+    /// answered by the edge itself, `400` with a JSON body naming the reason; neither the
+    /// rules nor the service behind see it.
+    ///
+    /// With the `axum` feature, an edge that normalises paths also refuses to run after
+    /// axum's routing (the request carries a `MatchedPath`): it answers `500` and logs
+    /// once, at ERROR, how to wrap the `Router` instead.
     #[must_use]
     pub fn with_path_normalization(mut self, on: bool) -> Self {
         self.config_mut().normalize_paths = on;
+        self
+    }
+
+    /// Whether the edge refuses, `400`, a path whose normal form leaves the first segment
+    /// the client named: `/api/../web/x` names `api` and becomes `/web/x` (default: no).
+    /// Turn it on in front of anything that routes by the first segment (a gateway's
+    /// `/{service}/…`, an axum `Router` with `/api` and `/web` routes): a client that names
+    /// one must not reach another. Needs path normalisation (on by default).
+    #[must_use]
+    pub fn with_reject_prefix_escape(mut self, on: bool) -> Self {
+        self.config_mut().reject_prefix_escape = on;
+        self
+    }
+
+    /// Whether the edge appends the TCP peer's address to `X-Forwarded-For` for the next
+    /// hop (default: no), as a proxy does: `a, b` from a trusted proxy at `c` becomes
+    /// `a, b, c`. It is appended after the client IP was resolved and after the client's
+    /// hop-by-hop headers went. With [`Edge::with_peer`](super::Edge::with_peer) the entry
+    /// is made once per connection; from a per-request [`PeerAddr`](super::PeerAddr) (or
+    /// axum's `ConnectInfo`) it is made per request. Without a peer, nothing is appended.
+    #[must_use]
+    pub fn with_forwarded_for(mut self, on: bool) -> Self {
+        self.config_mut().forwarded_for = on;
         self
     }
 

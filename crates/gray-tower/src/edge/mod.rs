@@ -1,21 +1,30 @@
 #![doc = include_str!("../../docs/edge.md")]
 
+mod body;
 pub mod client_ip;
 mod config;
 mod error;
+mod future;
 pub mod hop;
 mod layer;
 pub mod live;
+mod refusal;
 mod service;
 
 pub use self::{
+    body::EdgeBody,
     client_ip::{ClientIpResolver, ForwardedHeader, PeerAddr, TrustedProxies, peer_ip},
     config::{KNOWN_STAIN_HEADERS, Precedence, X_GRAY_FLAG, X_GRAY_IP},
     error::RuleSourceError,
+    future::EdgeFuture,
     layer::EdgeLayer,
     live::{LiveRules, Revision, RulesGuard, RulesSnapshot, RulesStatus},
-    service::{DecidedBy, Edge, EdgeDecision, PathRejected, RawUri},
+    service::{DecidedBy, Edge, EdgeDecision, RawUri},
 };
+/// What an edge is configured with, from the crates that define it: the rule set and its
+/// formats and CIDR lists (gray-rules), and path normalisation.
+#[doc(no_inline)]
+pub use gray_rules::{CidrList, Format, RuleSet, RulesError, path};
 /// The former name of [`RulesSnapshot`].
 #[deprecated(
     since = "0.3.0",

@@ -1,5 +1,6 @@
 use std::{
-    net::IpAddr,
+    borrow::Cow,
+    net::{IpAddr, SocketAddr},
     sync::Arc,
     task::{Context, Poll},
 };
@@ -9,13 +10,16 @@ use gray_rules::{
     RequestView, RuleMatch,
     path::{PathError, normalize_uri},
 };
-use http::{HeaderValue, Request, Uri};
+use http::{HeaderValue, Request, Response, Uri};
 use tower_service::Service;
 
 use super::{
-    client_ip::peer_ip,
+    body::EdgeBody,
+    client_ip::{append_forwarded_for, forwarded_for, peer_ip},
     config::{Config, Precedence, X_GRAY_FLAG, X_GRAY_IP},
+    future::EdgeFuture,
     hop,
+    refusal::{NeedsIp, Refusal, escapes_prefix},
 };
 use crate::extract::StainedFuture;
 
@@ -29,19 +33,16 @@ pub enum DecidedBy {
     Inbound,
     /// Nothing: baseline.
     Default,
-    /// The path was rejected ([`PathRejected`]): no rule ran, the request is baseline.
-    PathRejected,
 }
 
 impl DecidedBy {
-    /// `rule`, `inbound`, `default` or `path_rejected`: for logs and JSON bodies.
+    /// `rule`, `inbound` or `default`: for logs and JSON bodies.
     #[must_use]
     pub fn as_str(self) -> &'static str {
         match self {
             DecidedBy::Rule => "rule",
             DecidedBy::Inbound => "inbound",
             DecidedBy::Default => "default",
-            DecidedBy::PathRejected => "path_rejected",
         }
     }
 }
@@ -65,25 +66,29 @@ pub struct EdgeDecision {
     pub trusted: bool,
 }
 
-/// A request extension: the edge rejected the request's path ([`gray_rules::path`]), so no
-/// rule saw it and the request is baseline. The URI is left as the client sent it; the
-/// service behind answers 400 (the gateway does, with a JSON body) and must not forward it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct PathRejected(pub PathError);
-
 /// A request extension: the URI as the client sent it, when the edge rewrote the request
-/// to the normalised path. A proxy that routes by a path prefix compares the two to refuse
-/// requests whose path climbs out of the prefix (`/svc/../other`).
+/// to the normalised path (for logs; a path that climbs out of the first segment it names,
+/// `/svc/../other`, is refused by the edge itself with
+/// [`with_reject_prefix_escape`](super::EdgeLayer::with_reject_prefix_escape)).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RawUri(pub Uri);
 
 /// The edge layer's service: decides the stain by the rules, strips untrusted stains,
-/// writes the decided stain for downstream. Built by [`EdgeLayer`](super::EdgeLayer).
+/// writes the decided stain for downstream, and answers the requests it refuses itself.
+/// Built by [`EdgeLayer`](super::EdgeLayer).
 #[derive(Debug, Clone)]
 pub struct Edge<S> {
     inner: S,
     config: Arc<Config>,
-    peer: Option<IpAddr>,
+    peer: Option<Peer>,
+}
+
+/// The connection's peer, given by [`Edge::with_peer`].
+#[derive(Debug, Clone)]
+struct Peer {
+    ip: IpAddr,
+    /// Its `X-Forwarded-For` entry, made once per connection (with `with_forwarded_for`).
+    entry: Option<HeaderValue>,
 }
 
 impl<S> Edge<S> {
@@ -102,29 +107,50 @@ impl<S> Edge<S> {
     ///
     /// ```
     /// use gray_core::Stain;
-    /// use gray_rules::{CidrList, RuleSet};
-    /// use gray_tower::edge::{LiveRules, EdgeLayer};
+    /// use gray_tower::edge::{CidrList, EdgeLayer, LiveRules, RuleSet};
+    /// use http::{Request, Response};
     /// use tower::{Layer, ServiceExt, service_fn};
     ///
     /// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
     /// // Stains from 10.0.0.0/8 are honoured.
     /// let edge = EdgeLayer::new(LiveRules::new(RuleSet::default()))
     ///     .with_trusted_clients(CidrList::parse(["10.0.0.0/8"]).unwrap());
-    /// let lane_seen = service_fn(|req: http::Request<()>| async move {
+    /// let lane_seen = service_fn(|req: Request<()>| async move {
     ///     let lane = req.extensions().get::<Stain>().and_then(|c| c.lane().cloned());
-    ///     Ok::<_, std::convert::Infallible>(lane.map(|l| l.to_string()))
+    ///     Ok::<_, std::convert::Infallible>(Response::new(lane.map(|l| l.to_string())))
     /// });
     /// // In the accept loop, once per connection:
     /// let from = |peer: &str| edge.layer(lane_seen).with_peer(peer.parse().unwrap());
-    /// let request = || http::Request::get("/").header("x-gray-lane", "gray").body(()).unwrap();
-    /// assert_eq!(from("10.0.0.7:50000").oneshot(request()).await.unwrap().as_deref(), Some("gray"));
-    /// assert_eq!(from("192.0.2.1:50000").oneshot(request()).await.unwrap(), None);
+    /// for (peer, lane) in [("10.0.0.7:50000", Some("gray")), ("192.0.2.1:50000", None)] {
+    ///     let req = Request::get("/").header("x-gray-lane", "gray").body(()).unwrap();
+    ///     let res = from(peer).oneshot(req).await.unwrap();
+    ///     assert_eq!(res.into_body().into_inner().flatten().as_deref(), lane);
+    /// }
     /// # });
     /// ```
     #[must_use]
-    pub fn with_peer(mut self, peer: std::net::SocketAddr) -> Self {
-        self.peer = Some(peer.ip());
+    pub fn with_peer(mut self, peer: SocketAddr) -> Self {
+        let ip = peer.ip();
+        self.peer = Some(Peer {
+            ip,
+            entry: self.config.forwarded_for.then(|| forwarded_for(ip)),
+        });
         self
+    }
+
+    /// The `X-Forwarded-For` entry for a request whose own peer extension is
+    /// `request_peer`: the connection's, made once, unless the request names another.
+    fn forwarded_entry(&self, request_peer: Option<IpAddr>) -> Option<Cow<'_, HeaderValue>> {
+        match (&self.peer, request_peer) {
+            (Some(Peer { ip, entry }), request) if request.is_none_or(|r| r == *ip) => {
+                Some(match entry {
+                    Some(entry) => Cow::Borrowed(entry),
+                    None => Cow::Owned(forwarded_for(*ip)),
+                })
+            }
+            (_, Some(ip)) => Some(Cow::Owned(forwarded_for(ip))),
+            (_, None) => None,
+        }
     }
 
     define_inner_service_accessors!();
@@ -142,13 +168,13 @@ fn normalize_path<B>(req: &mut Request<B>) -> Result<Option<RawUri>, PathError> 
     Ok(normalize_uri(req.uri())?.map(|normal| RawUri(std::mem::replace(req.uri_mut(), normal))))
 }
 
-impl<S, B> Service<Request<B>> for Edge<S>
+impl<S, B, ResBody> Service<Request<B>> for Edge<S>
 where
-    S: Service<Request<B>>,
+    S: Service<Request<B>, Response = Response<ResBody>>,
 {
-    type Response = S::Response;
+    type Response = Response<EdgeBody<ResBody>>;
     type Error = S::Error;
-    type Future = StainedFuture<S::Future>;
+    type Future = EdgeFuture<S::Future>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
         self.inner.poll_ready(cx)
@@ -156,23 +182,63 @@ where
 
     fn call(&mut self, mut req: Request<B>) -> Self::Future {
         let config = &*self.config;
+        // Behind axum's router, the path was routed before the edge could normalise it.
+        #[cfg(feature = "axum")]
+        if config.normalize_paths
+            && req
+                .extensions()
+                .get::<axum::extract::MatchedPath>()
+                .is_some()
+        {
+            config.notices.after_routing();
+            return EdgeFuture::refused(Refusal::AfterRouting);
+        }
+        // The path first: a rejected one is answered here, and no rule ever sees it.
+        let raw_uri = if config.normalize_paths {
+            match normalize_path(&mut req) {
+                Ok(raw) => raw,
+                Err(e) => {
+                    tracing::debug!(target: "gray::edge", error = %e, "path rejected: 400");
+                    return EdgeFuture::refused(Refusal::Path(e));
+                }
+            }
+        } else {
+            None
+        };
+        // `/svc/../other/x` became `/other/x`: a client that names one segment must not
+        // reach another.
+        if config.reject_prefix_escape {
+            if let Some(RawUri(raw)) = &raw_uri {
+                if escapes_prefix(raw.path(), req.uri().path()) {
+                    tracing::debug!(target: "gray::edge", path = %raw, "path leaves its first segment: 400");
+                    return EdgeFuture::refused(Refusal::PrefixEscape);
+                }
+            }
+        }
+
+        let request_peer = peer_ip(req.extensions());
+        let peer = request_peer.or(self.peer.as_ref().map(|p| p.ip));
         // The forwarding chain as the trusted proxy delivered it, before anything is removed.
-        let client_ip = config
-            .resolver
-            .resolve(peer_ip(req.extensions()).or(self.peer), req.headers());
+        let client_ip = config.resolver.resolve(peer, req.headers());
         let trusted = client_ip.is_some_and(|ip| config.trusted_clients.contains(ip));
         // What the client meant for this hop only goes before the stain is read or written.
         if config.hop_by_hop {
             hop::strip(req.headers_mut());
         }
-        let path = if config.normalize_paths {
-            normalize_path(&mut req)
-        } else {
-            Ok(None)
-        };
 
         // One snapshot decides the whole request.
         let snapshot = config.rules.load();
+        if peer.is_none() {
+            let needs = NeedsIp {
+                trusted_clients: !config.trusted_clients.is_empty(),
+                trusted_proxies: config.resolver.trusts_proxies(),
+            };
+            config
+                .notices
+                .missing_peer(needs, snapshot.generation(), || {
+                    snapshot.rules().reads_client_ip()
+                });
+        }
         let mut decision = EdgeDecision {
             decided_by: DecidedBy::Default,
             rule_index: None,
@@ -181,10 +247,7 @@ where
             client_ip,
             trusted,
         };
-        let stain = if path.is_err() {
-            decision.decided_by = DecidedBy::PathRejected;
-            Stain::baseline()
-        } else {
+        let stain = {
             let view = RequestView::from_request(&req).with_client_ip(client_ip);
             let inbound = || {
                 if trusted {
@@ -250,24 +313,23 @@ where
                 }
             }
         }
+        // The peer, for the next hop's view of the chain.
+        if config.forwarded_for {
+            if let Some(entry) = self.forwarded_entry(request_peer) {
+                append_forwarded_for(req.headers_mut(), &entry);
+            }
+        }
         let extensions = req.extensions_mut();
-        match path {
-            Ok(None) => {}
-            Ok(Some(raw)) => {
-                extensions.insert(raw);
-            }
-            Err(e) => {
-                tracing::debug!(target: "gray::edge", error = %e, "path rejected; baseline, no rule ran");
-                extensions.insert(PathRejected(e));
-            }
+        if let Some(raw) = raw_uri {
+            extensions.insert(raw);
         }
         if config.decision_extension {
             extensions.insert(decision);
         }
-        if config.task_local {
+        EdgeFuture::passed(if config.task_local {
             StainedFuture::stained(stain, req, &mut self.inner)
         } else {
             StainedFuture::stained_unscoped(stain, req, &mut self.inner)
-        }
+        })
     }
 }

@@ -215,6 +215,17 @@ impl ClientIpResolver {
         self.header
     }
 
+    /// Whether any proxy is trusted (a number of hops above 0, or a CIDR list that is not
+    /// empty): then the forwarding header is read.
+    #[must_use]
+    pub fn trusts_proxies(&self) -> bool {
+        match &self.trust.0 {
+            Trust::None | Trust::Hops(0) => false,
+            Trust::Hops(_) => true,
+            Trust::Cidrs(proxies) => !proxies.is_empty(),
+        }
+    }
+
     /// The client IP of a request from `peer` with `headers`. `None` when unknown.
     #[must_use]
     pub fn resolve(&self, peer: Option<IpAddr>, headers: &HeaderMap) -> Option<IpAddr> {

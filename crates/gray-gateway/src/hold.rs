@@ -1,0 +1,161 @@
+//! Holding an upstream's response head until its body's first frame, so that an upstream
+//! that fails between the two gets the client a `502` rather than a closed connection.
+//!
+//! Once hyper has written a response head to the client, a body that fails can only end
+//! the connection: the client sees a reset and cannot tell a broken upstream from a broken
+//! network. So the proxy reads the body's first frame (or its end) before it hands the
+//! head to hyper, and answers `502` when the body fails first. The wait is bounded
+//! ([`Config::head_hold`](crate::config::Config::head_hold), `head_hold_ms`, 200 ms by
+//! default): a streaming response (server-sent events, a long poll) whose first frame
+//! comes later gets its head when the bound elapses, and then streams as before. Most
+//! responses arrive with their first frame in the same read as their head: for them the
+//! hold costs one poll of the body, and no timer is set.
+
+use std::{
+    pin::Pin,
+    task::{Context, Poll},
+    time::Duration,
+};
+
+use bytes::Bytes;
+use gray_discovery::http::ResponseBody;
+use http::Response;
+use hyper::body::{Body, Frame, SizeHint};
+use tokio::time::Sleep;
+
+use crate::upstream::Tally;
+
+/// What a response's body showed first.
+#[derive(Debug)]
+pub(crate) enum First {
+    /// Its first frame.
+    Frame(Frame<Bytes>),
+    /// Its end: it was empty.
+    End,
+    /// An error: it failed before its first frame.
+    Failed(hyper::Error),
+    /// Nothing within the bound: the head goes on without it.
+    Nothing,
+}
+
+/// Polls `body` once for what it shows first. Most responses bring their first frame
+/// with their head: the proxy calls this as soon as the head arrives, and holds nothing.
+pub(crate) fn poll_first(body: &mut ResponseBody, cx: &mut Context<'_>) -> Poll<First> {
+    Pin::new(body).poll_frame(cx).map(|frame| match frame {
+        Some(Ok(frame)) => First::Frame(frame),
+        Some(Err(e)) => First::Failed(e),
+        None => First::End,
+    })
+}
+
+/// A response head held until its body's first frame, for at most its bound; see the
+/// [module docs](self).
+#[derive(Debug)]
+pub(crate) struct Hold {
+    response: Option<(Response<ResponseBody>, Tally)>,
+    timer: Pin<Box<Sleep>>,
+}
+
+// === impl Hold ===
+
+impl Hold {
+    /// Holds `response`, whose body showed nothing yet, for at most `bound`.
+    pub(crate) fn new(response: Response<ResponseBody>, tally: Tally, bound: Duration) -> Self {
+        Hold {
+            response: Some((response, tally)),
+            timer: Box::pin(tokio::time::sleep(bound)),
+        }
+    }
+
+    /// What the body showed first (or [`First::Nothing`] once the bound elapsed), with the
+    /// response and its tally. `None` once it has resolved.
+    pub(crate) fn poll(
+        &mut self,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<(First, Response<ResponseBody>, Tally)>> {
+        let Some((response, _)) = self.response.as_mut() else {
+            return Poll::Ready(None);
+        };
+        let first = match poll_first(response.body_mut(), cx) {
+            Poll::Ready(first) => first,
+            Poll::Pending => {
+                if self.timer.as_mut().poll(cx).is_pending() {
+                    return Poll::Pending;
+                }
+                First::Nothing
+            }
+        };
+        Poll::Ready(
+            self.response
+                .take()
+                .map(|(response, tally)| (first, response, tally)),
+        )
+    }
+}
+
+/// The body of a response whose head was held: the first frame, already read, then the
+/// rest.
+#[derive(Debug)]
+pub(crate) struct HeldBody {
+    first: Option<Frame<Bytes>>,
+    /// `None` once the body is known to have ended.
+    rest: Option<ResponseBody>,
+}
+
+impl HeldBody {
+    /// `rest`, after what it showed first (not [`First::Failed`], which gets no body).
+    pub(crate) fn new(first: First, rest: ResponseBody) -> Self {
+        match first {
+            First::Frame(frame) => HeldBody {
+                first: Some(frame),
+                rest: Some(rest),
+            },
+            // An ended body has released its connection: it is not polled again.
+            First::End => HeldBody {
+                first: None,
+                rest: None,
+            },
+            First::Nothing | First::Failed(_) => HeldBody {
+                first: None,
+                rest: Some(rest),
+            },
+        }
+    }
+}
+impl Body for HeldBody {
+    type Data = Bytes;
+    type Error = hyper::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
+        if let Some(frame) = self.first.take() {
+            return Poll::Ready(Some(Ok(frame)));
+        }
+        match self.rest.as_mut() {
+            Some(rest) => Pin::new(rest).poll_frame(cx),
+            None => Poll::Ready(None),
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.first.is_none() && self.rest.as_ref().is_none_or(Body::is_end_stream)
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        let mut hint = self
+            .rest
+            .as_ref()
+            .map_or_else(|| SizeHint::with_exact(0), Body::size_hint);
+        if let Some(data) = self.first.as_ref().and_then(Frame::data_ref) {
+            let len = data.len() as u64;
+            // Upper first: each setter checks the bounds stay ordered.
+            if let Some(upper) = hint.upper() {
+                hint.set_upper(upper.saturating_add(len));
+            }
+            hint.set_lower(hint.lower().saturating_add(len));
+        }
+        hint
+    }
+}
