@@ -527,9 +527,23 @@ async fn every_forged_carrier_is_stripped_from_untrusted_clients() {
             &[Is("baggage", "userId=42")],
         ),
         (
+            "baggage key percent-encoded, with `+`, spaces and another case",
+            &[(
+                "baggage",
+                "userId=42,gray%2Elane=gray,%67ray.lane=gray,gray.lane+=gray, \
+                 gray.lane%20=gray,Gray.Lane=gray,gray%252Elane=gray,tenant=acme",
+            )],
+            &[Is("baggage", "userId=42,tenant=acme")],
+        ),
+        (
             "lane header",
             &[("x-gray-lane", "gray")],
             &[Absent("x-gray-lane")],
+        ),
+        (
+            "lane header with underscores or dots (WSGI reads HTTP_X_GRAY_LANE)",
+            &[("x_gray_lane", "gray"), ("x.gray.info", "{}")],
+            &[Absent("x_gray_lane"), Absent("x.gray.info")],
         ),
         (
             "seed 002 route header",
