@@ -34,7 +34,11 @@ use tower::ServiceExt;
 /// `c`: reports the lane it read, and which instance of `d` its balancer picked.
 async fn c(State(d): State<RoutedClient>) -> Result<String, String> {
     let seen = d.oneshot(get_root()).await.map_err(|e| e.to_string())?;
-    Ok(format!("rust_lane={}\n{}", current_lane(), seen.prefixed("d_")))
+    Ok(format!(
+        "rust_lane={}\n{}",
+        current_lane(),
+        seen.prefixed("d_")
+    ))
 }
 
 /// The Python hop, stopped when dropped.
@@ -91,7 +95,10 @@ async fn chain(carriers: &str) -> Chain {
     .await;
     let python = python_hop(&c.url("/")).await;
     let dir = TempDir::new("baggage-smuggling");
-    let python_addr = python.url.trim_start_matches("http://").trim_end_matches('/');
+    let python_addr = python
+        .url
+        .trim_start_matches("http://")
+        .trim_end_matches('/');
     std::fs::write(
         dir.path().join("instances.toml"),
         format!("[[services.b]]\nid = \"b-1\"\naddress = \"{python_addr}\"\n"),

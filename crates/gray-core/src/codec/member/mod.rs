@@ -56,6 +56,11 @@ impl std::error::Error for InvalidBaggageKey {}
 
 /// The lane carried as one member of the W3C `baggage` header, beside other members.
 ///
+/// **The key, in every spelling.** A member is the stain's when a lenient decoder reads its
+/// key as this carrier's key ([`reads_as_key`](Self::reads_as_key): `gray%2Elane`,
+/// `gray.lane+`, `Gray.Lane` are `gray.lane`), so that what gray reads, replaces and strips
+/// is what OpenTelemetry's Python, JS and .NET decoders read. Gray writes the key as it is.
+///
 /// **Reading** scans every `baggage` header line (the W3C format allows several). The
 /// stain's member decides the lane; when it appears more than once, the first one decides
 /// (as the first value of a duplicated header does, see [the codec docs](super)); when it is
