@@ -1055,3 +1055,15 @@ async fn the_clients_other_baggage_members_travel_on_the_edges_decision() {
         }
     }
 }
+
+/// With a baggage carrier of another key, the client's other members are read once the
+/// known `gray.lane` member is stripped: no spelling of it travels on as "another member".
+#[tokio::test]
+async fn a_stripped_member_never_travels_on_as_another_member() {
+    let carriers = Carriers::new().with(BaggageMember::new("lane").expect("a key"));
+    let edge = EdgeLayer::new(guarded_rules()).with_carriers(carriers);
+    let members = "userId=42,gray%2Elane=gray,Gray.Lane=gray,LANE=blue,tenant=acme";
+    let seen = send(&edge, request(STRANGER, &[("baggage", members)])).await;
+    assert_eq!(seen.lane(), None);
+    assert_eq!(seen.values("baggage"), ["userId=42,tenant=acme"]);
+}
