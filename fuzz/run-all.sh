@@ -9,7 +9,7 @@ set -euo pipefail
 cd "$(dirname "$0")"
 secs="${1:-180}"
 export RUSTC_BOOTSTRAP=1
-for target in rules_parse codec_plain codec_route codec_baggage forwarded path_normalize; do
+for target in rules_parse codec_plain codec_route codec_baggage edge_strip forwarded path_normalize; do
     mkdir -p "corpus/$target"
     echo "==> $target for ${secs}s"
     cargo fuzz run "$target" "corpus/$target" "seeds/$target" -- \

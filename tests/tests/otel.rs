@@ -9,12 +9,18 @@
 //! - behind `ExtractStainLayer` + `AttachLaneLayer`, the lane is a member of the current
 //!   OpenTelemetry baggage while a request is handled, and OpenTelemetry's propagator
 //!   injects it onward;
-//! - a lane an app sets in OpenTelemetry baggage (a job, outside any server) routes.
+//! - a lane an app sets in OpenTelemetry baggage (a job, outside any server) routes;
+//! - in the OpenTelemetry-only configuration, reqwest's `RouteMiddleware` and
+//!   `PropagateMiddleware` agree in either order: the gray instance is picked and receives
+//!   the gray header.
 
 use std::{sync::OnceLock, time::Duration};
 
 use axum::{Router, extract::State, http::HeaderMap, middleware::Next, routing::get};
-use gray_core::Carriers;
+use gray_balance::{BalanceLayer, reqwest::RouteMiddleware};
+use gray_core::{Carriers, Labels};
+use gray_discovery::{Instance, StaticDiscover};
+use gray_policy::{Fallback, Policy};
 use gray_tests::{
     Server,
     route::{Instances, Lines, RoutedClient, get_root, instances, routed_client},
@@ -298,4 +304,77 @@ async fn a_lane_set_in_otel_baggage_by_the_app_routes_the_outbound_call() {
         .await
         .expect("a response");
     assert_eq!(seen.get("id"), "d-base");
+}
+
+/// A handler with no gray code: calls `http://d/` through its reqwest client, reports what
+/// the instance picked saw.
+async fn call_d(
+    State(client): State<reqwest_middleware::ClientWithMiddleware>,
+) -> Result<String, String> {
+    let res = client
+        .get("http://d/")
+        .send()
+        .await
+        .map_err(|e| e.to_string())?;
+    res.text().await.map_err(|e| e.to_string())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn routing_and_propagation_agree_in_either_order_with_otel_only() {
+    // `d`'s instances read the default carriers: `x-gray-lane` says what they were sent.
+    let d = instances(&Carriers::default()).await;
+    let instance = |id: &str, server: &Server, labels: Labels| {
+        Instance::new(
+            id.parse().expect("instance id"),
+            server.addr().to_string().parse().expect("instance address"),
+            labels,
+        )
+    };
+    let discover = StaticDiscover::new([
+        instance("d-base", &d.base, Labels::new()),
+        instance("d-gray", &d.gray, Labels::from_iter([("lane", "gray")])),
+    ]);
+    let balance =
+        BalanceLayer::new("d", Policy::new().with_fallback(Fallback::Baseline)).build(discover);
+    gray_tests::until(
+        gray_test_support::WAIT,
+        "the balancer sees both instances",
+        || balance.len() == 2,
+    )
+    .await;
+
+    for route_first in [true, false] {
+        // The OpenTelemetry-only configuration: the app extracts with OpenTelemetry's
+        // propagator, has no gray server layer, and its client the default carriers.
+        let route = RouteMiddleware::new().route("d", balance.clone());
+        let builder = ClientBuilder::new(gray_tests::reqwest_client());
+        let client = if route_first {
+            builder.with(route).with(PropagateMiddleware::new())
+        } else {
+            builder.with(PropagateMiddleware::new()).with(route)
+        }
+        .build();
+        let app = serve(
+            Router::new()
+                .route("/", get(call_d))
+                .with_state(client)
+                .layer(axum::middleware::from_fn(otel_extract)),
+        )
+        .await;
+        let order = if route_first {
+            "RouteMiddleware first"
+        } else {
+            "PropagateMiddleware first"
+        };
+        for _ in 0..10 {
+            let seen = send(&app, Some("userId=42,gray.lane=gray")).await;
+            assert_eq!(seen.get("id"), "d-gray", "{order}: {seen:?}");
+            assert_eq!(seen.get("lane"), "gray", "{order}: the header was written");
+            let seen = send(&app, Some("userId=42")).await;
+            assert_eq!(seen.get("id"), "d-base", "{order}");
+            assert_eq!(seen.get("lane"), "", "{order}");
+            let seen = send(&app, None).await;
+            assert_eq!(seen.get("id"), "d-base", "{order}");
+        }
+    }
 }

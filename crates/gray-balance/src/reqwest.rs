@@ -3,8 +3,12 @@
 //! RestTemplate` does.
 //!
 //! [`RouteMiddleware`] maps host names to balancers. For a request whose URL host is one of
-//! them, it reads the stain from the reqwest-middleware extensions (as gray-tower's
-//! `PropagateMiddleware` does), else from the task-local, picks an instance with
+//! them, it finds the stain with [`gray_core::task::outbound`], as gray-tower's
+//! `PropagateMiddleware` does: the reqwest-middleware extensions, else the task-local, else
+//! (with gray-core's feature `opentelemetry`, which gray-tower's `opentelemetry` turns on)
+//! the lane in the current OpenTelemetry baggage, recorded in the extensions for the other
+//! middleware. The two may be listed in either order: the instance picked and the stain
+//! written always agree. It then picks an instance with
 //! [`Balance::pick`], and replaces the URL's scheme, host and port by the instance's
 //! [`Origin`]; path and query stay. reqwest then sends to that address with its own
 //! connection pool. The outcome is reported to the balancer: a response (whatever its
@@ -69,9 +73,9 @@
 //! # }
 //! ```
 
-use std::{collections::HashMap, fmt};
+use std::{collections::HashMap, fmt, sync::OnceLock};
 
-use gray_core::{Labelled, Origin, Stain};
+use gray_core::{Carriers, Labelled, Origin};
 use http::Extensions;
 use reqwest::{Request, Response, Url};
 use reqwest_middleware::{Middleware, Next, Result};
@@ -193,6 +197,13 @@ impl<K, S> RouteMiddleware<K, S> {
     }
 }
 
+/// The carriers [`gray_core::task::outbound`] is given: none, so that a lane in
+/// OpenTelemetry's baggage is read under `gray.lane`, as gray-tower reads it by default.
+fn no_carriers() -> &'static Carriers {
+    static NONE: OnceLock<Carriers> = OnceLock::new();
+    NONE.get_or_init(Carriers::new)
+}
+
 /// Replaces `url`'s scheme, host and port by `origin`'s.
 fn rewrite(url: &mut Url, origin: &impl Origin) -> std::result::Result<(), ()> {
     let authority = origin.authority();
@@ -228,8 +239,11 @@ where
             }
             _ => return next.run(req, extensions).await,
         };
+        // Found as gray-tower's `PropagateMiddleware` finds it, and recorded where that one
+        // reads it: the two agree in either order.
+        let stain = gray_core::task::outbound(extensions, no_carriers());
         let picked = balance
-            .pick(extensions.get::<Stain>())
+            .pick(stain.as_ref())
             .map_err(reqwest_middleware::Error::middleware)?;
         if rewrite(req.url_mut(), picked.endpoint()).is_err() {
             let origin = picked.endpoint();

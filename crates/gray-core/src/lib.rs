@@ -25,6 +25,7 @@
 //! | feature | default | what |
 //! |---|---|---|
 //! | `task` | no | the task-local stain and its carriers (`gray_core::task`), on tokio |
+//! | `opentelemetry` | no | `task` reads the lane in OpenTelemetry baggage too (`task::outbound`, `task::baggage_stain`) |
 //!
 //! ```
 //! use gray_core::{Carriers, Stain, Lane};

@@ -172,6 +172,105 @@ impl<F: Future> Future for WithStain<F> {
     }
 }
 
+// === the stain of an outbound request ===
+
+/// What [`outbound`] records in a request's extensions when it found no stain anywhere,
+/// so that a later layer or middleware of the same request finds none either.
+#[derive(Debug, Clone, Copy)]
+struct NoStain;
+
+/// The stain an outbound request is sent with, found the same way by every client-side
+/// layer and middleware of gray (gray-tower's `PropagateStain` and reqwest
+/// `PropagateMiddleware`, gray-balance's reqwest `RouteMiddleware`), in this order:
+///
+/// 1. the request's own [`Stain`] extension;
+/// 2. the task-local stain ([`current`]);
+/// 3. with the feature `opentelemetry`, the lane in the current OpenTelemetry baggage under
+///    the member key of `carriers`' first `baggage` carrier (`gray.lane` without one)
+///    ([`baggage_stain`]).
+///
+/// A stain found only in OpenTelemetry's baggage is recorded in `extensions` (and so is
+/// finding none there), so that whichever of the middlewares of one request runs first
+/// decides for all of them: their order in a reqwest client does not matter, and a
+/// balancer below a propagating layer routes by the stain that layer wrote. Cloning a
+/// stain is a few `Arc` increments; nothing is allocated for a stain in the extensions or
+/// the task-local.
+///
+/// ```
+/// use gray_core::{Carriers, Lane, Stain, task};
+/// use http::Extensions;
+///
+/// let carriers = Carriers::default();
+/// let gray = Stain::in_lane(Lane::new("gray").unwrap());
+/// let mut extensions = Extensions::new();
+/// assert_eq!(task::outbound(&mut extensions, &carriers), None);
+/// task::sync_scope(gray.clone(), || {
+///     assert_eq!(task::outbound(&mut Extensions::new(), &carriers), Some(gray.clone()));
+/// });
+/// extensions.insert(gray.clone());
+/// assert_eq!(task::outbound(&mut extensions, &carriers), Some(gray));
+/// ```
+pub fn outbound(extensions: &mut http::Extensions, carriers: &crate::Carriers) -> Option<Stain> {
+    if let Some(stain) = extensions.get::<Stain>() {
+        return Some(stain.clone());
+    }
+    if let Some(stain) = current() {
+        return Some(stain);
+    }
+    if extensions.get::<NoStain>().is_some() {
+        return None;
+    }
+    match baggage_stain(carriers) {
+        Some(stain) => {
+            extensions.insert(stain.clone());
+            Some(stain)
+        }
+        None => {
+            if cfg!(feature = "opentelemetry") {
+                extensions.insert(NoStain);
+            }
+            None
+        }
+    }
+}
+
+/// The lane in the current OpenTelemetry baggage (feature `opentelemetry`), under the member
+/// key of `carriers`' first `baggage` carrier (`gray.lane` without one), as a stain: lowercased
+/// and interned by the carriers' names like any other lane. An invalid one is ignored with a
+/// debug event (target `gray::otel`). Always `None` without the feature.
+#[must_use]
+pub fn baggage_stain(carriers: &crate::Carriers) -> Option<Stain> {
+    #[cfg(feature = "opentelemetry")]
+    {
+        use opentelemetry::{Context, baggage::BaggageExt};
+
+        let key = carriers.baggage().map_or(
+            crate::codec::DEFAULT_BAGGAGE_KEY,
+            crate::codec::BaggageMember::key,
+        );
+        Context::map_current(|cx| {
+            let value = cx.baggage().get(key)?;
+            match carriers.names().lane(value.as_str().as_bytes()) {
+                Ok(lane) => Some(Stain::in_lane(lane)),
+                Err(error) => {
+                    tracing::debug!(
+                        target: "gray::otel",
+                        key,
+                        %error,
+                        "lane in the OpenTelemetry baggage ignored",
+                    );
+                    None
+                }
+            }
+        })
+    }
+    #[cfg(not(feature = "opentelemetry"))]
+    {
+        let _ = carriers;
+        None
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use crate::Lane;
@@ -203,5 +302,32 @@ mod tests {
         .await;
         assert_eq!(current(), None);
         assert_eq!(async { current() }.in_current_stain().await, None);
+    }
+
+    #[cfg(feature = "opentelemetry")]
+    #[test]
+    fn outbound_records_what_it_found_in_the_otel_baggage() {
+        use opentelemetry::{Context, KeyValue, baggage::BaggageExt};
+
+        let carriers = crate::Carriers::default();
+        let mut extensions = http::Extensions::new();
+        {
+            let _in_gray =
+                Context::current_with_baggage([KeyValue::new("gray.lane", "Gray")]).attach();
+            assert_eq!(outbound(&mut extensions, &carriers), Some(gray()));
+        }
+        // Recorded: the next middleware of the request finds it without the context.
+        assert_eq!(extensions.get::<Stain>(), Some(&gray()));
+        assert_eq!(outbound(&mut extensions, &carriers), Some(gray()));
+
+        // Nothing found is recorded too: a later lane in the context changes nothing.
+        let mut extensions = http::Extensions::new();
+        assert_eq!(outbound(&mut extensions, &carriers), None);
+        let _in_gray = Context::current_with_baggage([KeyValue::new("gray.lane", "gray")]).attach();
+        assert_eq!(outbound(&mut extensions, &carriers), None);
+        assert_eq!(
+            outbound(&mut http::Extensions::new(), &carriers),
+            Some(gray())
+        );
     }
 }

@@ -115,6 +115,26 @@ use crate::{Address, Instance, InstanceId, instance::check_service};
 /// The format of an instance file (the one enum all gray crates share).
 pub use gray_config::Format;
 
+/// The 0.1 name of what follows an instance file: a [`Registry`](crate::Registry) started on
+/// a [`FileSource`](gray_source::file::FileSource). `WatchedFile::open(path)` is
+/// `Registry::start(FileSource::new(path))`, `open_with(path, format, interval)` is
+/// `Registry::start_with(FileSource::new(path).with_interval(interval),
+/// Layout::document(format))`; `services()` is the same, `instances(service)` is
+/// `service(service)?.instances()` and `service(service)` is `service(service)?.discover()`.
+#[deprecated(
+    since = "0.3.0",
+    note = "renamed `Registry` (started with `Registry::start(FileSource::new(path))`); removed in 0.4.0"
+)]
+pub type WatchedFile = crate::Registry;
+
+/// The 0.1 name of the discover stream of one service of an instance file:
+/// [`InstanceDiscover`](crate::InstanceDiscover), from `registry.service(name)?.discover()`.
+#[deprecated(
+    since = "0.3.0",
+    note = "renamed `InstanceDiscover` (`registry.service(name)?.discover()`); removed in 0.4.0"
+)]
+pub type FileDiscover = crate::InstanceDiscover;
+
 /// The parsed content of an instance file: instances by service.
 pub(crate) type Catalogue = BTreeMap<String, Vec<Instance>>;
 

@@ -109,7 +109,7 @@ impl<S> CaptureStain<S> {
     fn current(&self) -> Option<Stain> {
         let current = task::current();
         #[cfg(feature = "opentelemetry")]
-        let current = current.or_else(|| crate::otel::current_stain(&self.carriers));
+        let current = current.or_else(|| task::baggage_stain(&self.carriers));
         current
     }
 }

@@ -109,13 +109,6 @@ pub mod edge;
 pub mod extract;
 #[cfg(feature = "opentelemetry")]
 pub mod otel;
-/// Without the `opentelemetry` feature, no stain comes from OpenTelemetry baggage.
-#[cfg(not(feature = "opentelemetry"))]
-mod otel {
-    pub(crate) fn current_stain(_: &gray_core::Carriers) -> Option<gray_core::Stain> {
-        None
-    }
-}
 pub mod propagate;
 #[cfg(feature = "reqwest")]
 pub mod reqwest;

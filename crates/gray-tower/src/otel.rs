@@ -87,26 +87,6 @@ use tower_service::Service;
 
 use crate::task;
 
-/// The lane in the current OpenTelemetry baggage, under the carriers' member key, as a stain.
-pub(crate) fn current_stain(carriers: &Carriers) -> Option<Stain> {
-    let key = member_key(carriers);
-    OtelContext::map_current(|cx| {
-        let value = cx.baggage().get(key)?;
-        match carriers.names().lane(value.as_str().as_bytes()) {
-            Ok(lane) => Some(Stain::in_lane(lane)),
-            Err(error) => {
-                tracing::debug!(
-                    target: "gray::otel",
-                    key,
-                    %error,
-                    "lane in the OpenTelemetry baggage ignored",
-                );
-                None
-            }
-        }
-    })
-}
-
 /// The current OpenTelemetry context with `key` stating `lane` (or without it, for
 /// baseline); `None` when the current one already does.
 fn with_lane(key: &Key, lane: Option<&Lane>) -> Option<OtelContext> {
@@ -341,12 +321,12 @@ mod tests {
         let _guard =
             OtelContext::current_with_baggage([KeyValue::new("gray.lane", "Canary")]).attach();
         assert_eq!(
-            current_stain(&carriers).and_then(|s| s.lane().cloned()),
+            task::baggage_stain(&carriers).and_then(|s| s.lane().cloned()),
             Some(Lane::new("canary").unwrap())
         );
         let custom = Carriers::new().with(BaggageMember::new("lane").unwrap());
-        assert_eq!(current_stain(&custom), None, "another key");
+        assert_eq!(task::baggage_stain(&custom), None, "another key");
         let _bad = OtelContext::current_with_baggage([KeyValue::new("gray.lane", "a b")]).attach();
-        assert_eq!(current_stain(&carriers), None);
+        assert_eq!(task::baggage_stain(&carriers), None);
     }
 }

@@ -52,7 +52,7 @@ use std::{
 };
 
 use gray_core::{Carriers, Stain};
-use http::{HeaderMap, Request};
+use http::{Extensions, HeaderMap, Request};
 use tower_layer::Layer;
 use tower_service::Service;
 
@@ -81,17 +81,14 @@ pub(crate) struct Propagator {
 }
 
 impl Propagator {
-    /// Writes the stain (`ext`, else the task-local one, else the OpenTelemetry lane) into
-    /// `headers`. Returns the stain when it came from OpenTelemetry, for the caller to put
-    /// into the request extensions (where a balancer below reads it).
-    pub(crate) fn apply(&self, ext: Option<&Stain>, headers: &mut HeaderMap) -> Option<Stain> {
-        if let Some(stain) = task::or_current(ext) {
+    /// Writes the request's stain into `headers`, found by [`task::outbound`] (the
+    /// extensions, else the task-local one, else the OpenTelemetry lane; one found in
+    /// OpenTelemetry is recorded in `extensions`, where a balancer below, or gray-balance's
+    /// reqwest routing in either order, reads it).
+    pub(crate) fn apply(&self, extensions: &mut Extensions, headers: &mut HeaderMap) {
+        if let Some(stain) = task::outbound(extensions, &self.carriers) {
             self.write(&stain, headers);
-            return None;
         }
-        let stain = crate::otel::current_stain(&self.carriers)?;
-        self.write(&stain, headers);
-        Some(stain)
     }
 
     fn write(&self, stain: &Stain, headers: &mut HeaderMap) {
@@ -184,13 +181,11 @@ where
         self.inner.poll_ready(cx)
     }
 
-    fn call(&mut self, mut req: Request<B>) -> Self::Future {
-        // Cloning a stain is at most three `Arc` increments.
-        let stain = req.extensions().get::<Stain>().cloned();
-        if let Some(found) = self.propagator.apply(stain.as_ref(), req.headers_mut()) {
-            req.extensions_mut().insert(found);
-        }
-        self.inner.call(req)
+    fn call(&mut self, req: Request<B>) -> Self::Future {
+        let (mut parts, body) = req.into_parts();
+        self.propagator
+            .apply(&mut parts.extensions, &mut parts.headers);
+        self.inner.call(Request::from_parts(parts, body))
     }
 }
 

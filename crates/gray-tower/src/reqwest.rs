@@ -2,9 +2,11 @@
 //! [`reqwest_middleware::Middleware`] (cargo feature `reqwest`).
 //!
 //! The stain comes from the middleware extensions first, else the task-local stain (else,
-//! with the `opentelemetry` feature, the lane of the current OpenTelemetry baggage); the
-//! decision wins over carriers already on the request unless [`Existing::KeepIfPresent`]
-//! says otherwise. [`ClientBuilder`] and [`ClientWithMiddleware`] are re-exported from
+//! with the `opentelemetry` feature, the lane of the current OpenTelemetry baggage, which
+//! it records in the extensions): [`gray_core::task::outbound`], the same function
+//! gray-balance's `RouteMiddleware` finds the stain with, so the two middlewares may be
+//! listed in either order and always agree. The decision wins over carriers already on the
+//! request unless [`Existing::KeepIfPresent`] says otherwise. [`ClientBuilder`] and [`ClientWithMiddleware`] are re-exported from
 //! `reqwest-middleware`, so that the client needs no dependency of its own beyond `reqwest`.
 //! Put this middleware after any middleware that writes `baggage` itself (an OpenTelemetry
 //! propagator), so that the stain's decision is the last word.
@@ -18,7 +20,7 @@
 //! # drop(client);
 //! ```
 
-use gray_core::{Carriers, Stain};
+use gray_core::Carriers;
 use http::Extensions;
 pub use reqwest_middleware::{ClientBuilder, ClientWithMiddleware};
 use reqwest_middleware::{Middleware, Next, Result};
@@ -65,12 +67,7 @@ impl Middleware for PropagateMiddleware {
         extensions: &mut Extensions,
         next: Next<'_>,
     ) -> Result<reqwest::Response> {
-        if let Some(found) = self
-            .propagator
-            .apply(extensions.get::<Stain>(), req.headers_mut())
-        {
-            extensions.insert(found);
-        }
+        self.propagator.apply(extensions, req.headers_mut());
         next.run(req, extensions).await
     }
 }

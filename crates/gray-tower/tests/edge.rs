@@ -530,9 +530,23 @@ async fn every_forged_carrier_is_stripped_from_untrusted_clients() {
             &[Is("baggage", "userId=42")],
         ),
         (
+            "baggage key percent-encoded, with `+`, spaces and another case",
+            &[(
+                "baggage",
+                "userId=42,gray%2Elane=gray,%67ray.lane=gray,gray.lane+=gray, \
+                 gray.lane%20=gray,Gray.Lane=gray,gray%252Elane=gray,tenant=acme",
+            )],
+            &[Is("baggage", "userId=42,tenant=acme")],
+        ),
+        (
             "lane header",
             &[("x-gray-lane", "gray")],
             &[Absent("x-gray-lane")],
+        ),
+        (
+            "lane header with underscores or dots (WSGI reads HTTP_X_GRAY_LANE)",
+            &[("x_gray_lane", "gray"), ("x.gray.info", "{}")],
+            &[Absent("x_gray_lane"), Absent("x.gray.info")],
         ),
         (
             "seed 002 route header",
@@ -1087,4 +1101,16 @@ async fn the_clients_other_baggage_members_travel_on_the_edges_decision() {
             None => assert!(!written.contains("gray.lane"), "{peer}: {written}"),
         }
     }
+}
+
+/// With a baggage carrier of another key, the client's other members are read once the
+/// known `gray.lane` member is stripped: no spelling of it travels on as "another member".
+#[tokio::test]
+async fn a_stripped_member_never_travels_on_as_another_member() {
+    let carriers = Carriers::new().with(BaggageMember::new("lane").expect("a key"));
+    let edge = EdgeLayer::new(guarded_rules()).with_carriers(carriers);
+    let members = "userId=42,gray%2Elane=gray,Gray.Lane=gray,LANE=blue,tenant=acme";
+    let seen = send(&edge, request(STRANGER, &[("baggage", members)])).await;
+    assert_eq!(seen.lane(), None);
+    assert_eq!(seen.values("baggage"), ["userId=42,tenant=acme"]);
 }

@@ -151,14 +151,10 @@ impl<'a> StainKeys<'a> {
         })
     }
 
-    /// `true` when `key` is one of them.
+    /// `true` when `key` is one of them, in any spelling a lenient decoder reads as it
+    /// ([`BaggageMember::reads_as_key`]).
     pub(crate) fn contains(&self, key: &[u8]) -> bool {
         self.members().any(|b| b.is_key(key))
-    }
-
-    /// `true` when one of them occurs anywhere in `text`.
-    pub(crate) fn occur_in(&self, text: &str) -> bool {
-        self.members().any(|b| text.contains(b.key()))
     }
 }
 

@@ -5,6 +5,7 @@
 //! stain holds an `InheritedBaggage`, the `baggage` codec reads and writes it.
 
 pub(crate) mod grammar;
+pub(crate) mod lenient;
 
 use std::{fmt, sync::Arc};
 

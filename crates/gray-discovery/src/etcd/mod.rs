@@ -102,6 +102,24 @@ use std::{fmt, future::Future, sync::Arc, time::Duration};
 use gray_source::etcd::EtcdConfig;
 
 pub use self::register::Registration;
+
+/// The 0.1 name of what follows the instances under an etcd prefix: a
+/// [`Registry`](crate::Registry) started on an
+/// [`EtcdSource`](gray_source::etcd::EtcdSource)
+/// (`Registry::start(EtcdSource::prefix(config, prefix))`); registering is [`Registrar`]'s.
+#[deprecated(
+    since = "0.3.0",
+    note = "renamed `Registry` (started with `Registry::start(EtcdSource::prefix(config, prefix))`); registering is `Registrar`'s; removed in 0.4.0"
+)]
+pub type EtcdRegistry = crate::Registry;
+
+/// The 0.1 name of the discover stream of one service under an etcd prefix:
+/// [`InstanceDiscover`](crate::InstanceDiscover), from `registry.service(name)?.discover()`.
+#[deprecated(
+    since = "0.3.0",
+    note = "renamed `InstanceDiscover` (`registry.service(name)?.discover()`); removed in 0.4.0"
+)]
+pub type EtcdDiscover = crate::InstanceDiscover;
 use crate::{Error, Instance, instance::check_service};
 
 /// Registers instances under a key prefix of an etcd cluster, each under a lease kept

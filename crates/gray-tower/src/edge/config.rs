@@ -130,6 +130,14 @@ impl Config {
 
 /// What the edge removes from an untrusted client's request: whole headers, and members
 /// of `baggage` (whose other members stay). No duplicates.
+///
+/// A header is removed under every name a server may map onto it: HTTP names are
+/// case-insensitive already, and CGI-style servers read every byte that is not a letter or
+/// a digit as `_` (WSGI's `HTTP_X_GRAY_LANE` for `x_gray_lane` and `x.gray.lane` alike,
+/// nginx with `underscores_in_headers on`, Apache's environment), so `x_gray_lane` is
+/// removed with `x-gray-lane`. A `baggage` member is removed under every spelling of its
+/// key that a lenient decoder reads as the key
+/// ([`BaggageMember::reads_as_key`](gray_core::codec::BaggageMember::reads_as_key)).
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Removal {
     headers: Vec<HeaderName>,
@@ -168,19 +176,45 @@ impl Removal {
         }
     }
 
+    /// Another name of a removed header to a CGI-style server (`x_gray_lane`), if `name` is
+    /// one and is not the header's own name.
+    fn is_other_spelling(&self, name: &HeaderName) -> bool {
+        self.headers
+            .iter()
+            .any(|h| h != name && same_cgi_name(h.as_str(), name.as_str()))
+    }
+
     /// Removes what it names from `headers`. One pass over the request's header names
     /// decides whether there is anything to do (usually not).
     pub(crate) fn apply(&self, headers: &mut HeaderMap) {
         let baggage = !self.members.is_empty();
-        let hit = headers.keys().any(|k| {
-            self.lengths & length_bit(k) != 0
-                && (self.headers.contains(k) || (baggage && *k == BAGGAGE))
-        });
-        if !hit {
+        let (mut hit, mut other_spellings) = (false, false);
+        for k in headers.keys() {
+            if self.lengths & length_bit(k) == 0 {
+                continue;
+            }
+            if self.headers.contains(k) || (baggage && *k == BAGGAGE) {
+                hit = true;
+            } else if self.is_other_spelling(k) {
+                other_spellings = true;
+            }
+        }
+        if !hit && !other_spellings {
             return;
         }
         for name in &self.headers {
             headers.remove(name);
+        }
+        if other_spellings {
+            // Rare (a client trying them): the names are collected, then removed.
+            let names: Vec<HeaderName> = headers
+                .keys()
+                .filter(|k| self.is_other_spelling(k))
+                .cloned()
+                .collect();
+            for name in names {
+                headers.remove(name);
+            }
         }
         for member in &self.members {
             member.remove(headers);
@@ -199,6 +233,13 @@ impl Removal {
             _ => None,
         })
     }
+}
+
+/// `true` when `a` and `b` (lowercase, as `HeaderName`s are) name the same CGI
+/// meta-variable: the same letters and digits, any other byte in the same places.
+fn same_cgi_name(a: &str, b: &str) -> bool {
+    let cgi = |b: u8| if b.is_ascii_alphanumeric() { b } else { b'_' };
+    a.len() == b.len() && a.bytes().zip(b.bytes()).all(|(x, y)| cgi(x) == cgi(y))
 }
 
 #[cfg(test)]
@@ -268,5 +309,61 @@ mod tests {
         assert!(!h.contains_key("x-lane"));
         assert_eq!(h["version"], "2.0", "not known-stripped when switched off");
         assert_eq!(h["baggage"], "k=v");
+    }
+
+    #[test]
+    fn other_spellings_of_a_stripped_header_go_too() {
+        let config = Config::new(LiveRules::new(RuleSet::default()));
+        let mut h = HeaderMap::new();
+        for name in [
+            "x_gray_lane",
+            "x.gray.lane",
+            "x_gray-lane",
+            "X_GRAY_INFO",
+            "x~gray~flag",
+            "x-gray-lane",
+            "x-gray-lanes",
+            "x-tenant",
+            "x_tenant",
+        ] {
+            h.append(
+                HeaderName::from_bytes(name.as_bytes()).unwrap(),
+                HeaderValue::from_static("gray"),
+            );
+        }
+        config.removal.apply(&mut h);
+        let mut left: Vec<_> = h.keys().map(HeaderName::as_str).collect();
+        left.sort_unstable();
+        assert_eq!(left, ["x-gray-lanes", "x-tenant", "x_tenant"]);
+
+        // An odd spelling alone is enough to start the removal.
+        let mut h = HeaderMap::new();
+        h.insert("x_gray_lane", HeaderValue::from_static("gray"));
+        h.insert("accept", HeaderValue::from_static("*/*"));
+        config.removal.apply(&mut h);
+        assert_eq!(
+            h.keys().map(HeaderName::as_str).collect::<Vec<_>>(),
+            ["accept"]
+        );
+    }
+
+    #[test]
+    fn every_spelling_of_the_baggage_key_goes() {
+        let config = Config::new(LiveRules::new(RuleSet::default()));
+        for key in [
+            "gray%2Elane",
+            "Gray.Lane",
+            "gray.lane+",
+            "%20gray.lane",
+            "gray%252elane",
+        ] {
+            let mut h = HeaderMap::new();
+            h.insert(
+                "baggage",
+                HeaderValue::from_str(&format!("userId=42,{key}=gray")).unwrap(),
+            );
+            config.removal.apply(&mut h);
+            assert_eq!(h["baggage"], "userId=42", "{key}");
+        }
     }
 }

@@ -281,20 +281,21 @@ where
             }
         };
         drop(snapshot);
-        // The client's other `baggage` members travel on whatever decided the stain (with a
-        // baggage carrier configured; the stain's own member is never inherited).
-        let stain = match stain.baggage() {
-            Some(_) => stain,
-            None => {
-                let inherited = config.carriers.inherited_baggage(req.headers());
-                stain.with_baggage(inherited)
-            }
-        };
-
         let headers = req.headers_mut();
         if !trusted {
             config.removal.apply(headers);
         }
+        // The client's other `baggage` members travel on whatever decided the stain (with a
+        // baggage carrier configured; the stain's own member is never inherited), read once
+        // an untrusted client's stains are gone: no member the edge strips (a known key
+        // other than the configured one, in any spelling) is carried on.
+        let stain = match stain.baggage() {
+            Some(_) => stain,
+            None => {
+                let inherited = config.carriers.inherited_baggage(headers);
+                stain.with_baggage(inherited)
+            }
+        };
         // Rewrites every carrier: the decided stain, or none for baseline.
         config.carriers.inject(&stain, headers);
         if let Some(lane) = &config.seed003 {

@@ -14,11 +14,6 @@ pub(super) fn scan_all(headers: &HeaderMap) -> impl Iterator<Item = Result<Membe
         .flat_map(|v| Scan::new(v.as_bytes()))
 }
 
-/// The well-formed members of every `baggage` line, in order.
-pub(super) fn members(headers: &HeaderMap) -> impl Iterator<Item = Member<'_>> {
-    scan_all(headers).filter_map(Result::ok)
-}
-
 pub(super) fn total_len(headers: &HeaderMap) -> usize {
     headers.get_all(&BAGGAGE).iter().map(HeaderValue::len).sum()
 }

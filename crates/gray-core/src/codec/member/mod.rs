@@ -13,11 +13,14 @@ use std::{collections::HashMap, fmt, sync::Arc};
 use arc_swap::ArcSwap;
 use http::{HeaderMap, HeaderName, HeaderValue};
 
-use self::list::{Builder, members, scan_all, total_len};
+use self::list::{Builder, scan_all, total_len};
 pub(super) use self::write::Own;
 use super::{Decoded, Reason, Rejection, StainKeys};
 pub use crate::w3c::InheritedBaggage;
-use crate::w3c::grammar::{is_token_byte, malformed, percent_decode};
+use crate::w3c::{
+    grammar::{is_token_byte, key_of, malformed, percent_decode},
+    lenient,
+};
 use crate::{
     name::{Lane, MAX_NAME_LEN, Names},
     stain::Stain,
@@ -52,6 +55,11 @@ impl fmt::Display for InvalidBaggageKey {
 impl std::error::Error for InvalidBaggageKey {}
 
 /// The lane carried as one member of the W3C `baggage` header, beside other members.
+///
+/// **The key, in every spelling.** A member is the stain's when a lenient decoder reads its
+/// key as this carrier's key ([`reads_as_key`](Self::reads_as_key): `gray%2Elane`,
+/// `gray.lane+`, `Gray.Lane` are `gray.lane`), so that what gray reads, replaces and strips
+/// is what OpenTelemetry's Python, JS and .NET decoders read. Gray writes the key as it is.
 ///
 /// **Reading** scans every `baggage` header line (the W3C format allows several). The
 /// stain's member decides the lane; when it appears more than once, the first one decides
@@ -147,8 +155,38 @@ impl BaggageMember {
         &self.key
     }
 
+    /// `true` when a lenient `baggage` decoder reads `raw`, a member key as sent (up to its
+    /// `=`), as this member's key: percent-decoded (up to 8 rounds, any byte), `+` as a
+    /// space, trimmed of whitespace, compared without case (OpenTelemetry Python reads
+    /// `gray%2Elane`, `gray.lane+` and `%20gray.lane` as `gray.lane`; OpenTelemetry .NET
+    /// compares keys without case). Such a member is this member, however it is spelled:
+    /// it is read as the stain (the first one decides), replaced when the stain is
+    /// written, and stripped by the edge.
+    ///
+    /// ```
+    /// use gray_core::codec::BaggageMember;
+    ///
+    /// let member = BaggageMember::default(); // gray.lane
+    /// for raw in ["gray.lane", "Gray.Lane", "gray%2Elane", "%67ray.lane", "gray.lane+", "gray%252elane"] {
+    ///     assert!(member.reads_as_key(raw), "{raw}");
+    /// }
+    /// assert!(!member.reads_as_key("gray-lane"));
+    /// assert!(!member.reads_as_key("gray+lane"));
+    /// ```
+    #[must_use]
+    pub fn reads_as_key(&self, raw: &str) -> bool {
+        self.is_key(raw.as_bytes())
+    }
+
     pub(super) fn is_key(&self, key: &[u8]) -> bool {
-        self.key.as_bytes() == key
+        lenient::reads_as(key, self.key.as_bytes())
+    }
+
+    /// `true` when a member that does not parse still names this member's key to a lenient
+    /// decoder (`gray.lane\u{a0}=gray`, `gray%2Elane =a b`): it has an `=`, and the text
+    /// before it reads as the key.
+    pub(super) fn is_malformed_key(&self, raw: &[u8]) -> bool {
+        raw.contains(&b'=') && self.is_key(key_of(raw))
     }
 
     /// Decodes the stain's member and, with `inherit`, collects every other well-formed
@@ -164,14 +202,17 @@ impl BaggageMember {
         if total == 0 {
             return (Ok(None), None);
         }
-        let mut found: Option<&[u8]> = None;
+        // The first member of the stain's key decides; `Err` when it does not parse.
+        let mut found: Option<Result<&[u8], &[u8]>> = None;
         let mut others =
             Builder::new(self.max_members, self.max_bytes, 0).with_hint(total.min(self.max_bytes));
         for member in scan_all(headers) {
             let member = match member {
                 Ok(member) => member,
                 Err(raw) => {
-                    if inherit {
+                    if self.is_malformed_key(raw) {
+                        found = found.or(Some(Err(raw)));
+                    } else if inherit {
                         malformed(raw);
                     }
                     continue;
@@ -179,7 +220,7 @@ impl BaggageMember {
             };
             if self.is_key(member.key) {
                 // The first member decides, as the first value of a duplicated header does.
-                found = found.or(Some(member.value));
+                found = found.or(Some(Ok(member.value)));
             } else if inherit && !stain_keys.contains(member.key) {
                 others.push(member.text);
             }
@@ -195,7 +236,20 @@ impl BaggageMember {
                 },
             ))
         } else {
-            found.map_or(Ok(None), |value| Self::decode_value(value, names))
+            match found {
+                None => Ok(None),
+                Some(Ok(value)) => Self::decode_value(value, names),
+                Some(Err(raw)) => Err(Rejection::new(
+                    &BAGGAGE,
+                    Reason::Other(
+                        format!(
+                            "the member `{}` does not parse",
+                            String::from_utf8_lossy(raw)
+                        )
+                        .into(),
+                    ),
+                )),
+            }
         };
         (decoded, inherited)
     }
@@ -222,7 +276,10 @@ impl BaggageMember {
     }
 
     pub(super) fn is_present(&self, headers: &HeaderMap) -> bool {
-        members(headers).any(|m| self.is_key(m.key))
+        scan_all(headers).any(|m| match m {
+            Ok(member) => self.is_key(member.key),
+            Err(raw) => self.is_malformed_key(raw),
+        })
     }
 
     pub(super) fn remove(&self, headers: &mut HeaderMap) {

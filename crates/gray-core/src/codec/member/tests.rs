@@ -261,3 +261,76 @@ fn propagates_at_least_the_w3c_minimum() {
             .all(|m| m.starts_with('k') && m.len() > 100 || m == "gray.lane=gray")
     );
 }
+
+/// Spellings of `gray.lane` that lenient decoders (OpenTelemetry Python's `unquote_plus`
+/// and `strip`, .NET's case-insensitive keys) read as the key itself.
+const SPELLINGS: [&str; 10] = [
+    "gray%2Elane",
+    "gray%2elane",
+    "%67ray.lane",
+    "Gray.Lane",
+    "GRAY.LANE",
+    "gray.lane+",
+    "+gray.lane",
+    "gray.lane%20",
+    "%09gray.lane",
+    "gray%252Elane",
+];
+
+#[test]
+fn every_spelling_of_the_key_is_the_stain_member() {
+    for key in SPELLINGS {
+        // Read as the stain, never inherited.
+        let h = headers(&[&format!("userId=42,{key}=gray")]);
+        let stain = carriers().extract(&h).unwrap();
+        assert_eq!(stain.lane().unwrap(), "gray", "{key}");
+        assert_eq!(stain.baggage().unwrap().as_str(), "userId=42", "{key}");
+        assert!(carriers().is_present(&h), "{key}");
+
+        // Removed, the other members kept.
+        let mut h = headers(&[&format!("{key}=gray,userId=42"), "tenant=acme"]);
+        carriers().strip(&mut h);
+        assert_eq!(h["baggage"], "userId=42,tenant=acme", "{key}");
+
+        // Replaced by the decision.
+        let mut h = headers(&[&format!("{key}=gray,userId=42")]);
+        carriers().inject(&Stain::in_lane(lane("blue")), &mut h);
+        assert_eq!(h["baggage"], "userId=42,gray.lane=blue", "{key}");
+        let mut h = headers(&[&format!("{key}=gray,userId=42")]);
+        carriers().inject(&Stain::baseline(), &mut h);
+        assert_eq!(h["baggage"], "userId=42", "{key}");
+    }
+}
+
+#[test]
+fn a_malformed_member_under_the_key_is_a_bad_stain_and_is_removed() {
+    // Bytes gray's grammar refuses, but a decoder reading Latin-1 and trimming (a WSGI
+    // server and an older OpenTelemetry Python) reads as `gray.lane=gray`.
+    let mut h = HeaderMap::new();
+    h.append(
+        &BAGGAGE,
+        HeaderValue::from_bytes(b"gray.lane\xa0=gray,userId=42").unwrap(),
+    );
+    let mut rejected = Vec::new();
+    let stain = carriers().extract_with(&h, |r| rejected.push(r.reason().to_string()));
+    assert_eq!(stain.unwrap().lane(), None);
+    assert_eq!(rejected.len(), 1, "{rejected:?}");
+    assert!(carriers().is_present(&h));
+    carriers().strip(&mut h);
+    assert_eq!(h["baggage"], "userId=42");
+
+    // Members without `=` are no member to anyone: left alone.
+    let h = headers(&["gray.lane,userId=42"]);
+    assert!(!carriers().is_present(&h));
+}
+
+#[test]
+fn inherited_members_never_carry_a_spelling_of_the_key() {
+    for key in SPELLINGS {
+        let inherited = InheritedBaggage::parse(&format!("userId=42,{key}=gray")).unwrap();
+        let stain = Stain::baseline().with_baggage(Some(inherited));
+        let mut h = HeaderMap::new();
+        carriers().inject(&stain, &mut h);
+        assert_eq!(h["baggage"], "userId=42", "{key}");
+    }
+}

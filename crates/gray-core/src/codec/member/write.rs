@@ -92,12 +92,11 @@ impl BaggageMember {
         let lane = own.lane();
         let ours = lane.map_or(0, |l| 1 + self.member_len(l));
         let members = list.bytes().filter(|&b| b == b',').count() + 1;
-        // A list kept by `read` holds no stain key; one built otherwise might. Only when a
-        // key occurs in the text at all are the members' keys looked at.
-        let may_hold_stain_key = stain_keys.occur_in(list)
-            && inherited
-                .iter()
-                .any(|text| stain_keys.contains(key_of(text.as_bytes())));
+        // A list kept by `read` holds no stain key (in any spelling); one built otherwise
+        // might. A key gray writes is compared in place, without decoding.
+        let may_hold_stain_key = inherited
+            .iter()
+            .any(|text| stain_keys.contains(key_of(text.as_bytes())));
         if headers.contains_key(&BAGGAGE)
             || members + usize::from(lane.is_some()) > self.max_members
             || list.len() + ours > self.max_bytes
