@@ -187,6 +187,7 @@ pub mod future;
 pub mod health;
 #[cfg(feature = "reqwest")]
 pub mod reqwest;
+pub mod retry;
 pub mod strategy;
 
 pub use gray_core::{Labelled, Labels};
