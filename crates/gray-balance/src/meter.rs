@@ -320,6 +320,7 @@ impl<O: ?Sized + Metered> Ticket<O> {
     }
 
     /// When the request was picked, on the balancer's clock (0 when not measured).
+    #[cfg(feature = "reqwest")]
     pub(crate) fn start(&self) -> u64 {
         self.start
     }

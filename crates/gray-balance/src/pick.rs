@@ -376,11 +376,13 @@ impl<K: Send + Sync, S: Send + Sync> Picked<K, S> {
     }
 
     /// The endpoint's slot, for a retry to avoid.
+    #[cfg(feature = "reqwest")]
     pub(crate) fn id(&self) -> crate::meter::Id {
         self.ticket.meter().id()
     }
 
     /// When it was picked on the balancer's clock (0 when the pick did not read it).
+    #[cfg(feature = "reqwest")]
     pub(crate) fn start(&self) -> u64 {
         self.ticket.start()
     }
