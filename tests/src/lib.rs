@@ -19,7 +19,7 @@ pub mod proto {
     tonic::include_proto!("chain");
 
     /// gRPC's health checking protocol (`proto/health.proto`).
-    #[allow(missing_docs, unreachable_pub, clippy::all)]
+    #[allow(missing_docs, unreachable_pub, clippy::all, clippy::must_use_candidate)]
     pub mod health {
         tonic::include_proto!("grpc.health.v1");
     }

@@ -35,8 +35,7 @@ impl<O: Send + 'static> Load<O> {
         let generator = {
             let (outcomes, sent, stop) = (outcomes.clone(), sent.clone(), stop.clone());
             tokio::spawn(async move {
-                let mut tick =
-                    tokio::time::interval(Duration::from_secs(1) / per_second.max(1));
+                let mut tick = tokio::time::interval(Duration::from_secs(1) / per_second.max(1));
                 tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
                 let mut requests = JoinSet::new();
                 for i in 0.. {

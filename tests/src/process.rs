@@ -91,7 +91,12 @@ impl Instance {
     pub async fn restart(&mut self) {
         let mut command = Command::new(&self.bin);
         command
-            .args(["--port", &self.addr.port().to_string(), "--name", &self.name])
+            .args([
+                "--port",
+                &self.addr.port().to_string(),
+                "--name",
+                &self.name,
+            ])
             .stdout(Stdio::piped())
             .kill_on_drop(true);
         if self.protocol == Protocol::Grpc {

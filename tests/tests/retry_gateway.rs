@@ -189,7 +189,10 @@ async fn killed_instances_cost_no_client_an_error() {
         }
     }
     let admin = s.gateway.admin_addr().unwrap();
-    assert!(retries(admin, "refused").await >= 1, "the refusals were retried");
+    assert!(
+        retries(admin, "refused").await >= 1,
+        "the refusals were retried"
+    );
     s.gateway.shutdown().await;
     drop(s.base2);
 }
@@ -200,7 +203,10 @@ fn processed(dir: &Path, names: &[&str]) -> HashMap<String, Vec<String>> {
     for name in names {
         let log = std::fs::read_to_string(dir.join(format!("{name}.log"))).unwrap_or_default();
         for id in log.lines() {
-            by_id.entry(id.to_owned()).or_default().push((*name).to_owned());
+            by_id
+                .entry(id.to_owned())
+                .or_default()
+                .push((*name).to_owned());
         }
     }
     by_id
@@ -222,14 +228,14 @@ async fn killed_instances_fail_only_the_posts_they_had() {
         // Never processed twice: a POST is not sent again once sent.
         assert!(seen.len() <= 1, "{id} processed by {seen:?}");
         match outcome {
-            Ok((200, instance, _)) => assert_eq!(seen, [instance.clone()], "{id}"),
+            Ok((200, instance, _)) => assert_eq!(seen, std::slice::from_ref(instance), "{id}"),
             other => {
                 // The gateway's 502 names the instance the request was sent to: a killed
                 // one, and only it may have processed it.
                 let detail = format!("{other:?}");
-                let culprit = killed
-                    .iter()
-                    .find(|(_, addr)| detail.contains(&format!("request failed at http://{addr}/")));
+                let culprit = killed.iter().find(|(_, addr)| {
+                    detail.contains(&format!("request failed at http://{addr}/"))
+                });
                 let Some((name, _)) = culprit else {
                     panic!("{id} failed, and not after it was sent to a killed instance: {detail}");
                 };
@@ -249,7 +255,10 @@ async fn killed_instances_fail_only_the_posts_they_had() {
         outcomes.len()
     );
     let admin = s.gateway.admin_addr().unwrap();
-    assert!(retries(admin, "refused").await >= 1, "refused POSTs were retried");
+    assert!(
+        retries(admin, "refused").await >= 1,
+        "refused POSTs were retried"
+    );
     s.gateway.shutdown().await;
     drop(s.base2);
 }

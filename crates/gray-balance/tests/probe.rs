@@ -102,17 +102,30 @@ fn balancer(first: &Endpoint, second: &Endpoint, probe: Probe) -> Balance<u8, En
 async fn until(what: &str, mut check: impl FnMut() -> bool) {
     let deadline = tokio::time::Instant::now() + WAIT;
     while !check() {
-        assert!(tokio::time::Instant::now() < deadline, "{what}: not within {WAIT:?}");
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{what}: not within {WAIT:?}"
+        );
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
 }
 
 /// Ejects `dead` (which refuses): one request, which round-robin sends to it first.
 async fn eject(balance: &Balance<u8, Endpoint>, dead: &Endpoint) {
-    let err = balance.clone().oneshot(http::Request::new(())).await.unwrap_err();
-    assert_eq!(err.downcast_ref::<io::Error>().map(io::Error::kind), Some(io::ErrorKind::ConnectionRefused));
+    let err = balance
+        .clone()
+        .oneshot(http::Request::new(()))
+        .await
+        .unwrap_err();
+    assert_eq!(
+        err.downcast_ref::<io::Error>().map(io::Error::kind),
+        Some(io::ErrorKind::ConnectionRefused)
+    );
     assert_eq!(dead.calls.load(Ordering::SeqCst), 1);
-    until("the refused endpoint is ejected", || balance.ready_len() == 1).await;
+    until("the refused endpoint is ejected", || {
+        balance.ready_len() == 1
+    })
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -128,7 +141,11 @@ async fn a_connect_probe_brings_an_instance_back_once_it_listens() {
 
     // Every request goes to the other one meanwhile; its probes (every 50 ms) fail.
     for _ in 0..10 {
-        balance.clone().oneshot(http::Request::new(())).await.unwrap();
+        balance
+            .clone()
+            .oneshot(http::Request::new(()))
+            .await
+            .unwrap();
     }
     assert_eq!(alive.calls.load(Ordering::SeqCst), 10);
     assert_eq!(balance.ready_len(), 1);
@@ -136,11 +153,22 @@ async fn a_connect_probe_brings_an_instance_back_once_it_listens() {
     // It listens: its next probe brings it back, and no request was spent on it.
     dead.down.store(false, Ordering::SeqCst);
     let _listener = socket.listen(16).unwrap();
-    until("the recovered endpoint is readmitted", || balance.ready_len() == 2).await;
-    assert_eq!(dead.calls.load(Ordering::SeqCst), 1, "no user request probed it");
+    until("the recovered endpoint is readmitted", || {
+        balance.ready_len() == 2
+    })
+    .await;
+    assert_eq!(
+        dead.calls.load(Ordering::SeqCst),
+        1,
+        "no user request probed it"
+    );
     // And it serves again.
     for _ in 0..4 {
-        balance.clone().oneshot(http::Request::new(())).await.unwrap();
+        balance
+            .clone()
+            .oneshot(http::Request::new(()))
+            .await
+            .unwrap();
     }
     assert!(dead.calls.load(Ordering::SeqCst) > 1);
 }
@@ -176,8 +204,15 @@ async fn an_http_probe_keeps_an_unhealthy_instance_out_until_it_answers_2xx() {
 
     dead.down.store(false, Ordering::SeqCst);
     healthy.store(true, Ordering::SeqCst);
-    until("the healthy endpoint is readmitted", || balance.ready_len() == 2).await;
-    assert_eq!(dead.calls.load(Ordering::SeqCst), 1, "no user request probed it");
+    until("the healthy endpoint is readmitted", || {
+        balance.ready_len() == 2
+    })
+    .await;
+    assert_eq!(
+        dead.calls.load(Ordering::SeqCst),
+        1,
+        "no user request probed it"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -193,7 +228,12 @@ async fn without_a_probe_a_request_finds_out() {
     until("readmitted without a probe", || balance.ready_len() == 2).await;
     let mut refused = 0;
     for _ in 0..2 {
-        if balance.clone().oneshot(http::Request::new(())).await.is_err() {
+        if balance
+            .clone()
+            .oneshot(http::Request::new(()))
+            .await
+            .is_err()
+        {
             refused += 1;
         }
     }

@@ -128,9 +128,15 @@ async fn an_unreachable_instance_is_an_error() {
     let back = unsent
         .take::<Request<Full<Bytes>>>()
         .expect("the request, once");
-    assert_eq!((back.method().as_str(), back.uri().path()), ("POST", "/orders"));
+    assert_eq!(
+        (back.method().as_str(), back.uri().path()),
+        ("POST", "/orders")
+    );
     assert!(back.headers().get(http::header::HOST).is_none());
-    assert_eq!(back.into_body().collect().await.unwrap().to_bytes(), "order");
+    assert_eq!(
+        back.into_body().collect().await.unwrap().to_bytes(),
+        "order"
+    );
 }
 
 /// A server that counts the connections it accepted and answers `/echo` with the request

@@ -82,7 +82,8 @@ impl Gateway {
                 .values()
                 .map(|upstream: &Upstream| {
                     let balance = upstream.balance().clone();
-                    let read: Box<dyn Fn() -> _ + Send + Sync> = Box::new(move || balance.retries());
+                    let read: Box<dyn Fn() -> _ + Send + Sync> =
+                        Box::new(move || balance.retries());
                     (upstream.name.to_string(), read)
                 })
                 .collect(),

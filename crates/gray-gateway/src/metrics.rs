@@ -410,7 +410,10 @@ impl Collector for Freshness {
 
 /// The retries of each service, read from its balancer at each scrape.
 pub(crate) struct RetryCounts(
-    pub(crate) Vec<(String, Box<dyn Fn() -> gray_balance::retry::RetryStats + Send + Sync>)>,
+    pub(crate)  Vec<(
+        String,
+        Box<dyn Fn() -> gray_balance::retry::RetryStats + Send + Sync>,
+    )>,
 );
 
 impl fmt::Debug for RetryCounts {
@@ -442,7 +445,11 @@ impl Collector for RetryCounts {
             prometheus_client::metrics::MetricType::Counter,
         )?;
         for (service, s) in &stats {
-            for (reason, n) in [("refused", s.refused), ("unsent", s.unsent), ("broken", s.broken)] {
+            for (reason, n) in [
+                ("refused", s.refused),
+                ("unsent", s.unsent),
+                ("broken", s.broken),
+            ] {
                 let labels = RetryLabels {
                     service: service.to_string(),
                     reason,
@@ -457,10 +464,11 @@ impl Collector for RetryCounts {
             prometheus_client::metrics::MetricType::Counter,
         )?;
         for (service, s) in &stats {
-            ConstCounter::new(s.budget_exhausted)
-                .encode(refused.encode_family(&ServiceLabel {
+            ConstCounter::new(s.budget_exhausted).encode(refused.encode_family(
+                &ServiceLabel {
                     service: service.to_string(),
-                })?)?;
+                },
+            )?)?;
         }
         Ok(())
     }

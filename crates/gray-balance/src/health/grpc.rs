@@ -22,12 +22,10 @@ pub(super) async fn check(
         hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(stream)).await?;
     // The connection ends with the probe: its sender and its one stream are dropped.
     tokio::spawn(connection);
-    let request = Request::post(format!(
-        "http://{authority}/grpc.health.v1.Health/Check"
-    ))
-    .header(CONTENT_TYPE, "application/grpc")
-    .header("te", "trailers")
-    .body(Full::new(frame(service)))?;
+    let request = Request::post(format!("http://{authority}/grpc.health.v1.Health/Check"))
+        .header(CONTENT_TYPE, "application/grpc")
+        .header("te", "trailers")
+        .body(Full::new(frame(service)))?;
     let response = sender.send_request(request).await?;
     if response.status() != http::StatusCode::OK {
         return Err(format!("the health check answered HTTP {}", response.status()).into());
@@ -129,7 +127,10 @@ mod tests {
     #[test]
     fn encodes_and_decodes_the_two_messages() {
         assert_eq!(&frame("")[..], [0, 0, 0, 0, 0]);
-        assert_eq!(&frame("svc")[..], [0, 0, 0, 0, 5, 0x0a, 3, b's', b'v', b'c']);
+        assert_eq!(
+            &frame("svc")[..],
+            [0, 0, 0, 0, 5, 0x0a, 3, b's', b'v', b'c']
+        );
         assert_eq!(serving_status(&[0, 0, 0, 0, 2, 0x08, 1]), Some(SERVING));
         assert_eq!(serving_status(&[0, 0, 0, 0, 2, 0x08, 2]), Some(2));
         assert_eq!(serving_status(&[0, 0, 0, 0, 0]), Some(0));

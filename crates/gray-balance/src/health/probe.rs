@@ -186,7 +186,11 @@ impl Target {
         let port = self
             .authority
             .port_u16()
-            .unwrap_or(if self.scheme == Scheme::HTTPS { 443 } else { 80 });
+            .unwrap_or(if self.scheme == Scheme::HTTPS {
+                443
+            } else {
+                80
+            });
         let stream = TcpStream::connect((host, port)).await?;
         stream.set_nodelay(true)?;
         Ok(stream)
@@ -262,6 +266,11 @@ mod tests {
         assert_eq!(status(b"HTTP/2 200"), None);
         assert_eq!(status(b"HTTP/1.1 2x0 OK"), None);
         assert_eq!(status(b"SSH-2.0-OpenSSH"), None);
-        assert_eq!(Probe::http("healthz").check(), &Check::Http { path: "/healthz".into() });
+        assert_eq!(
+            Probe::http("healthz").check(),
+            &Check::Http {
+                path: "/healthz".into()
+            }
+        );
     }
 }

@@ -269,7 +269,7 @@ where
         match &self.kind {
             Kind::Empty => SizeHint::with_exact(0),
             Kind::Once(body) => body.size_hint(),
-            Kind::Shared { shared, .. } => shared.size_hint.clone(),
+            Kind::Shared { shared, .. } => shared.size_hint,
         }
     }
 }
@@ -328,7 +328,10 @@ mod tests {
 
     use super::*;
 
-    fn chunks(parts: &[&'static str]) -> StreamBody<futures_util::stream::Iter<std::vec::IntoIter<Result<Frame<Bytes>, Infallible>>>> {
+    fn chunks(
+        parts: &[&'static str],
+    ) -> StreamBody<futures_util::stream::Iter<std::vec::IntoIter<Result<Frame<Bytes>, Infallible>>>>
+    {
         let frames: Vec<_> = parts
             .iter()
             .map(|p| Ok(Frame::data(Bytes::from_static(p.as_bytes()))))

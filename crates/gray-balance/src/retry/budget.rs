@@ -88,7 +88,7 @@ impl Budget {
         let sum = |slots: &[Slot]| -> u64 { slots.iter().map(|s| s.count(second, window)).sum() };
         let requests = sum(&self.requests);
         let retries = sum(&self.retries);
-        let allowed = self.floor as f64 + self.ratio * requests as f64;
+        let allowed = self.ratio.mul_add(requests as f64, self.floor as f64);
         if (retries as f64) < allowed {
             Self::slot(&self.retries, second).add(second);
             true

@@ -134,7 +134,9 @@ where
                 StateProj::Ready { service, request } => match ready!(service.poll_ready(cx)) {
                     Ok(()) => {
                         let Some(request) = request.take() else {
-                            return Poll::Ready(Err("response future polled after completion".into()));
+                            return Poll::Ready(Err(
+                                "response future polled after completion".into()
+                            ));
                         };
                         let future = service.call(request);
                         this.state.set(State::Called { future });

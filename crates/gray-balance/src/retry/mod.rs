@@ -3,8 +3,9 @@
 //!
 //! [`Retry`] is a service over a [`Balance`](crate::Balance) of HTTP endpoints (a layer:
 //! [`RetryLayer`]); gray's reqwest routing (`reqwest::RouteMiddleware`) retries the same
-//! way. Both follow the balancer's [`RetryPolicy`] ([`BalanceLayer::with_retry`]) and
-//! share its budget and its counts ([`Balance::retries`]).
+//! way. Both follow the balancer's [`RetryPolicy`]
+//! ([`BalanceLayer::with_retry`](crate::BalanceLayer::with_retry)) and share its budget
+//! and its counts ([`Balance::retries`](crate::Balance::retries)).
 //!
 //! # Which requests are retried
 //!
@@ -118,12 +119,12 @@ use std::{
 
 use http::Method;
 
+use self::budget::Budget;
 pub use self::{
     body::{Capped, ReplayBody},
     future::RetryFuture,
     service::{Retry, RetryLayer},
 };
-use self::budget::Budget;
 use crate::health::Failure;
 
 /// Which requests a [`Retry`] copies before their first attempt; see the

@@ -68,16 +68,19 @@ impl<K, S> fmt::Debug for Retry<K, S> {
 
 impl<K, S> Retry<K, S> {
     /// Retries over `balance`, by its policy.
+    #[must_use]
     pub fn new(balance: Balance<K, S>) -> Self {
         Retry { balance }
     }
 
     /// The balancer.
+    #[must_use]
     pub fn get_ref(&self) -> &Balance<K, S> {
         &self.balance
     }
 
     /// The balancer.
+    #[must_use]
     pub fn into_inner(self) -> Balance<K, S> {
         self.balance
     }
@@ -163,9 +166,7 @@ where
             false => ReplayBody::once(body),
         };
         let mut request = Request::from_parts(parts, body);
-        let chosen = self
-            .balance
-            .choose_for(request.gray_stain(), &Tried::NONE);
+        let chosen = self.balance.choose_for(request.gray_stain(), &Tried::NONE);
         let chosen = match chosen {
             Ok(chosen) => chosen,
             Err(e) => return RetryFuture::failed(Box::new(e)),
@@ -183,6 +184,13 @@ where
             request.record_routed(routed);
         }
         let again = enabled.then(|| self.balance.clone());
-        RetryFuture::new(chosen.service, request, chosen.ticket, again, copy, idempotent)
+        RetryFuture::new(
+            chosen.service,
+            request,
+            chosen.ticket,
+            again,
+            copy,
+            idempotent,
+        )
     }
 }

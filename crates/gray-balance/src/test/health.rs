@@ -149,12 +149,18 @@ async fn one_refusal_takes_an_endpoint_out_of_the_next_pick() {
             served.push(name);
         }
         let reached = served.contains(&failed);
-        assert_eq!(reached, !excluded, "{kind:?}: {failed} failed, then {served:?}");
+        assert_eq!(
+            reached, !excluded,
+            "{kind:?}: {failed} failed, then {served:?}"
+        );
         if excluded {
             settle(|| h.balance.ready_len() == 1).await;
             let gray = Stain::in_lane(Lane::new("gray").unwrap());
             let explained = h.balance.explain(Some(&gray));
-            assert_eq!(explained.steps[0].present, 1, "the refused one counts as absent");
+            assert_eq!(
+                explained.steps[0].present, 1,
+                "the refused one counts as absent"
+            );
         }
     }
 }

@@ -150,12 +150,18 @@ async fn a_refused_request_goes_to_another_endpoint_of_the_same_walk() {
     settle(|| r.balance().len() == 2).await;
     let served = r.send(http::Method::POST, "order-1", true).await.unwrap();
     assert_eq!(served, ("b1", 200));
-    assert_eq!(r.log.lock().unwrap()[0], ("b1", "POST".into(), "order-1".into()));
+    assert_eq!(
+        r.log.lock().unwrap()[0],
+        ("b1", "POST".into(), "order-1".into())
+    );
     let stats = r.balance().retries();
     assert_eq!((stats.refused, stats.total()), (1, 1), "{stats:?}");
     // The refused one is out: the next gray request falls back at once.
     settle(|| r.balance().ready_len() == 1).await;
-    assert_eq!(r.send(http::Method::POST, "order-2", true).await.unwrap().0, "b1");
+    assert_eq!(
+        r.send(http::Method::POST, "order-2", true).await.unwrap().0,
+        "b1"
+    );
     assert_eq!(r.balance().retries().total(), 1);
 }
 
@@ -219,7 +225,11 @@ async fn a_broken_connection_retries_idempotent_requests_once() {
     }
     let log = retried.expect("one of two PUTs went to b1 first");
     assert_eq!(log[0], ("b1", "PUT".into(), "the body".into()));
-    assert_eq!(log[1], ("b2", "PUT".into(), "the body".into()), "replayed whole");
+    assert_eq!(
+        log[1],
+        ("b2", "PUT".into(), "the body".into()),
+        "replayed whole"
+    );
 }
 
 #[tokio::test(start_paused = true)]
@@ -244,7 +254,10 @@ async fn a_body_over_the_cap_is_not_sent_again() {
     r.add("b2", false, Answer::Ok);
     settle(|| r.balance().len() == 2).await;
     // Round-robin: b1 first, it breaks. 9 bytes: over the cap, not sent again.
-    let err = r.send(http::Method::PUT, "123456789", false).await.unwrap_err();
+    let err = r
+        .send(http::Method::PUT, "123456789", false)
+        .await
+        .unwrap_err();
     assert_eq!(classify(&*err), Failure::Broken);
     assert_eq!(r.received(), ["b1"]);
     let _ = r.send(http::Method::PUT, "b2 first", false).await.unwrap();

@@ -110,7 +110,10 @@ pub(super) fn retry(
         return Err(doc.error(&field("max_retries"), "expected at most 7"));
     }
     if keys.budget_window_ms < 1_000 {
-        return Err(doc.error(&field("budget_window_ms"), "expected at least 1000 (one second)"));
+        return Err(doc.error(
+            &field("budget_window_ms"),
+            "expected at least 1000 (one second)",
+        ));
     }
     let mut methods = Vec::new();
     if keys.idempotent {
@@ -118,8 +121,8 @@ pub(super) fn retry(
             None => methods = RetryPolicy::rfc9110_idempotent(),
             Some(names) => {
                 for (i, name) in names.iter().enumerate() {
-                    let method = Method::from_bytes(name.to_ascii_uppercase().as_bytes())
-                        .map_err(|_| {
+                    let method =
+                        Method::from_bytes(name.to_ascii_uppercase().as_bytes()).map_err(|_| {
                             doc.error(
                                 &format!("{}[{i}]", field("methods")),
                                 format_args!("expected an HTTP method, found {name:?}"),
