@@ -262,15 +262,17 @@ impl Meter {
         self.stamp.store(now, Relaxed);
     }
 
-    /// Counts an ejection (or a readiness failure) in a row and returns how many there
-    /// were; resets the error count.
+    /// Counts an ejection (or a readiness failure, or a failed probe) in a row and
+    /// returns how many there were. The error count stays: until the published index no
+    /// longer lists the endpoint, picks go on avoiding it.
     pub(crate) fn ejected(&self) -> u32 {
-        self.failures.store(0, Relaxed);
         self.streak.fetch_add(1, Relaxed).saturating_add(1)
     }
 
-    /// The endpoint comes back: it is probed again, from no measurement.
+    /// The endpoint comes back: its error count starts again, and it is probed again,
+    /// from no measurement.
     pub(crate) fn readmitted(&self) {
+        self.failures.store(0, Relaxed);
         self.rtt.store(UNMEASURED, Relaxed);
         self.completed.store(0, Relaxed);
     }
