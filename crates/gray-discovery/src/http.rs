@@ -372,7 +372,7 @@ impl<C, B> HttpEndpoints<C, B> {
 impl<C, B> HttpEndpoints<C, B>
 where
     C: Service<Uri> + Clone,
-    C::Response: Read + Write,
+    C::Response: Read + Write + Unpin,
     B: Body + 'static,
 {
     /// The endpoint of `instance`, with its own idle connections.
@@ -390,7 +390,7 @@ where
 impl<C, B> MakeEndpoint for HttpEndpoints<C, B>
 where
     C: Service<Uri> + Clone,
-    C::Response: Read + Write,
+    C::Response: Read + Write + Unpin,
     B: Body + 'static,
 {
     type Service = HttpEndpoint<C, B>;
@@ -414,7 +414,7 @@ impl<C: Clone, B> HttpEndpoints<C, B> {
 pub struct HttpEndpoint<C = Connector, B = Incoming>
 where
     C: Service<Uri>,
-    C::Response: Read + Write,
+    C::Response: Read + Write + Unpin,
     B: Body + 'static,
 {
     target: Target<C, C::Response, B>,
@@ -424,7 +424,7 @@ where
 impl<C, B> Clone for HttpEndpoint<C, B>
 where
     C: Service<Uri> + Clone,
-    C::Response: Read + Write,
+    C::Response: Read + Write + Unpin,
     B: Body + 'static,
 {
     fn clone(&self) -> Self {
@@ -438,7 +438,7 @@ where
 impl<C, B> fmt::Debug for HttpEndpoint<C, B>
 where
     C: Service<Uri>,
-    C::Response: Read + Write,
+    C::Response: Read + Write + Unpin,
     B: Body + 'static,
 {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -451,7 +451,7 @@ where
 impl<C, B> HttpEndpoint<C, B>
 where
     C: Service<Uri>,
-    C::Response: Read + Write,
+    C::Response: Read + Write + Unpin,
     B: Body + 'static,
 {
     /// The instance this endpoint sends to.
@@ -463,18 +463,24 @@ where
 impl<C, B> Labelled for HttpEndpoint<C, B>
 where
     C: Service<Uri>,
-    C::Response: Read + Write,
+    C::Response: Read + Write + Unpin,
     B: Body + 'static,
 {
     fn labels(&self) -> &Labels {
         self.instance.labels()
+    }
+
+    /// The instance's address: a balancer probes it before an ejected endpoint comes
+    /// back.
+    fn origin(&self) -> Option<&dyn Origin> {
+        Some(self)
     }
 }
 
 impl<C, B> Origin for HttpEndpoint<C, B>
 where
     C: Service<Uri>,
-    C::Response: Read + Write,
+    C::Response: Read + Write + Unpin,
     B: Body + 'static,
 {
     fn scheme(&self) -> &Scheme {

@@ -28,6 +28,7 @@ use std::{
 };
 
 use futures_util::{FutureExt, future::Shared};
+use gray_core::unsent::Unsent;
 use http::{
     Request, Response, Uri, Version,
     header::HOST,
@@ -131,7 +132,7 @@ where
 {
     /// The open connection's handle, or the one a new connection gives; `None` when ALPN
     /// chose HTTP/1.1.
-    async fn sender(&self) -> Result<Option<(u64, Sender<B>)>, RequestError> {
+    async fn sender(&mut self) -> Result<Option<(u64, Sender<B>)>, RequestError> {
         let (number, opening) = {
             let mut state = self.h2.lock();
             match &*state {
@@ -229,17 +230,29 @@ where
     }
 
     /// Sends `request` over HTTP/2 (or over HTTP/1.1, when ALPN chose it).
-    pub(crate) async fn run_h2(
+    pub(crate) fn run_h2(
         self,
+        request: Request<B>,
+        deadline: Deadline,
+    ) -> Pin<Box<dyn Future<Output = Result<Response<ResponseBody>, BoxError>> + Send>> {
+        Box::pin(self.exchange_h2(request, deadline))
+    }
+
+    async fn exchange_h2(
+        mut self,
         request: Request<B>,
         deadline: Deadline,
     ) -> Result<Response<ResponseBody>, BoxError> {
         let exchange = async {
-            let Some((mut number, mut sender)) = self.sender().await? else {
+            let first = match self.sender().await {
+                Ok(first) => first,
+                // No connection: nothing was sent, the request goes back to the caller
+                // (a retrying balancer sends it elsewhere).
+                Err(e) => return Err(Box::new(Unsent::new(request, e)) as BoxError),
+            };
+            let Some((mut number, mut sender)) = first else {
                 self.h2.set_speaks_http1(true);
-                let h1: Pin<Box<dyn Future<Output = _> + Send>> =
-                    Box::pin(self.clone().run_h1(request, None));
-                return h1.await;
+                return self.clone().run_h1(request, None).await;
             };
             self.h2.set_speaks_http1(false);
             let mut request = self.h2_request(request);

@@ -28,6 +28,7 @@ use std::{
     time::{Duration, Instant},
 };
 
+use gray_core::unsent::Unsent;
 use http::{
     HeaderValue, Request, Response, Uri, Version,
     header::HOST,
@@ -146,7 +147,7 @@ impl<B: Body> Body for Tracked<B> {
 }
 
 /// An HTTP/1 connection and the handle that sends requests on it.
-pub(crate) struct Conn<IO: Read + Write, B: Body + 'static> {
+pub(crate) struct Conn<IO: Read + Write + Unpin, B: Body + 'static> {
     sender: SendRequest<Tracked<B>>,
     driver: Connection<Transport<IO>, Tracked<B>>,
     /// Whether the connection has let go of the last request's body (sent it whole, or
@@ -207,14 +208,14 @@ where
 }
 
 /// The idle connections of one instance.
-pub(crate) struct Pool<IO: Read + Write, B: Body + 'static> {
+pub(crate) struct Pool<IO: Read + Write + Unpin, B: Body + 'static> {
     idle: Mutex<Vec<Box<Conn<IO, B>>>>,
     pub(crate) settings: Arc<Settings>,
 }
 
 // === impl Pool ===
 
-impl<IO: Read + Write, B: Body + 'static> Pool<IO, B> {
+impl<IO: Read + Write + Unpin, B: Body + 'static> Pool<IO, B> {
     pub(crate) fn new(settings: Arc<Settings>) -> Self {
         Pool {
             idle: Mutex::new(Vec::new()),
@@ -274,7 +275,7 @@ where
 /// Everything one request to an instance needs, moved into its future: the connector and
 /// one reference count to clone per request (the balancer clones the endpoint, then the
 /// request clones its target).
-pub(crate) struct Target<C, IO: Read + Write, B: Body + 'static> {
+pub(crate) struct Target<C, IO: Read + Write + Unpin, B: Body + 'static> {
     pub(crate) connector: C,
     shared: Arc<Shared<IO, B>>,
 }
@@ -289,7 +290,7 @@ pub(crate) enum Mode {
 }
 
 /// What a [`Target`] shares between the endpoint's clones and its requests.
-pub(crate) struct Shared<IO: Read + Write, B: Body + 'static> {
+pub(crate) struct Shared<IO: Read + Write + Unpin, B: Body + 'static> {
     /// The idle HTTP/1 connections.
     pub(crate) pool: Arc<Pool<IO, B>>,
     /// The HTTP/2 connection.
@@ -309,7 +310,7 @@ pub(crate) struct Shared<IO: Read + Write, B: Body + 'static> {
 
 // === impl Shared ===
 
-impl<IO: Read + Write, B: Body + 'static> Shared<IO, B> {
+impl<IO: Read + Write + Unpin, B: Body + 'static> Shared<IO, B> {
     /// The shared state of the endpoint of the instance at `uri`.
     pub(crate) fn new(settings: Arc<Settings>, uri: Uri, secure: Secure) -> Self {
         let authority = uri
@@ -345,7 +346,7 @@ impl<IO: Read + Write, B: Body + 'static> Shared<IO, B> {
 
 // === impl Target ===
 
-impl<C, IO: Read + Write, B: Body + 'static> Target<C, IO, B> {
+impl<C, IO: Read + Write + Unpin, B: Body + 'static> Target<C, IO, B> {
     pub(crate) fn new(connector: C, shared: Shared<IO, B>) -> Self {
         Target {
             connector,
@@ -354,7 +355,7 @@ impl<C, IO: Read + Write, B: Body + 'static> Target<C, IO, B> {
     }
 }
 
-impl<C: Clone, IO: Read + Write, B: Body + 'static> Clone for Target<C, IO, B> {
+impl<C: Clone, IO: Read + Write + Unpin, B: Body + 'static> Clone for Target<C, IO, B> {
     fn clone(&self) -> Self {
         Target {
             connector: self.connector.clone(),
@@ -363,7 +364,7 @@ impl<C: Clone, IO: Read + Write, B: Body + 'static> Clone for Target<C, IO, B> {
     }
 }
 
-impl<C, IO: Read + Write, B: Body + 'static> std::ops::Deref for Target<C, IO, B> {
+impl<C, IO: Read + Write + Unpin, B: Body + 'static> std::ops::Deref for Target<C, IO, B> {
     type Target = Shared<IO, B>;
 
     fn deref(&self) -> &Shared<IO, B> {
@@ -396,7 +397,7 @@ impl Future for EndpointFuture {
 pub(crate) type Deadline = Option<(tokio::time::Instant, Duration)>;
 
 /// A new connection, as an HTTP/1 request opened it.
-enum Opened<IO: Read + Write, B: Body + 'static> {
+enum Opened<IO: Read + Write + Unpin, B: Body + 'static> {
     Http1(Box<Conn<IO, B>>),
     /// ALPN chose HTTP/2 ([`Mode::Alpn`]): the request goes to the HTTP/2 connection.
     Http2,
@@ -427,7 +428,7 @@ where
         };
         EndpointFuture {
             inner: if http2 {
-                Box::pin(self.run_h2(request, deadline))
+                self.run_h2(request, deadline)
             } else {
                 Box::pin(self.run_h1(request, deadline))
             },
@@ -438,7 +439,7 @@ where
         Box::new(RequestError::new(stage, self.uri.clone(), source))
     }
 
-    async fn connect(&self) -> Result<Opened<IO, B>, BoxError> {
+    async fn connect(&mut self) -> Result<Opened<IO, B>, BoxError> {
         let (io, h2) = open(self.connector.clone(), &self.uri, &self.secure).await?;
         if h2 && self.mode == Mode::Alpn {
             // The instance speaks HTTP/2 again: this connection is not needed.
@@ -461,12 +462,13 @@ where
 
     /// Sends `request` over HTTP/1.1.
     pub(crate) async fn run_h1(
-        self,
+        mut self,
         mut request: Request<B>,
         deadline: Deadline,
     ) -> Result<Response<ResponseBody>, BoxError> {
         *request.version_mut() = Version::HTTP_11;
-        if !request.headers().contains_key(HOST) {
+        let added_host = !request.headers().contains_key(HOST);
+        if added_host {
             request.headers_mut().insert(HOST, self.host.clone());
         }
         loop {
@@ -482,18 +484,30 @@ where
                     None => {
                         fresh = true;
                         // Connecting is rare: a timer of its own.
-                        let opened = match deadline {
-                            Some((at, after)) => tokio::time::timeout_at(at, self.connect())
-                                .await
-                                .map_err(|_| self.timeout(after))??,
-                            None => self.connect().await?,
+                        let connected = match deadline {
+                            Some((at, after)) => {
+                                match tokio::time::timeout_at(at, self.connect()).await {
+                                    Ok(connected) => connected,
+                                    Err(_) => return Err(self.timeout(after)),
+                                }
+                            }
+                            None => self.connect().await,
                         };
-                        match opened {
-                            Opened::Http1(conn) => break conn,
-                            Opened::Http2 => {
-                                let h2: Pin<Box<dyn Future<Output = _> + Send>> =
-                                    Box::pin(self.run_h2(request, deadline));
-                                return h2.await;
+                        match connected {
+                            Ok(Opened::Http1(conn)) => break conn,
+                            Ok(Opened::Http2) => {
+                                if added_host {
+                                    request.headers_mut().remove(HOST);
+                                }
+                                return self.run_h2(request, deadline).await;
+                            }
+                            // Nothing was sent: the request goes back to the caller, as
+                            // it came (a retrying balancer sends it elsewhere).
+                            Err(e) => {
+                                if added_host {
+                                    request.headers_mut().remove(HOST);
+                                }
+                                return Err(Box::new(Unsent::new(request, e)));
                             }
                         }
                     }
