@@ -115,17 +115,17 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use tower::BoxError;
 use tower_service::Service;
 
-pub use self::{body::ResponseBody, error::RequestError, pool::EndpointFuture};
 #[cfg(feature = "tls")]
 pub use self::tls::Tls;
-/// The rustls this crate is built with (feature `tls`): build a [`Tls`]'s `ClientConfig`
-/// with it.
-#[cfg(feature = "tls")]
-pub use rustls;
+pub use self::{body::ResponseBody, error::RequestError, pool::EndpointFuture};
 use self::{
     pool::{Settings, Shared, Target},
     transport::Secure,
 };
+/// The rustls this crate is built with (feature `tls`): build a [`Tls`]'s `ClientConfig`
+/// with it.
+#[cfg(feature = "tls")]
+pub use rustls;
 
 /// The former name of [`EndpointFuture`].
 #[deprecated(

@@ -53,8 +53,7 @@ use super::{
 type Sender<B> = SendRequest<Pin<Box<B>>>;
 
 /// An opening connection, awaited by every request that needs it.
-type Opening<B> =
-    Shared<Pin<Box<dyn Future<Output = Result<Opened<B>, RequestError>> + Send>>>;
+type Opening<B> = Shared<Pin<Box<dyn Future<Output = Result<Opened<B>, RequestError>> + Send>>>;
 
 /// What opening a connection gave.
 enum Opened<B> {
