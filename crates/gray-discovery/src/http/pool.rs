@@ -331,6 +331,15 @@ impl<IO: Read + Write + Unpin, B: Body + 'static> Shared<IO, B> {
         } else {
             Scheme::HTTP
         };
+        // An instance reached over TLS is `https://` in errors and to the connector, whatever
+        // its address said (`Tls::with_every_instance`).
+        let uri = if uri.scheme() == Some(&scheme) {
+            uri
+        } else {
+            let mut parts = uri.clone().into_parts();
+            parts.scheme = Some(scheme.clone());
+            Uri::from_parts(parts).unwrap_or(uri)
+        };
         Shared {
             pool: Arc::new(Pool::new(settings)),
             h2: H2::new(),

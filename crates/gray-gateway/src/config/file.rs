@@ -62,6 +62,8 @@ pub(super) struct ServiceKeys {
     pub(super) pick: Option<Pick>,
     pub(super) retry: Option<super::upstream::RetryKeys>,
     pub(super) health_check: Option<super::upstream::HealthKeys>,
+    pub(super) protocol: Option<super::transport::ProtocolKey>,
+    pub(super) tls: Option<super::transport::TlsKeys>,
 }
 
 /// The `[etcd]` table: etcd's client settings (gray-source's `EtcdConfig`, flattened) and

@@ -43,6 +43,7 @@
 mod file;
 #[cfg(test)]
 mod tests;
+mod transport;
 mod upstream;
 
 use std::{
@@ -63,6 +64,8 @@ use gray_rules::CidrList;
 use gray_tower::edge::ForwardedHeader;
 use http::HeaderName;
 
+pub use self::transport::UpstreamTransport;
+pub(crate) use self::transport::system_tls;
 /// A configuration error: the file, the line, the field, and what was wrong.
 pub use gray_config::ConfigError;
 
@@ -163,6 +166,8 @@ pub struct ServiceConfig {
     pub probe: Probe,
     /// When an instance is ejected, and for how long (`health_check`).
     pub ejection: Ejection,
+    /// How its instances are reached: the HTTP version (`protocol`) and TLS (`tls`).
+    pub transport: UpstreamTransport,
 }
 
 /// Where the instances come from.
@@ -310,8 +315,16 @@ impl Config {
             let retry = upstream::retry(&doc, &name, table.extra.retry.as_ref())?;
             let (probe, ejection) =
                 upstream::health(&doc, &name, table.extra.health_check.as_ref())?;
+            let transport = transport::transport(
+                &doc,
+                &name,
+                table.extra.protocol,
+                table.extra.tls.as_ref(),
+                base,
+            )?;
             services.push(ServiceConfig {
                 name,
+                transport,
                 policy,
                 pick: table.extra.pick.unwrap_or_default(),
                 retry,
