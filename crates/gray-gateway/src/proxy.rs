@@ -1,4 +1,5 @@
-//! The proxy: `/{service}/rest` goes to an instance of `service` as `/rest`.
+//! The proxy: `/{service}/rest` goes to an instance of `service` as `/rest` (or as it came,
+//! with the service's `strip_prefix = false`: gRPC's `/{package.Service}/{Method}`).
 //!
 //! It runs behind the edge layer, which has done everything else a request needs before it
 //! is routed (hop-by-hop headers, the stain, the path and its 400s, `X-Forwarded-For`): the
@@ -69,6 +70,16 @@ fn json(status: StatusCode, value: serde_json::Value) -> Response<Body> {
     res
 }
 
+/// The gateway's own answer: JSON, or a gRPC status to a gRPC request (its `error` as
+/// the message).
+fn reply(grpc: bool, status: StatusCode, value: serde_json::Value) -> Response<Body> {
+    if grpc {
+        let message = value["error"].as_str().unwrap_or_default();
+        return crate::grpc::status(status, message);
+    }
+    json(status, value)
+}
+
 /// Splits `/service/rest?q` into `service` and `/rest?q` (`/service?q` into `service`
 /// and `/?q`).
 fn split(uri: &Uri) -> Option<(&str, Result<PathAndQuery, InvalidUri>)> {
@@ -106,22 +117,28 @@ impl Service<Request<Incoming>> for Proxy {
     /// path names no known service.
     fn call(&mut self, mut req: Request<Incoming>) -> ProxyFuture {
         let routes = &*self.routes;
+        let grpc = crate::grpc::is_grpc(req.headers());
         let Some((service, rest)) = split(req.uri()) else {
-            return ProxyFuture::ready(json(
+            return ProxyFuture::ready(reply(
+                grpc,
                 StatusCode::NOT_FOUND,
                 serde_json::json!({"error": "no service in the path; expected /{service}/…"}),
             ));
         };
         let Some(upstream) = routes.services.get(service) else {
-            return ProxyFuture::ready(json(
+            return ProxyFuture::ready(reply(
+                grpc,
                 StatusCode::NOT_FOUND,
                 serde_json::json!({"error": "unknown service", "service": service}),
             ));
         };
         match rest {
+            // `strip_prefix = false` (gRPC's `/package.Service/Method`): the path as it came.
+            _ if !upstream.strip_prefix => {}
             Ok(rest) => *req.uri_mut() = Uri::from(rest),
             Err(_) => {
-                return ProxyFuture::ready(json(
+                return ProxyFuture::ready(reply(
+                    grpc,
                     StatusCode::BAD_REQUEST,
                     serde_json::json!({"error": "invalid path"}),
                 ));
@@ -134,6 +151,12 @@ impl Service<Request<Incoming>> for Proxy {
         // the body is first read, by the upstream connection): the upstream never sees it.
         if req.headers().contains_key(header::EXPECT) {
             req.headers_mut().remove(header::EXPECT);
+        }
+        // `TE` is hop-by-hop, so the edge removed the client's; gRPC servers expect
+        // `te: trailers` (the one value HTTP/2 allows), which says trailers are read.
+        if grpc {
+            req.headers_mut()
+                .insert(header::TE, HeaderValue::from_static("trailers"));
         }
         let lane = req
             .extensions()
@@ -148,6 +171,7 @@ impl Service<Request<Incoming>> for Proxy {
                 routes: self.routes.clone(),
                 service: upstream.name.clone(),
                 lane,
+                grpc,
             },
         }
     }
@@ -175,6 +199,8 @@ pin_project_lite::pin_project! {
             routes: Arc<Routes>,
             service: Arc<str>,
             lane: Option<Lane>,
+            // The client speaks gRPC: the gateway's own answers are gRPC statuses.
+            grpc: bool,
         },
     }
 }
@@ -214,6 +240,7 @@ impl Future for ProxyFuture {
                 routes,
                 service,
                 lane,
+                grpc,
             } => {
                 if hold.is_none() {
                     let Served {
@@ -222,10 +249,13 @@ impl Future for ProxyFuture {
                     } = match std::task::ready!(call.poll(cx)) {
                         Ok(served) => served,
                         Err(error) => {
-                            let res = failed(routes, service, lane.as_ref(), &*error);
+                            let (status, res) =
+                                failed(routes, service, lane.as_ref(), *grpc, &*error);
+                            // Counted as the gateway's status, also when a gRPC client
+                            // reads it as a gRPC status in an HTTP 200.
                             routes
                                 .metrics
-                                .answered(service, lane.as_ref(), res.status().as_u16());
+                                .answered(service, lane.as_ref(), status.as_u16());
                             return Poll::Ready(Ok(res));
                         }
                     };
@@ -233,11 +263,15 @@ impl Future for ProxyFuture {
                     // Most bodies bring their first frame with the head: nothing is held.
                     match poll_first(response.body_mut(), cx) {
                         Poll::Ready(first) => {
-                            return Poll::Ready(Ok(finish(service, lane, response, tally, first)));
+                            return Poll::Ready(Ok(finish(
+                                service, lane, *grpc, response, tally, first,
+                            )));
                         }
                         Poll::Pending if routes.head_hold.is_zero() => {
                             let first = First::Nothing;
-                            return Poll::Ready(Ok(finish(service, lane, response, tally, first)));
+                            return Poll::Ready(Ok(finish(
+                                service, lane, *grpc, response, tally, first,
+                            )));
                         }
                         Poll::Pending => *hold = Some(Hold::new(response, tally, routes.head_hold)),
                     }
@@ -246,7 +280,9 @@ impl Future for ProxyFuture {
                     return Poll::Ready(Ok(polled_after_completion()));
                 };
                 Poll::Ready(Ok(match std::task::ready!(held.poll(cx)) {
-                    Some((first, response, tally)) => finish(service, lane, response, tally, first),
+                    Some((first, response, tally)) => {
+                        finish(service, lane, *grpc, response, tally, first)
+                    }
                     None => polled_after_completion(),
                 }))
             }
@@ -267,6 +303,7 @@ fn polled_after_completion() -> Response<Body> {
 fn finish(
     service: &Arc<str>,
     lane: &Option<Lane>,
+    grpc: bool,
     response: Response<ResponseBody>,
     tally: Tally,
     first: First,
@@ -277,7 +314,8 @@ fn finish(
         let instance = tally.instance().to_owned();
         tally.count(lane, StatusCode::BAD_GATEWAY.as_u16());
         tracing::warn!(service = %service, lane = lane_label, %instance, error = %error, "upstream failed after its response head, before its body: 502");
-        return json(
+        return reply(
+            grpc,
             StatusCode::BAD_GATEWAY,
             serde_json::json!({
                 "error": format!("the upstream's response body failed before its first byte: {error}"),
@@ -310,14 +348,16 @@ fn failed(
     routes: &Routes,
     service: &Arc<str>,
     lane: Option<&Lane>,
+    grpc: bool,
     e: &(dyn std::error::Error + Send + Sync + 'static),
-) -> Response<Body> {
+) -> (StatusCode, Response<Body>) {
     let lane_label = lane.map_or("baseline", |l| l.as_str());
     let status = status_of(e);
     match (status, find::<Unroutable>(e)) {
         (StatusCode::SERVICE_UNAVAILABLE, Some(unroutable)) => {
             tracing::info!(service = %service, lane = lane_label, error = %unroutable, "unroutable");
-            json(
+            let res = reply(
+                grpc,
                 status,
                 serde_json::json!({
                     "error": unroutable.to_string(),
@@ -326,21 +366,27 @@ fn failed(
                     "policy": unroutable.policy(),
                     "detail": unroutable,
                 }),
-            )
+            );
+            (status, res)
         }
         (StatusCode::GATEWAY_TIMEOUT, _) => {
             tracing::warn!(service = %service, lane = lane_label, error = %e, "upstream timed out");
-            json(
+            let res = reply(
+                grpc,
                 status,
                 serde_json::json!({"error": "upstream timed out", "detail": e.to_string(), "service": &**service, "timeout_ms": routes.timeout.as_millis() as u64}),
-            )
+            );
+            (status, res)
         }
         _ => {
             tracing::warn!(service = %service, lane = lane_label, error = %e, "upstream failed");
-            json(
-                StatusCode::BAD_GATEWAY,
+            let status = StatusCode::BAD_GATEWAY;
+            let res = reply(
+                grpc,
+                status,
                 serde_json::json!({"error": e.to_string(), "service": &**service}),
-            )
+            );
+            (status, res)
         }
     }
 }

@@ -205,6 +205,8 @@ pub(crate) struct Upstream {
     pub(crate) policy: Policy,
     /// The balancer, shared by every connection.
     pub(crate) balancer: Balancer,
+    /// Whether the service's name is taken off the path (`strip_prefix`).
+    pub(crate) strip_prefix: bool,
 }
 
 impl std::fmt::Debug for Upstream {
@@ -277,6 +279,7 @@ impl Upstream {
             name: config.name.as_str().into(),
             policy: config.policy.clone(),
             balancer: Retry::new(balancer),
+            strip_prefix: config.strip_prefix,
         }
     }
 

@@ -64,6 +64,7 @@ pub(super) struct ServiceKeys {
     pub(super) health_check: Option<super::upstream::HealthKeys>,
     pub(super) protocol: Option<super::transport::ProtocolKey>,
     pub(super) tls: Option<super::transport::TlsKeys>,
+    pub(super) strip_prefix: Option<bool>,
 }
 
 /// The `[etcd]` table: etcd's client settings (gray-source's `EtcdConfig`, flattened) and

@@ -168,6 +168,10 @@ pub struct ServiceConfig {
     pub ejection: Ejection,
     /// How its instances are reached: the HTTP version (`protocol`) and TLS (`tls`).
     pub transport: UpstreamTransport,
+    /// Whether the service's name is taken off the path before the request is forwarded
+    /// (`strip_prefix`, default `true`); `false` for gRPC services, whose path
+    /// (`/{package.Service}/{Method}`) starts with the name the service is routed by.
+    pub strip_prefix: bool,
 }
 
 /// Where the instances come from.
@@ -325,6 +329,7 @@ impl Config {
             services.push(ServiceConfig {
                 name,
                 transport,
+                strip_prefix: table.extra.strip_prefix.unwrap_or(true),
                 policy,
                 pick: table.extra.pick.unwrap_or_default(),
                 retry,
