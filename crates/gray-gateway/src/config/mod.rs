@@ -326,6 +326,18 @@ impl Config {
                 table.extra.tls.as_ref(),
                 base,
             )?;
+            if transport.tls.is_some()
+                && matches!(
+                    probe.check(),
+                    gray_balance::health::Check::Http { .. } | gray_balance::health::Check::Grpc { .. }
+                )
+            {
+                return Err(err(
+                    &field("health_check.kind"),
+                    &"the HTTP and gRPC checks speak cleartext, and this service's instances \
+                      speak TLS (its `tls` table): use `kind = \"connect\"`",
+                ));
+            }
             services.push(ServiceConfig {
                 name,
                 transport,
