@@ -329,7 +329,8 @@ impl Config {
             if transport.tls.is_some()
                 && matches!(
                     probe.check(),
-                    gray_balance::health::Check::Http { .. } | gray_balance::health::Check::Grpc { .. }
+                    gray_balance::health::Check::Http { .. }
+                        | gray_balance::health::Check::Grpc { .. }
                 )
             {
                 return Err(err(
