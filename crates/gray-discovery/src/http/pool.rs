@@ -36,17 +36,14 @@ use http::{
 };
 use http_body::{Body, Frame, SizeHint};
 use hyper::{
-    client::conn::{
-        http1::{self, Connection, SendRequest},
-        http2,
-    },
+    client::conn::http1::{Connection, SendRequest},
     rt::{Read, Write},
 };
-use hyper_util::rt::{TokioExecutor, TokioTimer};
 use tokio::time::Sleep;
 use tower::BoxError;
 use tower_service::Service;
 
+pub(crate) use super::settings::Settings;
 use super::{
     Protocol,
     body::{Lease, ResponseBody},
@@ -54,48 +51,6 @@ use super::{
     h2::H2,
     transport::{Secure, Transport, open},
 };
-
-/// How the connections of every instance are kept.
-#[derive(Debug, Clone)]
-pub(crate) struct Settings {
-    /// Idle connections kept per instance; more are closed when released.
-    pub(crate) max_idle: usize,
-    /// An idle connection older than this is closed instead of reused.
-    pub(crate) idle_timeout: Duration,
-    /// The HTTP/1 options of new connections.
-    pub(crate) http1: http1::Builder,
-    /// The HTTP/2 options of new connections.
-    pub(crate) http2: http2::Builder<TokioExecutor>,
-    /// Which HTTP version is spoken.
-    pub(crate) protocol: Protocol,
-    /// The time a request may take until its response head, connecting included.
-    pub(crate) response_timeout: Option<Duration>,
-    /// TLS as given, and ready for the protocol.
-    #[cfg(feature = "tls")]
-    pub(crate) tls: Option<(super::Tls, super::tls::Prepared)>,
-}
-
-// === impl Settings ===
-
-impl Default for Settings {
-    fn default() -> Self {
-        Settings {
-            max_idle: 256,
-            idle_timeout: Duration::from_secs(90),
-            http1: http1::Builder::new(),
-            http2: {
-                let mut http2 = http2::Builder::new(TokioExecutor::new());
-                // HTTP/2 keep-alive pings (off unless set) need a timer.
-                http2.timer(TokioTimer::new());
-                http2
-            },
-            protocol: Protocol::Http1,
-            response_timeout: None,
-            #[cfg(feature = "tls")]
-            tls: None,
-        }
-    }
-}
 
 pin_project_lite::pin_project! {
     /// A request body that tells its connection when the connection has let go of it: once

@@ -1,7 +1,8 @@
 //! The gray gateway (`GATEWAY_PACKAGE`'s binary `GATEWAY_BIN_NAME`), one worker, its
 //! features on: a rules file evaluated for every request, then the trusted client's stain;
 //! stripping, `X-Forwarded-For`, metrics, timeouts, admin. It picks round-robin within the
-//! lane, as the others do.
+//! lane, as the others do. `gateway-h2c` speaks HTTP/2 to the upstreams (the upstream
+//! binary answers both).
 
 use super::{Kind, Launch, Program, Setup, render, write};
 use crate::bench::{Result, settings::Settings};
@@ -44,22 +45,45 @@ workers = 1
 [services.svc]
 fallback = "baseline"
 pick = "round-robin"
+protocol = "{protocol}"
 "#;
 
-/// The `gateway` target.
+/// The `gateway` and `gateway-h2c` targets: the same gateway speaking another HTTP version
+/// to the upstreams.
 #[derive(Debug)]
-pub(crate) struct Gateway;
+pub(crate) struct Gateway {
+    name: &'static str,
+    /// The services' `protocol`.
+    protocol: &'static str,
+    about: &'static str,
+}
+
+impl Gateway {
+    pub(crate) const HTTP1: Gateway = Gateway {
+        name: "gateway",
+        protocol: "http1",
+        about: "the gray gateway (GATEWAY_PACKAGE's binary GATEWAY_BIN_NAME), one worker, its\n\
+                features on (a rules file evaluated for every request, then the trusted\n\
+                client's stain; stripping, X-Forwarded-For, metrics, timeouts, admin),\n\
+                picking round-robin within the lane as the others do; HTTP/1.1 keep-alive\n\
+                connections to the upstreams",
+    };
+
+    pub(crate) const H2C: Gateway = Gateway {
+        name: "gateway-h2c",
+        protocol: "h2c",
+        about: "the same gateway speaking HTTP/2 in cleartext to the upstreams (`protocol =\n\
+                \"h2c\"`: one multiplexed connection per upstream, driven by a task of its own)",
+    };
+}
 
 impl Kind for Gateway {
     fn name(&self) -> &'static str {
-        "gateway"
+        self.name
     }
 
     fn about(&self) -> &'static str {
-        "the gray gateway (GATEWAY_PACKAGE's binary GATEWAY_BIN_NAME), one worker, its\n\
-         features on (a rules file evaluated for every request, then the trusted\n\
-         client's stain; stripping, X-Forwarded-For, metrics, timeouts, admin),\n\
-         picking round-robin within the lane as the others do"
+        self.about
     }
 
     fn program(&self, settings: &Settings) -> Program {
@@ -81,6 +105,7 @@ impl Kind for Gateway {
             ("admin", setup.admin.to_string()),
             ("instances", instances.display().to_string()),
             ("rules", rules.display().to_string()),
+            ("protocol", self.protocol.to_owned()),
         ];
         write(&config, &render(GATEWAY, &values)?)?;
         let log = setup.settings.gateway_log.clone();

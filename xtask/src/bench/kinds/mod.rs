@@ -24,7 +24,8 @@ mod nginx;
 pub(crate) static KINDS: &[&dyn Kind] = &[
     &nginx::Nginx,
     &haproxy::Haproxy,
-    &gateway::Gateway,
+    &gateway::Gateway::HTTP1,
+    &gateway::Gateway::H2C,
     &bare::Bare::LEGACY,
     &bare::Bare::GRAY,
 ];
