@@ -45,7 +45,7 @@ workers = 1
 [services.svc]
 fallback = "baseline"
 pick = "round-robin"
-protocol = "{protocol}"
+{protocol}
 "#;
 
 /// The `gateway` and `gateway-h2c` targets: the same gateway speaking another HTTP version
@@ -105,7 +105,15 @@ impl Kind for Gateway {
             ("admin", setup.admin.to_string()),
             ("instances", instances.display().to_string()),
             ("rules", rules.display().to_string()),
-            ("protocol", self.protocol.to_owned()),
+            // Only when not the default: a gateway built before the key existed (a
+            // `gateway#LABEL` target) still reads the configuration.
+            (
+                "protocol",
+                match self.protocol {
+                    "http1" => String::new(),
+                    other => format!("protocol = \"{other}\""),
+                },
+            ),
         ];
         write(&config, &render(GATEWAY, &values)?)?;
         let log = setup.settings.gateway_log.clone();
