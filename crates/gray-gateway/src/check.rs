@@ -182,7 +182,12 @@ fn transport(service: &crate::config::ServiceConfig) -> String {
             }
         ),
     };
-    format!("upstream: protocol {}, {tls}", t.protocol)
+    let path = if service.strip_prefix {
+        format!("/{}/x forwarded as /x", service.name)
+    } else {
+        "the path forwarded as it came (strip_prefix = false)".to_owned()
+    };
+    format!("upstream: protocol {}, {tls}, {path}", t.protocol)
 }
 
 /// `retry: …; health check: …`: how a service's requests are retried and its instances
