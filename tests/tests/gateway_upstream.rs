@@ -16,7 +16,7 @@ use gray_test_support::{
     https::{Upstream, server_config},
     tls::{Ca, Leaf},
 };
-use gray_tests::{logs, reqwest_builder};
+use gray_tests::reqwest_builder;
 
 /// Writes `instances.toml` (`gray-1` labelled gray, `base-1`; addresses as given), a rule
 /// that stains `x-tester` requests gray, and `gateway.toml` with `service` as the
@@ -109,7 +109,7 @@ async fn https_upstreams_with_the_right_ca_are_routed_by_stain() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_wrong_ca_or_a_wrong_name_is_a_502_logged_and_ejects_the_instance() {
-    let logs = logs::capture();
+    let logs = gray_test_support::logs::capture_process();
     let ca = Ca::new("upstream CA");
     let other = Ca::new("another CA");
     let by_ip = ca.issue(&Leaf::server(&["127.0.0.1"]));
@@ -140,7 +140,7 @@ async fn a_wrong_ca_or_a_wrong_name_is_a_502_logged_and_ejects_the_instance() {
         assert!(body.contains("TLS handshake failed"), "{body}");
         let address = format!("https://{}", gray.addr());
         let line = logs
-            .line(
+            .line_with(
                 &[
                     "TLS handshake with the instance failed",
                     "gray-1",

@@ -27,6 +27,8 @@ pub mod configmap;
 pub mod etcd;
 #[cfg(feature = "https")]
 pub mod https;
+#[cfg(feature = "logs")]
+pub mod logs;
 #[cfg(feature = "net")]
 pub mod net;
 #[cfg(feature = "tls")]
