@@ -3,7 +3,10 @@
 
 mod support;
 
-use std::sync::Arc;
+use std::{
+    sync::Arc,
+    time::{Duration, SystemTime},
+};
 
 use bytes::Bytes;
 use futures_util::future::join_all;
@@ -21,7 +24,7 @@ use http::Request;
 use http_body_util::{BodyExt, Empty};
 use rustls::{
     ClientConfig, RootCertStore,
-    pki_types::{CertificateDer, PrivateKeyDer, pem::PemObject},
+    pki_types::{CertificateDer, PrivateKeyDer, ServerName, pem::PemObject},
 };
 use tower::{BoxError, ServiceExt};
 
@@ -115,25 +118,41 @@ async fn https_instances_are_verified_and_alpn_picks_the_protocol() {
 }
 
 #[tokio::test]
-async fn an_untrusted_certificate_or_a_wrong_name_fails_the_handshake_unsent() {
+async fn an_untrusted_expired_or_misnamed_certificate_fails_the_handshake_unsent() {
     let ca = Ca::new("test CA");
     let other = Ca::new("another CA");
     let cert = ca.issue(&Leaf::server(&["orders.internal"]));
     let upstream = Upstream::start("a", Some(server_config(&cert, None))).await;
     let address = format!("https://{}", upstream.addr());
+    let (day, now) = (Duration::from_secs(86_400), SystemTime::now());
+    let expired =
+        ca.issue(&Leaf::server(&["orders.internal"]).with_validity(now - 30 * day, now - day));
+    let stale = Upstream::start("a", Some(server_config(&expired, None))).await;
+    let name = || -> ServerName<'static> { "orders.internal".try_into().unwrap() };
 
     let cases = [
         // Trusts another CA.
         (
-            Tls::new(client_config(&other, None))
-                .with_server_name("orders.internal".try_into().unwrap()),
+            Tls::new(client_config(&other, None)).with_server_name(name()),
+            &upstream,
             "UnknownIssuer",
         ),
         // Trusts the CA, checks a name the certificate is not for (the address's IP).
-        (Tls::new(client_config(&ca, None)), "NotValidForName"),
+        (
+            Tls::new(client_config(&ca, None)),
+            &upstream,
+            "NotValidForName",
+        ),
+        // Trusts the CA, the right name, a certificate past its end.
+        (
+            Tls::new(client_config(&ca, None)).with_server_name(name()),
+            &stale,
+            "Expired",
+        ),
     ];
-    for (tls, reason) in cases {
+    for (tls, instance, reason) in cases {
         let endpoints = Endpoints::new().with_tls(tls);
+        let address = format!("https://{}", instance.addr());
         let error = get(&endpoint(&endpoints, address.clone()), "/")
             .await
             .unwrap_err();
@@ -152,6 +171,7 @@ async fn an_untrusted_certificate_or_a_wrong_name_fails_the_handshake_unsent() {
         let unsent = Unsent::find(&*error).expect("handed back");
         assert!(unsent.take::<Request<Empty<Bytes>>>().is_some());
     }
+    assert_eq!(upstream.handshakes() + stale.handshakes(), 0);
     // With the right name, the same instance answers.
     let tls =
         Tls::new(client_config(&ca, None)).with_server_name("orders.internal".try_into().unwrap());
