@@ -96,7 +96,6 @@ async fn https_h2_instances_are_balanced_by_stain_and_an_untrusted_one_is_ejecte
         send(Stain::baseline()).await.unwrap(),
         "base-1 HTTP/2.0 /x lane=-"
     );
-    drop(send);
     let deadline = tokio::time::Instant::now() + WAIT;
     while balance.ready_len() != 2 {
         assert!(tokio::time::Instant::now() < deadline, "not ejected");
