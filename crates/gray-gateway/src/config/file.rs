@@ -60,6 +60,8 @@ fn yes() -> bool {
 #[serde(deny_unknown_fields)]
 pub(super) struct ServiceKeys {
     pub(super) pick: Option<Pick>,
+    pub(super) retry: Option<super::upstream::RetryKeys>,
+    pub(super) health_check: Option<super::upstream::HealthKeys>,
 }
 
 /// The `[etcd]` table: etcd's client settings (gray-source's `EtcdConfig`, flattened) and
