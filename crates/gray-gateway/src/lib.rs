@@ -8,6 +8,7 @@ mod admin;
 mod drain;
 mod hold;
 mod proxy;
+mod rollout;
 mod serve;
 mod upstream;
 
@@ -87,6 +88,12 @@ impl Gateway {
                         Box::new(move || balance.retries());
                     (upstream.name.to_string(), read)
                 })
+                .collect(),
+        ));
+        metrics.register_collector(rollout::LaneDurations(
+            services
+                .values()
+                .map(|upstream: &Upstream| (upstream.name.to_string(), upstream.evidence.clone()))
                 .collect(),
         ));
         let routes = Arc::new(Routes {

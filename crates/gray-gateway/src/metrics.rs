@@ -138,6 +138,12 @@ impl Metrics {
         })
     }
 
+    /// How many lanes get a label value of their own.
+    #[must_use]
+    pub fn max_lanes(&self) -> usize {
+        self.lanes.max
+    }
+
     /// Adds metrics computed at each scrape (rules, discovery).
     pub fn register_collector(&self, collector: impl Collector) {
         lock(&self.registry).register_collector(Box::new(collector));
