@@ -8,7 +8,7 @@ mod admin;
 mod drain;
 mod hold;
 mod proxy;
-mod rollout;
+pub mod rollout;
 mod serve;
 mod upstream;
 
@@ -57,8 +57,20 @@ impl Gateway {
     /// source that cannot be read, or holds an invalid file, is an error here), binds its
     /// listeners (port 0 picks a free one) and serves until [`Gateway::shutdown`].
     pub async fn start(config: Config) -> Result<Gateway, BoxError> {
+        let store = rollout::store::FileStore::new(&config.rollouts.state_dir);
+        Gateway::start_with_store(config, store).await
+    }
+
+    /// [`Gateway::start`], with the rollouts' states in `store` rather than in local files
+    /// (see [`rollout::store`]).
+    pub async fn start_with_store(
+        config: Config,
+        store: Arc<dyn rollout::store::RolloutStore>,
+    ) -> Result<Gateway, BoxError> {
         let mut watches = Vec::new();
         let rules = start_rules(&config.rules, &mut watches).await?;
+        // A rollout's rule must be a sticky-percentage rule of the rules in force.
+        config.check_rollouts(rules.load().rules())?;
         let (registry, embedded) = start_registry(&config).await?;
 
         let mut http1 = hyper::client::conn::http1::Builder::new();
@@ -96,6 +108,26 @@ impl Gateway {
                 .map(|upstream: &Upstream| (upstream.name.to_string(), upstream.evidence.clone()))
                 .collect(),
         ));
+        let mut controllers = BTreeMap::new();
+        for service in &config.services {
+            let (Some(rollout), Some(upstream)) =
+                (&service.rollout, services.get(service.name.as_str()))
+            else {
+                continue;
+            };
+            let controller = rollout::Controller::restore(
+                &service.name,
+                rollout.clone(),
+                rules.clone(),
+                upstream.evidence.clone(),
+                store.clone(),
+                config.rollouts.history,
+            )
+            .await?;
+            controllers.insert(service.name.clone(), controller);
+        }
+        let rollouts = rollout::Rollouts(Arc::new(controllers));
+        metrics.register_collector(rollouts.clone());
         let routes = Arc::new(Routes {
             services,
             timeout: config.upstream_timeout,
@@ -126,9 +158,10 @@ impl Gateway {
         let per_connection = {
             // Only the admin's explanations read the decision: not recorded per request.
             // The balancer reads the stain from the request's extensions: no task-local.
+            // A rollout reads the decision to tell its population (see `rollout`).
             let edge = edge
                 .clone()
-                .with_decision_extension(false)
+                .with_decision_extension(!rollouts.0.is_empty())
                 .with_task_local(false);
             let routes = routes.clone();
             move |peer: SocketAddr| edge.layer(Proxy::new(routes.clone())).with_peer(peer)
@@ -152,6 +185,7 @@ impl Gateway {
                     edge: edge.clone(),
                     metrics,
                     registry: registry.clone(),
+                    rollouts: rollouts.clone(),
                 });
                 let mut stopped = stopped.clone();
                 tasks.push(tokio::spawn(async move {
@@ -167,6 +201,13 @@ impl Gateway {
             }
             None => None,
         };
+        for controller in rollouts.0.values() {
+            tasks.push(tokio::spawn(
+                controller
+                    .clone()
+                    .run(config.rollouts.interval, stopped.clone()),
+            ));
+        }
         tracing::info!(%addr, admin = ?admin, services = routes.services.len(), "gateway started");
         Ok(Gateway {
             addr,
