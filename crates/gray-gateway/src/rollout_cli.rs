@@ -83,7 +83,7 @@ fn summary(v: &serde_json::Value) -> String {
         "{}: {}, weight {} % ({step}, rule {}){last}",
         v["service"].as_str().unwrap_or("?"),
         v["phase"].as_str().unwrap_or("?"),
-        v["weight"],
+        v["weight"].as_f64().map_or_else(|| "?".to_owned(), |w| w.to_string()),
         v["rule"].as_str().unwrap_or("?"),
     )
 }
