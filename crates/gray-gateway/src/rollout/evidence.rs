@@ -130,3 +130,81 @@ impl Timing {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::{convert::Infallible, net::SocketAddr};
+
+    use gray_rules::{CidrList, Format, RuleSet};
+    use gray_tower::edge::{EdgeLayer, PeerAddr};
+    use tower::{Layer, ServiceExt, service_fn};
+
+    use super::*;
+
+    const RULES: &str = r#"{"rules": [
+        {"name": "testers", "when": {"header": {"name": "x-tester", "present": true}}, "lane": "gray"},
+        {"name": "canary", "lane": "gray",
+         "when": {"path": {"prefix": "/svc/"}, "sticky": {"by": {"header": "x-user"}, "percent": 30}}}
+    ]}"#;
+
+    /// The arm the probe gives a request with `headers` on `path`, from `peer`, after the
+    /// real edge decided it.
+    async fn arm(
+        edge: &EdgeLayer,
+        probe: &Arc<Probe>,
+        path: &str,
+        headers: &[(&str, &str)],
+        peer: [u8; 4],
+    ) -> Option<Arm> {
+        let mut req = Request::get(path);
+        for (k, v) in headers {
+            req = req.header(*k, *v);
+        }
+        let mut req = req.body(()).unwrap();
+        req.extensions_mut()
+            .insert(PeerAddr(SocketAddr::from((peer, 1000))));
+        let probe = probe.clone();
+        let svc = edge.layer(service_fn(move |req: Request<()>| {
+            let sample = probe.sample(&req).map(|s| s.arm);
+            async move { Ok::<_, Infallible>(http::Response::new(sample)) }
+        }));
+        svc.oneshot(req).await.unwrap().into_body().into_inner().flatten()
+    }
+
+    #[tokio::test]
+    async fn only_the_users_the_percentage_decided_are_evidence() {
+        let rules = LiveRules::new(RuleSet::parse(RULES, Format::Json, "rules.json").unwrap());
+        let edge = EdgeLayer::new(rules.clone())
+            .with_trusted_clients(CidrList::parse(["10.0.0.0/8"]).unwrap())
+            .with_task_local(false);
+        let probe = Arc::new(Probe {
+            recorder: Arc::new(Recorder::new(1)),
+            rule: "canary".into(),
+            rules,
+        });
+        let outside = [192, 0, 2, 1];
+        let (mut gray, mut baseline) = (0, 0);
+        for i in 0..200 {
+            let user = format!("user-{i}");
+            let plain = arm(&edge, &probe, "/svc/x", &[("x-user", &user)], outside).await;
+            match plain {
+                Some(Arm::Gray) => gray += 1,
+                Some(Arm::Baseline) => baseline += 1,
+                other => panic!("{user} is of the population: {other:?}"),
+            }
+            // a tester (stained by the header rule) is no evidence, whatever its bucket
+            let tester = [("x-user", user.as_str()), ("x-tester", "1")];
+            assert_eq!(arm(&edge, &probe, "/svc/x", &tester, outside).await, None);
+            // a trusted client's own stain is no evidence either; the rules go first, so a
+            // trusted client the percentage put in gray was decided by it, and counts
+            let stained = [("x-user", user.as_str()), ("x-gray-lane", "gray")];
+            let expected = (plain == Some(Arm::Gray)).then_some(Arm::Gray);
+            assert_eq!(arm(&edge, &probe, "/svc/x", &stained, [10, 1, 2, 3]).await, expected);
+        }
+        assert!((30..90).contains(&gray), "about 30 % of 200: {gray}");
+        assert_eq!(gray + baseline, 200);
+        // another path, or no key: the percentage decided nothing
+        assert_eq!(arm(&edge, &probe, "/other/x", &[("x-user", "u")], outside).await, None);
+        assert_eq!(arm(&edge, &probe, "/svc/x", &[], outside).await, None);
+    }
+}
