@@ -241,11 +241,15 @@ impl Future for ProxyFuture {
                     // Most bodies bring their first frame with the head: nothing is held.
                     match poll_first(response.body_mut(), cx) {
                         Poll::Ready(first) => {
-                            return Poll::Ready(Ok(finish(service, lane, timing, response, tally, first)));
+                            return Poll::Ready(Ok(finish(
+                                service, lane, timing, response, tally, first,
+                            )));
                         }
                         Poll::Pending if routes.head_hold.is_zero() => {
                             let first = First::Nothing;
-                            return Poll::Ready(Ok(finish(service, lane, timing, response, tally, first)));
+                            return Poll::Ready(Ok(finish(
+                                service, lane, timing, response, tally, first,
+                            )));
                         }
                         Poll::Pending => *hold = Some(Hold::new(response, tally, routes.head_hold)),
                     }
@@ -254,7 +258,9 @@ impl Future for ProxyFuture {
                     return Poll::Ready(Ok(polled_after_completion()));
                 };
                 Poll::Ready(Ok(match std::task::ready!(held.poll(cx)) {
-                    Some((first, response, tally)) => finish(service, lane, timing, response, tally, first),
+                    Some((first, response, tally)) => {
+                        finish(service, lane, timing, response, tally, first)
+                    }
                     None => polled_after_completion(),
                 }))
             }

@@ -72,9 +72,10 @@ fn usage(message: &str) -> i32 {
 /// `orders: step, weight 5 % (step 2 of 6, rule canary); last: advance`.
 fn summary(v: &serde_json::Value) -> String {
     let steps = v["steps"].as_array().map_or(0, Vec::len);
-    let step = v["step"]
-        .as_u64()
-        .map_or_else(|| "no step".to_owned(), |s| format!("step {} of {steps}", s + 1));
+    let step = v["step"].as_u64().map_or_else(
+        || "no step".to_owned(),
+        |s| format!("step {} of {steps}", s + 1),
+    );
     let last = match v["last_transition"]["reason"]["kind"].as_str() {
         Some(kind) => format!("; last transition: {kind}"),
         None => String::new(),
@@ -83,7 +84,9 @@ fn summary(v: &serde_json::Value) -> String {
         "{}: {}, weight {} % ({step}, rule {}){last}",
         v["service"].as_str().unwrap_or("?"),
         v["phase"].as_str().unwrap_or("?"),
-        v["weight"].as_f64().map_or_else(|| "?".to_owned(), |w| w.to_string()),
+        v["weight"]
+            .as_f64()
+            .map_or_else(|| "?".to_owned(), |w| w.to_string()),
         v["rule"].as_str().unwrap_or("?"),
     )
 }
@@ -107,10 +110,18 @@ fn request(admin: &str, method: &str, path: &str) -> std::io::Result<(u16, Strin
         .nth(1)
         .and_then(|s| s.parse().ok())
         .ok_or_else(|| std::io::Error::other("no status line"))?;
-    let chunked = head
-        .lines()
-        .any(|l| l.to_ascii_lowercase().starts_with("transfer-encoding: chunked"));
-    Ok((status, if chunked { unchunk(body) } else { body.to_owned() }))
+    let chunked = head.lines().any(|l| {
+        l.to_ascii_lowercase()
+            .starts_with("transfer-encoding: chunked")
+    });
+    Ok((
+        status,
+        if chunked {
+            unchunk(body)
+        } else {
+            body.to_owned()
+        },
+    ))
 }
 
 /// The body of a chunked response.

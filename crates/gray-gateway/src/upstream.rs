@@ -28,9 +28,9 @@ use pin_project_lite::pin_project;
 use tower::{BoxError, Service, discover::Change};
 
 use crate::{
-    rollout::ServiceEvidence,
     config::ServiceConfig,
     metrics::{EndpointMetrics, Metrics},
+    rollout::ServiceEvidence,
 };
 
 /// What an endpoint knows about itself, shared by the requests it serves and by the clone

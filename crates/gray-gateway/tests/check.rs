@@ -144,7 +144,9 @@ fn a_rollout_is_checked_against_the_rules_and_its_keys() {
     // valid: printed with its keys
     let path = write(
         &dir,
-        &rollout("rule = \"10% of users\"\nsteps = [5, 50, 100]\nhold_ms = 3000\nmin_users = 20\nalpha = 0.01\n"),
+        &rollout(
+            "rule = \"10% of users\"\nsteps = [5, 50, 100]\nhold_ms = 3000\nmin_users = 20\nalpha = 0.01\n",
+        ),
         RULES,
         INSTANCES,
     );
@@ -162,20 +164,33 @@ fn a_rollout_is_checked_against_the_rules_and_its_keys() {
     assert_eq!(code, 1);
     let line = rollout("").lines().count() + 1;
     assert!(
-        err.contains(&format!("gateway.toml:{line}:")) && err.contains("services.orders.rollout.rule"),
+        err.contains(&format!("gateway.toml:{line}:"))
+            && err.contains("services.orders.rollout.rule"),
         "{err}"
     );
     // no such rule
     let path = write(&dir, &rollout("rule = \"canary\"\n"), RULES, INSTANCES);
     let (code, _, err) = check(&path);
     assert_eq!(code, 1);
-    assert!(err.contains("services.orders.rollout.rule") && err.contains("canary"), "{err}");
+    assert!(
+        err.contains("services.orders.rollout.rule") && err.contains("canary"),
+        "{err}"
+    );
 
     // a bad key and a bad value, each at its line and field
     for (table, field) in [
-        ("rule = \"10% of users\"\nhold = 3\n", "services.orders.rollout.hold"),
-        ("rule = \"10% of users\"\nsteps = [50, 10]\n", "services.orders.rollout.steps"),
-        ("rule = \"10% of users\"\nalpha = 2.0\n", "services.orders.rollout.alpha"),
+        (
+            "rule = \"10% of users\"\nhold = 3\n",
+            "services.orders.rollout.hold",
+        ),
+        (
+            "rule = \"10% of users\"\nsteps = [50, 10]\n",
+            "services.orders.rollout.steps",
+        ),
+        (
+            "rule = \"10% of users\"\nalpha = 2.0\n",
+            "services.orders.rollout.alpha",
+        ),
     ] {
         let path = write(&dir, &rollout(table), RULES, INSTANCES);
         let (code, _, err) = check(&path);

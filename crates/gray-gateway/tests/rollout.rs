@@ -56,9 +56,7 @@ async fn upstream(name: &'static str) -> (SocketAddr, Upstream) {
     };
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
-    let app = axum::Router::new()
-        .fallback(answer)
-        .with_state(up.clone());
+    let app = axum::Router::new().fallback(answer).with_state(up.clone());
     tokio::spawn(async move { axum::serve(listener, app).await });
     (addr, up)
 }
@@ -145,7 +143,10 @@ async fn wait_for(gateway: &Gateway, bound: Duration, done: impl Fn(&Value) -> b
         if done(&view) {
             return view;
         }
-        assert!(Instant::now() < deadline, "not reached within {bound:?}: {view:#}");
+        assert!(
+            Instant::now() < deadline,
+            "not reached within {bound:?}: {view:#}"
+        );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
@@ -211,11 +212,19 @@ async fn a_healthy_gray_is_promoted() {
     )
     .await;
     let (status, view) = admin(&s.gateway, "GET", "/rollouts/svc").await;
-    assert_eq!((status, view["phase"].as_str()), (200, Some("pending")), "{view}");
+    assert_eq!(
+        (status, view["phase"].as_str()),
+        (200, Some("pending")),
+        "{view}"
+    );
     let stop = Arc::new(AtomicBool::new(false));
     let (seen, tasks) = load(&s.gateway, 400, 8, false, stop.clone());
     let (status, view) = admin(&s.gateway, "POST", "/rollouts/svc").await;
-    assert_eq!((status, view["weight"].as_f64()), (200, Some(10.0)), "{view}");
+    assert_eq!(
+        (status, view["weight"].as_f64()),
+        (200, Some(10.0)),
+        "{view}"
+    );
 
     let view = wait_for(&s.gateway, Duration::from_secs(60), |v| {
         v["phase"] == "promoted" || v["phase"] == "rolled_back"
@@ -239,8 +248,21 @@ async fn a_healthy_gray_is_promoted() {
     let (seen2, tasks) = load(&s.gateway, 50, 2, false, stop.clone());
     wait_until_seen(&seen2, 100).await;
     stop_load(&stop, tasks).await;
-    assert!(seen2.0.lock().unwrap().iter().all(|(_, _, by)| by == "gray-1"));
-    assert!(seen.0.lock().unwrap().iter().all(|(_, status, _)| *status == 200));
+    assert!(
+        seen2
+            .0
+            .lock()
+            .unwrap()
+            .iter()
+            .all(|(_, _, by)| by == "gray-1")
+    );
+    assert!(
+        seen.0
+            .lock()
+            .unwrap()
+            .iter()
+            .all(|(_, status, _)| *status == 200)
+    );
     let metrics = text(&s.gateway, "/metrics").await;
     for line in [
         r#"gray_gateway_rollout_transitions_total{service="svc",from="step",to="promoted",reason="complete"} 1"#,
@@ -258,7 +280,10 @@ async fn a_healthy_gray_is_promoted() {
 async fn wait_until_seen(seen: &Seen, n: usize) {
     let deadline = Instant::now() + Duration::from_secs(30);
     while seen.0.lock().unwrap().len() < n {
-        assert!(Instant::now() < deadline, "the load made fewer than {n} requests");
+        assert!(
+            Instant::now() < deadline,
+            "the load made fewer than {n} requests"
+        );
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
 }
@@ -274,7 +299,10 @@ async fn settled(gateway: &Gateway) -> Value {
         if now["evidence"] == last["evidence"] && now["version"] != last["version"] {
             return now;
         }
-        assert!(Instant::now() < deadline, "the evidence never settled: {now:#}");
+        assert!(
+            Instant::now() < deadline,
+            "the evidence never settled: {now:#}"
+        );
         last = now;
     }
 }
@@ -333,7 +361,11 @@ async fn a_gray_failing_5_percent_is_rolled_back_and_no_baseline_user_sees_it() 
     }
     assert!(seen.iter().any(|(_, status, _)| *status == 500));
     // weight 0: the last requests all went to baseline
-    assert!(seen[seen.len() - 100..].iter().all(|(_, _, by)| by == "base-1"));
+    assert!(
+        seen[seen.len() - 100..]
+            .iter()
+            .all(|(_, _, by)| by == "base-1")
+    );
     assert!(s.base.count.load(Ordering::Relaxed) > 0);
     s.gateway.shutdown().await;
 }
@@ -373,8 +405,14 @@ async fn a_shared_dependency_failing_both_lanes_rolls_nothing_back() {
     )
     .await;
     // both lanes' errors are in the evidence
-    assert!(view["evidence"]["errors"]["gray"].as_u64().unwrap() > 0, "{view:#}");
-    assert!(view["evidence"]["errors"]["baseline"].as_u64().unwrap() > 0, "{view:#}");
+    assert!(
+        view["evidence"]["errors"]["gray"].as_u64().unwrap() > 0,
+        "{view:#}"
+    );
+    assert!(
+        view["evidence"]["errors"]["baseline"].as_u64().unwrap() > 0,
+        "{view:#}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -387,8 +425,15 @@ async fn testers_by_header_meeting_a_failing_gray_are_no_evidence() {
     )
     .await;
     // the testers' 500s are not in the evidence; the sampled users' requests are
-    assert_eq!(view["evidence"]["errors"]["gray"].as_u64(), Some(0), "{view:#}");
-    assert!(view["evidence"]["requests"]["gray"].as_u64().unwrap() > 0, "{view:#}");
+    assert_eq!(
+        view["evidence"]["errors"]["gray"].as_u64(),
+        Some(0),
+        "{view:#}"
+    );
+    assert!(
+        view["evidence"]["requests"]["gray"].as_u64().unwrap() > 0,
+        "{view:#}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -401,7 +446,10 @@ async fn a_manual_abort_a_restart_and_the_cli() {
     // errors as JSON with a reason
     let (status, body) = admin(&s.gateway, "POST", "/rollouts/svc/pause").await;
     assert_eq!(status, 409, "{body}");
-    assert!(body["error"].as_str().unwrap().contains("pending"), "{body}");
+    assert!(
+        body["error"].as_str().unwrap().contains("pending"),
+        "{body}"
+    );
     let (status, body) = admin(&s.gateway, "GET", "/rollouts/nope").await;
     assert_eq!(status, 404, "{body}");
     let (status, _) = admin(&s.gateway, "POST", "/rollouts/svc/jump").await;
@@ -427,8 +475,14 @@ async fn a_manual_abort_a_restart_and_the_cli() {
     assert!(out.contains("svc: step, weight 20 %"), "{out}");
     let stop = Arc::new(AtomicBool::new(false));
     let (seen, tasks) = load(&s.gateway, 400, 6, false, stop.clone());
-    let paused = wait_for(&s.gateway, Duration::from_secs(60), |v| v["phase"] == "paused").await;
-    assert_eq!(paused["last_transition"]["reason"]["kind"], "gate", "{paused:#}");
+    let paused = wait_for(&s.gateway, Duration::from_secs(60), |v| {
+        v["phase"] == "paused"
+    })
+    .await;
+    assert_eq!(
+        paused["last_transition"]["reason"]["kind"], "gate",
+        "{paused:#}"
+    );
     stop_load(&stop, tasks).await;
     assert!(!seen.0.lock().unwrap().is_empty());
     let (code, _, err) = cli(&["promote", "nope"]);
@@ -461,7 +515,13 @@ async fn a_manual_abort_a_restart_and_the_cli() {
     };
     assert_eq!(code, Some(0));
     assert!(out.contains("svc: rolled_back, weight 0 %"), "{out}");
-    let percent = gateway.rules().load().rules().sticky_rule("canary").unwrap().percent();
+    let percent = gateway
+        .rules()
+        .load()
+        .rules()
+        .sticky_rule("canary")
+        .unwrap()
+        .percent();
     assert_eq!(percent, 0.0);
     let (status, _) = admin(&gateway, "POST", "/rollouts/svc/abort").await;
     assert_eq!(status, 409);

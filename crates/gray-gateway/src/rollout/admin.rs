@@ -31,7 +31,12 @@ async fn list(State(rollouts): State<Rollouts>) -> Response {
     let all: serde_json::Map<String, serde_json::Value> = rollouts
         .0
         .iter()
-        .map(|(name, c)| (name.clone(), serde_json::to_value(c.view()).unwrap_or_default()))
+        .map(|(name, c)| {
+            (
+                name.clone(),
+                serde_json::to_value(c.view()).unwrap_or_default(),
+            )
+        })
         .collect();
     Json(serde_json::json!({ "rollouts": all })).into_response()
 }
@@ -39,7 +44,9 @@ async fn list(State(rollouts): State<Rollouts>) -> Response {
 fn unknown(service: &str) -> Response {
     error(
         StatusCode::NOT_FOUND,
-        format!("no rollout is configured for `{service}` (a `[services.{service}.rollout]` table)"),
+        format!(
+            "no rollout is configured for `{service}` (a `[services.{service}.rollout]` table)"
+        ),
     )
 }
 

@@ -14,9 +14,7 @@ use std::{
     time::{Duration, SystemTime},
 };
 
-use gray_rollout::{
-    Phase, Recorder, Rollout, RolloutConfig, Transition, machine::EvidenceSummary,
-};
+use gray_rollout::{Phase, Recorder, Rollout, RolloutConfig, Transition, machine::EvidenceSummary};
 use gray_tower::edge::LiveRules;
 use serde::Serialize;
 use tokio::sync::{Mutex as AsyncMutex, watch};
@@ -338,7 +336,11 @@ impl Controller {
     }
 
     /// Looks every `interval` until `stopped`.
-    pub(crate) async fn run(self: Arc<Self>, interval: Duration, mut stopped: watch::Receiver<bool>) {
+    pub(crate) async fn run(
+        self: Arc<Self>,
+        interval: Duration,
+        mut stopped: watch::Receiver<bool>,
+    ) {
         let mut ticker = tokio::time::interval(interval);
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {

@@ -168,7 +168,12 @@ mod tests {
             let sample = probe.sample(&req).map(|s| s.arm);
             async move { Ok::<_, Infallible>(http::Response::new(sample)) }
         }));
-        svc.oneshot(req).await.unwrap().into_body().into_inner().flatten()
+        svc.oneshot(req)
+            .await
+            .unwrap()
+            .into_body()
+            .into_inner()
+            .flatten()
     }
 
     #[tokio::test]
@@ -199,12 +204,18 @@ mod tests {
             // trusted client the percentage put in gray was decided by it, and counts
             let stained = [("x-user", user.as_str()), ("x-gray-lane", "gray")];
             let expected = (plain == Some(Arm::Gray)).then_some(Arm::Gray);
-            assert_eq!(arm(&edge, &probe, "/svc/x", &stained, [10, 1, 2, 3]).await, expected);
+            assert_eq!(
+                arm(&edge, &probe, "/svc/x", &stained, [10, 1, 2, 3]).await,
+                expected
+            );
         }
         assert!((30..90).contains(&gray), "about 30 % of 200: {gray}");
         assert_eq!(gray + baseline, 200);
         // another path, or no key: the percentage decided nothing
-        assert_eq!(arm(&edge, &probe, "/other/x", &[("x-user", "u")], outside).await, None);
+        assert_eq!(
+            arm(&edge, &probe, "/other/x", &[("x-user", "u")], outside).await,
+            None
+        );
         assert_eq!(arm(&edge, &probe, "/svc/x", &[], outside).await, None);
     }
 }

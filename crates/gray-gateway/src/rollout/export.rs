@@ -53,12 +53,14 @@ impl Collector for LaneDurations {
                     service: service.clone(),
                     lane: lane.lane.clone(),
                 };
-                family.encode_family(&labels)?.encode_histogram::<NoLabelSet>(
-                    lane.latency.sum().as_secs_f64(),
-                    lane.latency.count(),
-                    &buckets,
-                    None,
-                )?;
+                family
+                    .encode_family(&labels)?
+                    .encode_histogram::<NoLabelSet>(
+                        lane.latency.sum().as_secs_f64(),
+                        lane.latency.count(),
+                        &buckets,
+                        None,
+                    )?;
             }
         }
         Ok(())

@@ -151,8 +151,7 @@ impl FileStore {
     }
 
     fn write(&self, path: &Path, stored: &Stored) -> Result<(), StoreError> {
-        std::fs::create_dir_all(&self.dir)
-            .map_err(|e| format!("{}: {e}", self.dir.display()))?;
+        std::fs::create_dir_all(&self.dir).map_err(|e| format!("{}: {e}", self.dir.display()))?;
         let tmp = path.with_extension(format!("json.{}.tmp", std::process::id()));
         let write = || -> std::io::Result<()> {
             let mut file = std::fs::File::create(&tmp)?;
@@ -239,7 +238,8 @@ mod tests {
 
     #[tokio::test]
     async fn a_state_round_trips_and_stale_versions_lose() {
-        let dir = std::env::temp_dir().join(format!("gray-store-{}-{}", std::process::id(), line!()));
+        let dir =
+            std::env::temp_dir().join(format!("gray-store-{}-{}", std::process::id(), line!()));
         let store = FileStore::new(&dir);
         assert_eq!(store.load("orders").await.unwrap(), None);
         let mut rollout = Rollout::new(RolloutConfig::new("canary")).unwrap();
@@ -247,24 +247,51 @@ mod tests {
         let state = rollout.state().clone();
         let mut watch = store.watch("orders");
 
-        assert_eq!(store.save("orders", &state, None, Fence::Leader).await.unwrap(), Saved::Won(1));
-        assert_eq!(watch.borrow_and_update().as_ref().map(|s| s.version), Some(1));
+        assert_eq!(
+            store
+                .save("orders", &state, None, Fence::Leader)
+                .await
+                .unwrap(),
+            Saved::Won(1)
+        );
+        assert_eq!(
+            watch.borrow_and_update().as_ref().map(|s| s.version),
+            Some(1)
+        );
         // a writer that did not see version 1 loses, and is told what is there
-        let lost = store.save("orders", &state, None, Fence::Leader).await.unwrap();
-        assert!(matches!(&lost, Saved::Lost(Some(s)) if s.version == 1), "{lost:?}");
-        assert_eq!(store.save("orders", &state, Some(1), Fence::Any).await.unwrap(), Saved::Won(2));
+        let lost = store
+            .save("orders", &state, None, Fence::Leader)
+            .await
+            .unwrap();
+        assert!(
+            matches!(&lost, Saved::Lost(Some(s)) if s.version == 1),
+            "{lost:?}"
+        );
+        assert_eq!(
+            store
+                .save("orders", &state, Some(1), Fence::Any)
+                .await
+                .unwrap(),
+            Saved::Won(2)
+        );
 
         // another store on the same folder (a restart) reads the same state back
         let again = FileStore::new(&dir).load("orders").await.unwrap().unwrap();
         assert_eq!((again.version, &again.state), (2, &state));
         // no temporary file is left behind
-        let names: Vec<_> = std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().file_name()).collect();
+        let names: Vec<_> = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
         assert_eq!(names, ["orders.rollout.json"]);
 
         // a damaged file is an error naming it, never a fresh start
         std::fs::write(store.path("orders"), "{").unwrap();
         let err = store.load("orders").await.unwrap_err().to_string();
-        assert!(err.contains("orders.rollout.json") && err.contains("not a rollout state"), "{err}");
+        assert!(
+            err.contains("orders.rollout.json") && err.contains("not a rollout state"),
+            "{err}"
+        );
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

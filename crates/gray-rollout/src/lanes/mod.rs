@@ -244,7 +244,10 @@ mod tests {
     #[test]
     fn lanes_beyond_the_cap_are_other_and_slots_are_stable() {
         let stats = LaneStats::new(2);
-        let lanes: Vec<Lane> = ["a", "b", "c"].iter().map(|l| Lane::new(l).unwrap()).collect();
+        let lanes: Vec<Lane> = ["a", "b", "c"]
+            .iter()
+            .map(|l| Lane::new(l).unwrap())
+            .collect();
         let slots: Vec<Slot> = lanes.iter().map(|l| stats.slot(Some(l))).collect();
         assert_eq!(slots, [Slot(2), Slot(3), Slot(OTHER)]);
         assert_eq!(stats.slot(Some(&lanes[1])), Slot(3));
@@ -256,10 +259,18 @@ mod tests {
         }
         stats.record(None, Outcome::of_status(500), Duration::from_secs(20));
         let snapshot = stats.snapshot();
-        let labels: Vec<_> = snapshot.iter().map(|s| (s.lane.as_str(), s.requests, s.bad)).collect();
+        let labels: Vec<_> = snapshot
+            .iter()
+            .map(|s| (s.lane.as_str(), s.requests, s.bad))
+            .collect();
         assert_eq!(
             labels,
-            [("baseline", 1, 1), ("a", 1, 0), ("b", 2, 0), ("other", 3, 0)]
+            [
+                ("baseline", 1, 1),
+                ("a", 1, 0),
+                ("b", 2, 0),
+                ("other", 3, 0)
+            ]
         );
         // 20 s: only in +Inf
         let buckets = snapshot[0].buckets();

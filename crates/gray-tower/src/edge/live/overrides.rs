@@ -58,8 +58,11 @@ impl Writer {
         let mut rules = loaded.clone();
         for o in self.overrides.values_mut() {
             let source = loaded.sticky_rule(&o.rule).map(|s| s.percent());
-            let applied = source
-                .and_then(|p| rules.with_sticky_percent(&o.rule, o.percent).map(|r| (p, r)));
+            let applied = source.and_then(|p| {
+                rules
+                    .with_sticky_percent(&o.rule, o.percent)
+                    .map(|r| (p, r))
+            });
             match applied {
                 Ok((source, with)) => {
                     if reloaded && o.source_percent != Some(source) {
@@ -247,7 +250,11 @@ mod tests {
 
     fn percent(live: &LiveRules) -> Option<f64> {
         let rules = live.load();
-        rules.rules().sticky_rule("canary").ok().map(|s| s.percent())
+        rules
+            .rules()
+            .sticky_rule("canary")
+            .ok()
+            .map(|s| s.percent())
     }
 
     #[test]
@@ -273,7 +280,10 @@ mod tests {
             Revision::Manual(3),
         );
         assert_eq!(percent(&live), Some(25.0));
-        assert_eq!(live.percent_override("canary").unwrap().source_percent, Some(3.0));
+        assert_eq!(
+            live.percent_override("canary").unwrap().source_percent,
+            Some(3.0)
+        );
 
         // a version without the rule: in force as it is, the override waits for the rule
         live.apply(r#"{"rules":[]}"#, Format::Json, "v4", Revision::Manual(4))
