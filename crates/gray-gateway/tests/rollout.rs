@@ -346,7 +346,7 @@ async fn a_gray_failing_5_percent_is_rolled_back_and_no_baseline_user_sees_it() 
     wait_until_seen(&seen, after + 500).await;
     stop_load(&stop, tasks).await;
 
-    let seen = seen.0.lock().unwrap();
+    let seen = std::mem::take(&mut *seen.0.lock().unwrap());
     // errors came from gray only, and only to users gray served
     let gray_users: HashSet<u32> = seen
         .iter()

@@ -313,7 +313,7 @@ impl Controller {
         {
             Ok(Saved::Won(version)) => self.lock_view().version = Some(version),
             Ok(Saved::Lost(current)) => {
-                let Some(current) = current else {
+                let Some(current) = current.map(|c| *c) else {
                     self.lock_view().version = None;
                     return;
                 };

@@ -1,11 +1,34 @@
 //! Where a rollout's state lives, and what gateways that share a rollout tell each other:
 //! [`RolloutStore`], and [`FileStore`], one gateway's local files.
 //!
-//! The controller ([`super::controller`]) decides who looks and who transitions; a store
+//! The gateway's controller (`src/rollout/controller.rs`) decides who looks and who transitions; a store
 //! only keeps and fences. With several gateways (etcd, issue 20 item 6) a store also
 //! carries every gateway's cumulative [`Report`] to the leader, says whether this gateway
 //! leads, and how fresh its contact with the shared store is, for the rule that a gateway
 //! cut off holds its weight for a bounded time and then drops it to 0.
+//!
+//! ```
+//! use gray_gateway::rollout::store::{Fence, FileStore, RolloutStore, Saved};
+//! use gray_rollout::{Rollout, RolloutConfig};
+//!
+//! # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
+//! let dir = std::env::temp_dir().join(format!("gray-store-doc-{}", std::process::id()));
+//! let store = FileStore::new(&dir);
+//! let mut rollout = Rollout::new(RolloutConfig::new("canary")).unwrap();
+//! rollout.start(std::time::Duration::from_secs(1)).unwrap();
+//!
+//! // the first save expects nothing stored; the next one names the version it saw
+//! let saved = store.save("orders", rollout.state(), None, Fence::Leader).await.unwrap();
+//! assert_eq!(saved, Saved::Won(1));
+//! let stale = store.save("orders", rollout.state(), None, Fence::Leader).await.unwrap();
+//! assert!(matches!(stale, Saved::Lost(Some(_))));
+//!
+//! // a restart reads it back
+//! let back = FileStore::new(&dir).load("orders").await.unwrap().unwrap();
+//! assert_eq!((back.version, &back.state), (1, rollout.state()));
+//! # std::fs::remove_dir_all(&dir).unwrap();
+//! # });
+//! ```
 
 use std::{
     io::Write,
@@ -48,7 +71,7 @@ pub enum Saved {
     Won(u64),
     /// Not written: the stored version was not the expected one, or the fence did not
     /// hold. What the store has now, for the caller to adopt.
-    Lost(Option<Stored>),
+    Lost(Option<Box<Stored>>),
 }
 
 /// How fresh the store's contact is.
@@ -188,7 +211,7 @@ impl RolloutStore for FileStore {
             let path = self.path(service);
             let current = Self::read(&path)?;
             if current.as_ref().map(|s| s.version) != expected {
-                return Ok(Saved::Lost(current));
+                return Ok(Saved::Lost(current.map(Box::new)));
             }
             let stored = Stored {
                 version: expected.map_or(1, |v| v + 1),

@@ -297,7 +297,7 @@ mod tests {
                 let stats = stats.clone();
                 std::thread::spawn(move || {
                     for i in 0..400 {
-                        let lane = Lane::new(&format!("l{}", (i + t) % 6)).unwrap();
+                        let lane = Lane::new(format!("l{}", (i + t) % 6)).unwrap();
                         stats.record(Some(&lane), Outcome::Ok, Duration::from_millis(1));
                     }
                 })
