@@ -370,7 +370,8 @@ async fn a_gray_failing_5_percent_is_rolled_back_and_no_baseline_user_sees_it() 
     s.gateway.shutdown().await;
 }
 
-/// Runs `requests` requests of the load and asserts the rollout never rolled back.
+/// Runs 4,000 requests of the load and asserts the rollout never rolled back (α = 0.001:
+/// the chance that this fails for a healthy gray is at most 0.1 %).
 async fn no_rollback(rollout: &str, tag: &str, tester: bool, both: bool) -> Value {
     let s = setup(tag, rollout).await;
     admin(&s.gateway, "POST", "/rollouts/svc").await;
@@ -398,7 +399,7 @@ async fn no_rollback(rollout: &str, tag: &str, tester: bool, both: bool) -> Valu
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_shared_dependency_failing_both_lanes_rolls_nothing_back() {
     let view = no_rollback(
-        "steps = [50, 100]\nhold_ms = 600000\nmin_users = 10\n",
+        "steps = [50, 100]\nhold_ms = 600000\nmin_users = 10\nalpha = 0.001\n",
         "rollout-shared",
         false,
         true,
@@ -418,7 +419,7 @@ async fn a_shared_dependency_failing_both_lanes_rolls_nothing_back() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn testers_by_header_meeting_a_failing_gray_are_no_evidence() {
     let view = no_rollback(
-        "steps = [50, 100]\nhold_ms = 600000\nmin_users = 10\n",
+        "steps = [50, 100]\nhold_ms = 600000\nmin_users = 10\nalpha = 0.001\n",
         "rollout-testers",
         true,
         false,

@@ -39,10 +39,13 @@ fn bench(c: &mut Criterion) {
         })
     });
     group.bench_function("layer", |b| {
-        let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
-        let mut svc = RecordLanesLayer::new(stats.clone()).layer(service_fn(
-            |_: http::Request<()>| async { Ok::<_, Infallible>(http::Response::new(())) },
-        ));
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        let mut svc =
+            RecordLanesLayer::new(stats.clone()).layer(service_fn(|_: http::Request<()>| async {
+                Ok::<_, Infallible>(http::Response::new(()))
+            }));
         b.iter(|| {
             rt.block_on(async {
                 let svc = svc.ready().await.unwrap();
