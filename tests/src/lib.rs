@@ -8,13 +8,21 @@ use std::net::SocketAddr;
 use axum::{Router, http::HeaderMap};
 use tokio::{net::TcpListener, task::JoinHandle};
 
+pub mod load;
 pub mod logs;
+pub mod process;
 pub mod route;
 
 /// The gRPC test protocol (`proto/chain.proto`).
 #[allow(missing_docs, unreachable_pub, clippy::all)]
 pub mod proto {
     tonic::include_proto!("chain");
+
+    /// gRPC's health checking protocol (`proto/health.proto`).
+    #[allow(missing_docs, unreachable_pub, clippy::all, clippy::must_use_candidate)]
+    pub mod health {
+        tonic::include_proto!("grpc.health.v1");
+    }
 }
 
 /// A server running on a loopback port; stopped when dropped.

@@ -17,7 +17,7 @@ use std::{
 };
 
 use arc_swap::ArcSwap;
-use futures_util::task::AtomicWaker;
+use futures_util::{StreamExt, stream::FuturesUnordered, task::AtomicWaker};
 use gray_core::{Labelled, backoff::Backoff};
 use gray_policy::Policy;
 use tokio::{
@@ -30,9 +30,13 @@ use tower::{
 };
 
 use crate::{
+    health::{Probe, ProbeFuture},
     index::{Entry, Index, Snapshot, State},
     meter::{Event, Feedback, Id, Meter},
 };
+
+/// A probe under way, for the endpoint `Id`.
+type Probing = Pin<Box<dyn Future<Output = (Id, Result<(), BoxError>)> + Send>>;
 
 /// Changes applied per poll before the task publishes and yields to others.
 const BUDGET: usize = 1024;
@@ -83,6 +87,9 @@ pub struct Driver<D: Discover> {
     /// Readmissions due, earliest first.
     readmit: BinaryHeap<Reverse<(Instant, Id)>>,
     timer: Option<Pin<Box<Sleep>>>,
+    /// How endpoints are checked before they come back, and the checks under way.
+    probe: Probe,
+    probes: FuturesUnordered<Probing>,
 }
 
 // The driver is never pinned in place: the stream it polls is boxed.
@@ -96,6 +103,7 @@ impl<D: Discover> fmt::Debug for Driver<D> {
             .field("service", &self.service)
             .field("ended", &self.ended)
             .field("readmissions", &self.readmit.len())
+            .field("probes", &self.probes.len())
             .finish_non_exhaustive()
     }
 }
@@ -105,6 +113,7 @@ pub(crate) struct Parts<K, S> {
     pub(crate) service: Arc<str>,
     pub(crate) policy: Policy,
     pub(crate) ejection: Backoff,
+    pub(crate) probe: Probe,
     pub(crate) feedback: Arc<Feedback>,
     pub(crate) events: UnboundedReceiver<Event>,
     pub(crate) published: Arc<ArcSwap<Snapshot<K, S>>>,
@@ -139,6 +148,8 @@ where
             closing: closing.clone(),
             readmit: BinaryHeap::new(),
             timer: None,
+            probe: parts.probe,
+            probes: FuturesUnordered::new(),
         };
         let mut cx = Context::from_waker(Waker::noop());
         // Bounded, should the stream never say `Pending`.
@@ -248,8 +259,8 @@ where
         self.index.set_state(id, to)
     }
 
-    /// Readmits endpoints whose time is up and arms the timer for the next; `true` when
-    /// any came back.
+    /// Readmits endpoints whose time is up, or starts their probes, and arms the timer
+    /// for the next; `true` when any came back.
     fn poll_readmissions(&mut self, cx: &mut Context<'_>) -> bool {
         let mut changed = false;
         loop {
@@ -259,12 +270,19 @@ where
                     break;
                 }
                 self.readmit.pop();
-                if let Some(entry) = self.index.entry(id).cloned() {
-                    entry.meter.readmitted();
-                    if self.index.set_state(id, State::Ready) {
-                        tracing::debug!(target: "gray::balance", service = %self.service, endpoint = ?entry.key, "endpoint readmitted");
-                        changed = true;
+                let Some(entry) = self.index.entry(id).cloned() else {
+                    continue;
+                };
+                let probe = entry
+                    .service
+                    .origin()
+                    .and_then(|origin| self.probe.start(origin));
+                match probe {
+                    Some(probe) => {
+                        tracing::debug!(target: "gray::balance", service = %self.service, endpoint = ?entry.key, check = ?self.probe.check(), "probing an ejected endpoint");
+                        self.probes.push(Box::pin(probe_of(id, probe)));
                     }
+                    None => changed |= self.readmit(id, &entry, "its backoff is over"),
                 }
             }
             let Some(&Reverse((next, _))) = self.readmit.peek() else {
@@ -277,6 +295,49 @@ where
         }
     }
 
+    /// Brings `id` back into its subsets; `true` when it was out.
+    fn readmit(&mut self, id: Id, entry: &Entry<D::Key, D::Service>, why: &str) -> bool {
+        entry.meter.readmitted();
+        let back = self.index.set_state(id, State::Ready);
+        if back {
+            tracing::debug!(target: "gray::balance", service = %self.service, endpoint = ?entry.key, "endpoint readmitted: {why}");
+        }
+        back
+    }
+
+    /// Applies the probes that finished: a pass readmits, a failure keeps the endpoint
+    /// out for the next, longer delay. `(changed, delayed)`: whether any came back, and
+    /// whether any readmission was scheduled (its timer is not armed yet).
+    fn poll_probes(&mut self, cx: &mut Context<'_>) -> (bool, bool) {
+        let mut changed = false;
+        let mut delayed = false;
+        while let Poll::Ready(Some((id, result))) = self.probes.poll_next_unpin(cx) {
+            // Removed or replaced meanwhile: nothing to do.
+            let Some(entry) = self.index.entry(id).cloned() else {
+                continue;
+            };
+            match result {
+                Ok(()) => changed |= self.readmit(id, &entry, "its probe passed"),
+                Err(e) => {
+                    let streak = entry.meter.ejected();
+                    let delay = self.ejection.delay(streak);
+                    tracing::debug!(
+                        target: "gray::balance",
+                        service = %self.service,
+                        endpoint = ?entry.key,
+                        error = %e,
+                        for_ = ?delay,
+                        streak,
+                        "probe failed; the endpoint stays out",
+                    );
+                    self.readmit.push(Reverse((Instant::now() + delay, id)));
+                    delayed = true;
+                }
+            }
+        }
+        (changed, delayed)
+    }
+
     /// Ends the rest of a failing discovery stream when its time is up.
     fn poll_retry(&mut self, cx: &mut Context<'_>) {
         let Some(at) = self.retry_at else {
@@ -287,6 +348,11 @@ where
             self.retry_timer = None;
         }
     }
+}
+
+/// The probe of endpoint `id`, yielding its id with its outcome.
+async fn probe_of(id: Id, probe: ProbeFuture) -> (Id, Result<(), BoxError>) {
+    (id, probe.await)
 }
 
 /// Polls `timer`, (re)armed for `at`.
@@ -337,7 +403,17 @@ where
                 _ => break,
             }
         }
-        changed |= this.poll_readmissions(cx);
+        // Readmissions start probes, which are polled at once (a refused connection
+        // fails on the spot); a failed probe schedules a readmission, whose timer the
+        // next round arms.
+        loop {
+            changed |= this.poll_readmissions(cx);
+            let (back, delayed) = this.poll_probes(cx);
+            changed |= back;
+            if !delayed {
+                break;
+            }
+        }
         if changed {
             this.publish();
         }

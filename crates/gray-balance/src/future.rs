@@ -118,9 +118,9 @@ where
                     if let Some(mut ticket) = this.ticket.take() {
                         let completion = match &result {
                             Ok(_) => Completion::Success,
-                            Err(e) => Completion::Failed {
-                                connection: (ticket.meter().feedback().classify)(&**e),
-                            },
+                            Err(e) => {
+                                Completion::Failed((ticket.meter().feedback().classify)(&**e))
+                            }
                         };
                         ticket.finish(completion);
                     }

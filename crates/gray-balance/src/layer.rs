@@ -10,7 +10,8 @@ use tower_layer::Layer;
 
 use crate::{
     Driver, Pick, RecordRouted,
-    health::{Classifier, Ejection},
+    health::{Classifier, Ejection, Probe},
+    retry::RetryPolicy,
     service::{Balance, Config},
     strategy::{Chooser, Strategy},
 };
@@ -18,10 +19,10 @@ use crate::{
 /// Builds a [`Balance`] over a discover stream: `layer.layer(discover)`.
 ///
 /// Holds the target service's name, its [`Policy`], how to pick among ready endpoints (a
-/// [`Strategy`], built-in by [`Pick`] or your own), when to [eject](Ejection) endpoints,
-/// how to recognise a connection error
-/// ([`Classifier`]) and which requests record how they were routed ([`RecordRouted`]).
-/// The `with_*` setters may come in any order.
+/// [`Strategy`], built-in by [`Pick`] or your own), when to [eject](Ejection) endpoints
+/// and how to [probe](Probe) them before they come back, how to read an endpoint's
+/// error ([`Classifier`]), when to [retry](RetryPolicy) and which requests record how
+/// they were routed ([`RecordRouted`]). The `with_*` setters may come in any order.
 #[derive(Clone)]
 pub struct BalanceLayer {
     config: Config,
@@ -37,7 +38,8 @@ impl fmt::Debug for BalanceLayer {
 
 impl BalanceLayer {
     /// A layer for calls to `service` routed by `policy`, with Peak-EWMA p2c, the
-    /// default [`Ejection`] and [`is_connection_error`](crate::health::is_connection_error).
+    /// default [`Ejection`], the connect [`Probe`], [`classify`](crate::health::classify)
+    /// and the default [`RetryPolicy`].
     pub fn new(service: impl AsRef<str>, policy: Policy) -> Self {
         BalanceLayer {
             config: Config::new(service.as_ref(), policy),
@@ -71,10 +73,28 @@ impl BalanceLayer {
         self
     }
 
-    /// How to recognise a connection error.
+    /// How to read an endpoint's error: where the request failed
+    /// ([`Failure`](crate::health::Failure)).
     #[must_use]
     pub fn with_classifier(mut self, classify: Classifier) -> Self {
         self.config.classify = classify;
+        self
+    }
+
+    /// How an ejected endpoint is checked before it comes back (default: a TCP connect to
+    /// its address); see [`health`](crate::health), "Re-admission".
+    #[must_use]
+    pub fn with_probe(mut self, probe: Probe) -> Self {
+        self.config.probe = probe;
+        self
+    }
+
+    /// When the [`Retry`](crate::retry::Retry) services and the reqwest routing over the
+    /// balancer retry, and their budget (default: [`RetryPolicy::default`]); see
+    /// [`retry`](crate::retry).
+    #[must_use]
+    pub fn with_retry(mut self, retry: RetryPolicy) -> Self {
+        self.config.retry = retry;
         self
     }
 

@@ -81,10 +81,23 @@
 //! `n` requests. A strategy of your own gets probing unless its
 //! [`probes`](Strategy::probes) says no.
 //!
-//! # Passive health
+//! # Passive health and re-admission
 //!
-//! Consecutive connection errors eject an endpoint for a growing backoff; ejected
-//! endpoints count as absent for the fallback. See [`health`].
+//! Consecutive connection errors eject an endpoint for a growing backoff, and one refused
+//! connection ejects it at once; ejected endpoints count as absent for the fallback. An
+//! ejected endpoint comes back once a [probe](health::Probe) run by the driver passes (a
+//! TCP connect by default, or an HTTP or gRPC health check), not through a user's request.
+//! See [`health`].
+//!
+//! # Retries
+//!
+//! [`retry::Retry`] (a layer over a balancer of HTTP endpoints) and the reqwest routing
+//! send a request that an instance could not take to another instance of the same walk:
+//! any request that was not sent at all (a refused connection), an idempotent one whose
+//! connection broke before its response head, under a budget (20 % of the requests of
+//! 10 s, plus 10 per second, by default; [`BalanceLayer::with_retry`]). A request that is
+//! not copied costs nothing more (no allocation); an idempotent one is copied before it is
+//! sent. See [`retry`].
 //!
 //! # Explanation
 //!
@@ -98,10 +111,12 @@
 //!
 //! | feature | default | what it adds |
 //! |---|---|---|
-//! | `hyper-util` | no | [`health::is_connection_error`] also recognises hyper-util client errors that `is_connect()` |
-//! | `reqwest` | no | `reqwest::RouteMiddleware`: `http://<service>/…` with reqwest goes to an instance picked by the stain |
+//! | `hyper-util` | no | [`health::classify`] also reads hyper-util client errors that `is_connect()` (unsent) and hyper's "connection closed before message completed" (broken) |
+//! | `grpc-health` | no | `health::Probe::grpc`: re-admission through `grpc.health.v1.Health/Check` (hyper's HTTP/2 client) |
+//! | `reqwest` | no | `reqwest::RouteMiddleware`: `http://<service>/…` with reqwest goes to an instance picked by the stain, retried where safe (implies `hyper-util`) |
 //!
-//! A tokio runtime with the time driver is needed (the driver's timers).
+//! A tokio runtime with the time and I/O drivers is needed (the driver's timers and
+//! probes).
 //!
 //! # Example
 //!
@@ -187,6 +202,7 @@ pub mod future;
 pub mod health;
 #[cfg(feature = "reqwest")]
 pub mod reqwest;
+pub mod retry;
 pub mod strategy;
 
 pub use gray_core::{Labelled, Labels};

@@ -16,7 +16,7 @@ use std::sync::{
 
 use tokio::{sync::mpsc::UnboundedSender, time::Instant};
 
-use crate::health::Classifier;
+use crate::health::{Classifier, Failure};
 
 /// Completed requests that take an endpoint out of probing; see the crate docs ("New
 /// endpoints").
@@ -48,8 +48,8 @@ pub(crate) enum Event {
 pub(crate) enum Completion {
     /// A response: the round trip is measured.
     Success,
-    /// An error; `connection` when the classifier says it is a connection error.
-    Failed { connection: bool },
+    /// An error, as the classifier reads it.
+    Failed(Failure),
     /// The endpoint's `poll_ready` failed: it was never called.
     Unready,
 }
@@ -167,6 +167,11 @@ impl Meter {
         &self.feedback
     }
 
+    /// The endpoint's slot and generation.
+    pub(crate) fn id(&self) -> Id {
+        self.id
+    }
+
     /// `true` when the endpoint reached the ejection threshold and the background task has
     /// not ejected it yet: picks avoid it meanwhile.
     pub(crate) fn doomed(&self) -> bool {
@@ -257,15 +262,17 @@ impl Meter {
         self.stamp.store(now, Relaxed);
     }
 
-    /// Counts an ejection (or a readiness failure) in a row and returns how many there
-    /// were; resets the error count.
+    /// Counts an ejection (or a readiness failure, or a failed probe) in a row and
+    /// returns how many there were. The error count stays: until the published index no
+    /// longer lists the endpoint, picks go on avoiding it.
     pub(crate) fn ejected(&self) -> u32 {
-        self.failures.store(0, Relaxed);
         self.streak.fetch_add(1, Relaxed).saturating_add(1)
     }
 
-    /// The endpoint comes back: it is probed again, from no measurement.
+    /// The endpoint comes back: its error count starts again, and it is probed again,
+    /// from no measurement.
     pub(crate) fn readmitted(&self) {
+        self.failures.store(0, Relaxed);
         self.rtt.store(UNMEASURED, Relaxed);
         self.completed.store(0, Relaxed);
     }
@@ -314,6 +321,12 @@ impl<O: ?Sized + Metered> Ticket<O> {
         &self.owner
     }
 
+    /// When the request was picked, on the balancer's clock (0 when not measured).
+    #[cfg(feature = "reqwest")]
+    pub(crate) fn start(&self) -> u64 {
+        self.start
+    }
+
     pub(crate) fn meter(&self) -> &Meter {
         self.owner.meter()
     }
@@ -347,8 +360,15 @@ impl<O: ?Sized + Metered> Ticket<O> {
                 reset(&m.failures);
                 reset(&m.streak);
             }
-            Completion::Failed { connection: false } => reset(&m.failures),
-            Completion::Failed { connection: true } => {
+            Completion::Failed(Failure::Other) => reset(&m.failures),
+            // Nothing listens there: out at once. Picks avoid it from now on (`doomed`),
+            // and the background task ejects it.
+            Completion::Failed(Failure::Refused) if fb.consecutive > 0 => {
+                if m.failures.swap(fb.consecutive, Relaxed) < fb.consecutive {
+                    fb.send(Event::Eject(m.id));
+                }
+            }
+            Completion::Failed(_) => {
                 let failures = m.failures.fetch_add(1, Relaxed).saturating_add(1);
                 if fb.consecutive > 0 && failures == fb.consecutive {
                     fb.send(Event::Eject(m.id));
@@ -400,7 +420,7 @@ mod tests {
             Clock::new(),
             Some(10e9),
             consecutive,
-            crate::health::is_connection_error,
+            crate::health::classify,
         );
         let id = Id {
             slot: 3,
@@ -494,7 +514,12 @@ mod tests {
         let (m, mut rx) = meter(2);
         let fail = |connection| {
             let mut t = Ticket::new(m.clone(), false, m.feedback.clock.now());
-            t.finish(Completion::Failed { connection });
+            let failure = if connection {
+                Failure::Broken
+            } else {
+                Failure::Other
+            };
+            t.finish(Completion::Failed(failure));
         };
         fail(true);
         fail(false); // reachable: the count starts again
@@ -512,6 +537,26 @@ mod tests {
         assert_eq!(m.ejected(), 1, "a success resets the streak");
         Ticket::new(m.clone(), false, m.feedback.clock.now()).finish(Completion::Unready);
         assert_eq!(rx.try_recv(), Ok(Event::Unready(m.id)));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn one_refusal_ejects_at_once() {
+        let (m, mut rx) = meter(5);
+        let refuse = || {
+            let mut t = Ticket::new(m.clone(), false, m.feedback.clock.now());
+            t.finish(Completion::Failed(Failure::Refused));
+        };
+        assert!(!m.doomed());
+        refuse();
+        assert!(m.doomed(), "picks avoid it before the driver ejects it");
+        assert_eq!(rx.try_recv(), Ok(Event::Eject(m.id)));
+        refuse();
+        assert!(rx.try_recv().is_err(), "asked once");
+        // Without ejection, a refusal ejects nothing.
+        let (m, mut rx) = meter(0);
+        Ticket::new(m.clone(), false, 0).finish(Completion::Failed(Failure::Refused));
+        assert!(!m.doomed());
+        assert!(rx.try_recv().is_err());
     }
 
     #[test]

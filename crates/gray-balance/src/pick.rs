@@ -11,7 +11,8 @@ use gray_policy::{
 };
 
 use crate::{
-    index::{Entry, Slot, Snapshot},
+    health::Failure,
+    index::{Entry, Skips, Slot, Snapshot, Tried},
     meter::{Clock, Completion, Ticket},
     strategy::{Chooser, PeakEwma, PendingRequests, Ready, RoundRobin, Strategy},
 };
@@ -259,16 +260,25 @@ impl Router {
     }
 
     /// Walks the policy's chain for `key` over `snapshot` and picks an endpoint of the
-    /// subset it ends at.
+    /// subset it ends at, as if the endpoints in `tried` were ejected.
     pub(crate) fn choose<'s, 'k, K: fmt::Debug, S>(
         &self,
         snapshot: &'s Snapshot<K, S>,
         key: &Key<'k>,
+        tried: &Tried,
     ) -> Result<Choice<'s, 'k, K, S>, Unroutable> {
         let mut parts = Default::default();
+        let mut skips = Skips::default();
         let walked = self.policy.walk(key, |subset| {
             parts = snapshot.resolve(subset);
-            snapshot.counts(parts)
+            let mut counts = snapshot.counts(parts);
+            if !tried.is_empty() {
+                // A tried endpoint counts as ejected: absent, and not ready.
+                skips = snapshot.skips(parts, tried);
+                counts.present = counts.present.saturating_sub(skips.len());
+                counts.ready = counts.ready.saturating_sub(skips.len());
+            }
+            counts
         });
         let route = match walked {
             Ok(route) => route,
@@ -291,16 +301,14 @@ impl Router {
             None => 0,
         };
         let fresh = match self.probes {
-            true => snapshot.claim_fresh(parts),
+            true => snapshot.claim_fresh(parts, tried),
             false => None,
         };
+        let ready = Ready::new(snapshot, parts, n, now, skips);
         let (slot, probe) = match fresh {
             Some(slot) => (Some(slot), true),
-            None if n <= 1 => (snapshot.ready_at(parts, 0), false),
-            None => (
-                self.chooser.choose(&Ready::new(snapshot, parts, n, now)),
-                false,
-            ),
+            None if n <= 1 => (ready.slot(0), false),
+            None => (self.chooser.choose(&ready), false),
         };
         let Some(slot) = slot else {
             // The counts and the lists of one snapshot always agree.
@@ -367,6 +375,18 @@ impl<K: Send + Sync, S: Send + Sync> Picked<K, S> {
         &self.ticket.owner().key
     }
 
+    /// The endpoint's slot, for a retry to avoid.
+    #[cfg(feature = "reqwest")]
+    pub(crate) fn id(&self) -> crate::meter::Id {
+        self.ticket.meter().id()
+    }
+
+    /// When it was picked on the balancer's clock (0 when the pick did not read it).
+    #[cfg(feature = "reqwest")]
+    pub(crate) fn start(&self) -> u64 {
+        self.ticket.start()
+    }
+
     /// The endpoint (for a URL-rewriting client, its [`gray_core::Origin`]).
     #[must_use]
     pub fn endpoint(&self) -> &S {
@@ -394,12 +414,27 @@ impl<K: Send + Sync, S: Send + Sync> Picked<K, S> {
     /// The request failed after reaching the endpoint (a timeout, a broken response): the
     /// endpoint's connection error count is reset, no round trip measured.
     pub fn failed(mut self) {
-        self.ticket.finish(Completion::Failed { connection: false });
+        self.ticket.finish(Completion::Failed(Failure::Other));
     }
 
     /// The request could not reach the endpoint: one more connection error in a row
     /// towards its ejection.
     pub fn connection_failed(mut self) {
-        self.ticket.finish(Completion::Failed { connection: true });
+        self.ticket.finish(Completion::Failed(Failure::Unsent));
+    }
+
+    /// The instance refused the connection: nothing listens there. The endpoint leaves
+    /// the picks at once (see [`health`](crate::health)).
+    pub fn refused(mut self) {
+        self.ticket.finish(Completion::Failed(Failure::Refused));
+    }
+
+    /// The request failed with `error`: the balancer's classifier reads it (a refusal
+    /// ejects at once, another connection error counts towards an ejection, anything
+    /// else resets the count), and its reading is returned.
+    pub fn failed_with(mut self, error: &(dyn std::error::Error + 'static)) -> Failure {
+        let failure = (self.ticket.meter().feedback().classify)(error);
+        self.ticket.finish(Completion::Failed(failure));
+        failure
     }
 }

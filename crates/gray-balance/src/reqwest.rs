@@ -16,6 +16,15 @@
 //! [`is_connect`](reqwest_middleware::Error::is_connect) is true counts as a connection
 //! error for passive health.
 //!
+//! A request that could not reach its instance is sent again to another one that fits
+//! the same stain, by the balancer's [`RetryPolicy`](crate::retry::RetryPolicy) and
+//! within its budget (see [`retry`](crate::retry)): after a refused or failed connection
+//! whatever its method, after a connection that broke before the response head only if
+//! its method is idempotent, and once. reqwest keeps no request it could not send, so the
+//! middleware sends a copy (`reqwest::Request::try_clone`, made before the first attempt
+//! when the policy retries at all); a request with a streaming body has none, and is
+//! sent once.
+//!
 //! When no instance fits, the request fails before anything is sent, with the balancer's
 //! [`Unroutable`](crate::error::Unroutable) as a `reqwest_middleware::Error::Middleware`,
 //! naming the service, the lane and the policy. A URL whose host is not routed is sent as
@@ -80,7 +89,7 @@ use http::Extensions;
 use reqwest::{Request, Response, Url};
 use reqwest_middleware::{Middleware, Next, Result};
 
-use crate::Balance;
+use crate::{Balance, index::Tried};
 
 /// What [`RouteMiddleware`] does with a URL whose host no balancer routes.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -242,22 +251,65 @@ where
         // Found as gray-tower's `PropagateMiddleware` finds it, and recorded where that one
         // reads it: the two agree in either order.
         let stain = gray_core::task::outbound(extensions, no_carriers());
-        let picked = balance
+        let retries = &balance.inner.retries;
+        // A copy to send again, made before the URL names an instance; a streaming body
+        // cannot be copied, and such a request is sent once.
+        let copy = match retries.enabled() {
+            true => req.try_clone(),
+            false => None,
+        };
+        let idempotent = retries.policy.is_idempotent(req.method());
+        let mut tried = Tried::NONE;
+        let mut attempts = 0;
+        let mut picked = balance
             .pick(stain.as_ref())
             .map_err(reqwest_middleware::Error::middleware)?;
-        if rewrite(req.url_mut(), picked.endpoint()).is_err() {
-            let origin = picked.endpoint();
-            return Err(reqwest_middleware::Error::middleware(RouteError::Origin {
-                service: balance.service_name().to_owned(),
-                origin: format!("{}://{}", origin.scheme(), origin.authority()),
-            }));
+        if retries.enabled() {
+            let now = match picked.start() {
+                0 => balance.inner.router.clock.now(),
+                start => start,
+            };
+            retries.deposit(now);
         }
-        let result = next.run(req, extensions).await;
-        match &result {
-            Ok(_) => picked.succeeded(),
-            Err(e) if e.is_connect() => picked.connection_failed(),
-            Err(_) => picked.failed(),
+        loop {
+            if rewrite(req.url_mut(), picked.endpoint()).is_err() {
+                let origin = picked.endpoint();
+                return Err(reqwest_middleware::Error::middleware(RouteError::Origin {
+                    service: balance.service_name().to_owned(),
+                    origin: format!("{}://{}", origin.scheme(), origin.authority()),
+                }));
+            }
+            let error = match next.clone().run(req, extensions).await {
+                Ok(response) => {
+                    picked.succeeded();
+                    return Ok(response);
+                }
+                Err(error) => error,
+            };
+            let key = format!("{:?}", picked.key());
+            let id = picked.id();
+            let failure = match &error {
+                reqwest_middleware::Error::Reqwest(e) => picked.failed_with(e),
+                reqwest_middleware::Error::Middleware(e) => picked.failed_with(&**e),
+            };
+            // The next attempt: a copy, another endpoint, a retry from the budget.
+            if !retries.eligible(failure, idempotent, attempts) || !tried.push(id) {
+                return Err(error);
+            }
+            let Some(again) = copy.as_ref().and_then(Request::try_clone) else {
+                return Err(error);
+            };
+            let Ok(next_pick) = balance.pick_except(stain.as_ref(), &tried) else {
+                return Err(error);
+            };
+            if !retries.withdraw(failure, balance.inner.router.clock.now()) {
+                tracing::debug!(target: "gray::balance", service = %balance.service_name(), endpoint = %key, reason = failure.as_str(), error = %error, "no retry: the retry budget is spent");
+                return Err(error);
+            }
+            attempts += 1;
+            tracing::debug!(target: "gray::balance", service = %balance.service_name(), endpoint = %key, next = ?next_pick.key(), reason = failure.as_str(), retry = attempts, error = %error, "retrying on another endpoint");
+            req = again;
+            picked = next_pick;
         }
-        result
     }
 }

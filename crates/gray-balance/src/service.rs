@@ -17,10 +17,11 @@ use tower_service::Service;
 use crate::{
     driver::{self, Close, Driver},
     future::BalanceFuture,
-    health::{Classifier, Ejection, is_connection_error},
-    index::Snapshot,
+    health::{Classifier, Ejection, Probe, classify},
+    index::{Snapshot, Tried},
     meter::{Clock, Feedback},
     pick::{Pick, Picked, Routed, Router},
+    retry::{Retries, RetryPolicy, RetryStats},
 };
 
 /// Where the balancer finds a request's [`Stain`]: in the request itself (for an
@@ -55,15 +56,20 @@ pub(crate) struct Config {
     pub(crate) router: Router,
     pub(crate) ejection: Ejection,
     pub(crate) classify: Classifier,
+    pub(crate) probe: Probe,
+    pub(crate) retry: RetryPolicy,
 }
 
 impl Config {
-    /// Peak-EWMA p2c, the default [`Ejection`] and [`is_connection_error`], no record.
+    /// Peak-EWMA p2c, the default [`Ejection`], [`classify`], the connect probe and the
+    /// default retry policy, no record.
     pub(crate) fn new(service: &str, policy: Policy) -> Self {
         Config {
             router: Router::new(service, policy, Pick::default().chooser()),
             ejection: Ejection::default(),
-            classify: is_connection_error,
+            classify,
+            probe: Probe::default(),
+            retry: RetryPolicy::default(),
         }
     }
 }
@@ -76,6 +82,8 @@ impl fmt::Debug for Config {
             .field("strategy", &self.router.strategy())
             .field("record", &self.router.record)
             .field("ejection", &self.ejection)
+            .field("probe", &self.probe)
+            .field("retry", &self.retry)
             .finish_non_exhaustive()
     }
 }
@@ -87,12 +95,15 @@ impl fmt::Debug for Config {
 /// [`Labelled`] services, whose changes a background task ([`Driver`]) applies as they
 /// come.
 pub struct Balance<K, S> {
-    inner: Arc<Inner<K, S>>,
+    pub(crate) inner: Arc<Inner<K, S>>,
 }
 
-struct Inner<K, S> {
-    router: Router,
-    snapshot: Arc<ArcSwap<Snapshot<K, S>>>,
+pub(crate) struct Inner<K, S> {
+    pub(crate) router: Router,
+    pub(crate) snapshot: Arc<ArcSwap<Snapshot<K, S>>>,
+    /// The retry policy, budget and counts of the `Retry` services and reqwest routing
+    /// over this balancer.
+    pub(crate) retries: Retries,
     /// Dropped with the last handle: ends the driver.
     _close: Close,
 }
@@ -193,6 +204,7 @@ where
                 service: config.router.service.clone(),
                 policy: config.router.policy.clone(),
                 ejection: config.ejection.backoff(),
+                probe: config.probe,
                 feedback,
                 events: received,
                 published: snapshot.clone(),
@@ -201,6 +213,7 @@ where
         let inner = Inner {
             router: config.router,
             snapshot,
+            retries: Retries::new(config.retry),
             _close: close,
         };
         (
@@ -245,6 +258,20 @@ impl<K, S> Balance<K, S> {
         self.inner.snapshot.load().ready_len()
     }
 
+    /// The retry policy of the [`Retry`](crate::retry::Retry) services and the reqwest
+    /// routing over this balancer.
+    #[must_use]
+    pub fn retry_policy(&self) -> &RetryPolicy {
+        &self.inner.retries.policy
+    }
+
+    /// The retries made through this balancer so far, by reason, and those its budget
+    /// refused.
+    #[must_use]
+    pub fn retries(&self) -> RetryStats {
+        self.inner.retries.stats()
+    }
+
     /// The decision the balancer would make now for a request carrying `stain` (`None`: no
     /// stain at all, so the policy's own lane): the same [`Policy::walk`] over the live
     /// endpoints, as a value (for a gateway's admin endpoint).
@@ -272,6 +299,19 @@ impl<K, S> Balance<K, S> {
         K: fmt::Debug + Send + Sync,
         S: Send + Sync,
     {
+        self.pick_except(stain, &Tried::NONE)
+    }
+
+    /// [`pick`](Self::pick), as if the endpoints in `tried` were ejected.
+    pub(crate) fn pick_except(
+        &self,
+        stain: Option<&Stain>,
+        tried: &Tried,
+    ) -> Result<Picked<K, S>, Unroutable>
+    where
+        K: fmt::Debug + Send + Sync,
+        S: Send + Sync,
+    {
         let inner = &*self.inner;
         let snapshot = inner.snapshot.load();
         let stain = gray_core::task::or_current(stain);
@@ -279,7 +319,7 @@ impl<K, S> Balance<K, S> {
             .router
             .policy
             .key(&inner.router.service, stain.as_deref());
-        let choice = inner.router.choose(&snapshot, &key)?;
+        let choice = inner.router.choose(&snapshot, &key, tried)?;
         Ok(Picked::new(&choice))
     }
 }
@@ -319,7 +359,7 @@ where
                 .router
                 .policy
                 .key(&inner.router.service, stain.as_deref());
-            inner.router.choose(&snapshot, &key).map(|c| {
+            inner.router.choose(&snapshot, &key, &Tried::NONE).map(|c| {
                 let service = c.slot.entry.service.clone();
                 (service, c.ticket(), c.routed(inner.router.record))
             })

@@ -4,7 +4,11 @@
 use std::{convert::Infallible, net::SocketAddr, time::Duration};
 
 use bytes::Bytes;
-use gray_balance::{BalanceLayer, error::Unroutable, health::Ejection};
+use gray_balance::{
+    BalanceLayer,
+    error::Unroutable,
+    health::{Ejection, Failure, classify},
+};
 use gray_core::{Labels, Lane, Stain, backoff::Backoff};
 use gray_discovery::{Instance, StaticDiscover, http::HttpEndpoints};
 use gray_policy::Policy;
@@ -96,22 +100,19 @@ async fn routes_real_http_by_lane_and_ejects_a_dead_gray_instance() {
     }
     assert_eq!(seen.into_iter().collect::<Vec<_>>(), ["base-1", "base-2"]);
 
-    // Gray traffic reaches the gray instances; the dead one fails to connect until it
-    // has failed twice in a row, then it is ejected.
+    // Gray traffic reaches the gray instances; the dead one refuses its first request,
+    // and a refusal takes it out at once (two errors in a row are needed for others).
     let mut errors = 0;
     for _ in 0..200 {
         match send(&mut balance, Some(gray.clone())).await {
             Ok(name) => assert_eq!(name, "gray-1"),
             Err(e) => {
-                assert!(gray_balance::health::is_connection_error(&*e), "{e}");
+                assert_eq!(classify(&*e), Failure::Refused, "{e}");
                 errors += 1;
             }
         }
-        if errors == 2 {
-            break;
-        }
     }
-    assert_eq!(errors, 2, "the dead instance was picked and failed twice");
+    assert_eq!(errors, 1, "the dead instance was picked once, and refused");
     // The background task ejects it.
     let deadline = tokio::time::Instant::now() + WAIT;
     while balance.ready_len() != 3 && tokio::time::Instant::now() < deadline {

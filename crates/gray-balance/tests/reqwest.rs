@@ -9,6 +9,7 @@ use gray_balance::{
     error::Unroutable,
     health::Ejection,
     reqwest::{RouteError, RouteMiddleware, UnknownHosts},
+    retry::RetryPolicy,
 };
 use gray_core::{Labelled, Labels, Lane, Origin, Stain};
 use gray_policy::Policy;
@@ -224,18 +225,46 @@ async fn nothing_fits_names_service_lane_and_policy() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_refused_connection_ejects_the_instance() {
+async fn a_refused_connection_is_retried_and_ejects_the_instance_at_once() {
     let dead = closed_port();
+    // The default ejection needs 5 connection errors in a row; a refusal needs one.
     let stock = balancer(
         Policy::seed_000(),
-        Ejection::new().with_consecutive(1),
+        Ejection::default(),
         vec![
             ("gray-1", instance(serve("gray-1").await, true)),
             ("gray-dead", instance(dead.addr(), true)),
         ],
     );
     let client = client(RouteMiddleware::new().route("stock", stock.clone()));
-    // Both are probed: the dead one fails to connect and is ejected.
+    // Both are probed: the dead one refuses, the request goes to the other, and the dead
+    // one is out.
+    for _ in 0..10 {
+        let body = get(&client, "http://stock/x", Some(gray())).await.unwrap();
+        assert_eq!(body, "gray-1 /x");
+    }
+    let retries = stock.retries();
+    assert_eq!(retries.refused, 1, "{retries:?}");
+    assert_eq!(retries.total(), 1, "{retries:?}");
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while stock.ready_len() != 1 && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!((stock.len(), stock.ready_len()), (2, 1));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_retries_a_refusal_reaches_the_caller_once() {
+    let dead = closed_port();
+    let changes = [
+        ("gray-1", instance(serve("gray-1").await, true)),
+        ("gray-dead", instance(dead.addr(), true)),
+    ]
+    .map(|(id, i)| Ok::<_, Infallible>(Change::Insert(id, i)));
+    let stock = BalanceLayer::new("stock", Policy::seed_000())
+        .with_retry(RetryPolicy::disabled())
+        .build(futures_util::stream::iter(changes));
+    let client = client(RouteMiddleware::new().route("stock", stock.clone()));
     let mut refused = 0;
     for _ in 0..10 {
         match get(&client, "http://stock/x", Some(gray())).await {
@@ -246,10 +275,6 @@ async fn a_refused_connection_ejects_the_instance() {
             }
         }
     }
-    assert_eq!(refused, 1, "ejected after its first connection error");
-    let deadline = tokio::time::Instant::now() + WAIT;
-    while stock.ready_len() != 1 && tokio::time::Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    assert_eq!((stock.len(), stock.ready_len()), (2, 1));
+    assert_eq!(refused, 1, "out after its first refusal");
+    assert_eq!(stock.retries().total(), 0);
 }

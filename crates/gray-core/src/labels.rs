@@ -80,6 +80,34 @@ impl From<BTreeMap<String, String>> for Labels {
 pub trait Labelled {
     /// The labels of this instance.
     fn labels(&self) -> &Labels;
+
+    /// Where the instance listens, when this value knows it: a balancer's re-admission
+    /// probe connects there (gray-balance's `health::Probe`). `None` by default; the
+    /// instances and endpoints of gray-discovery return themselves.
+    ///
+    /// ```
+    /// use gray_core::{Labelled, Labels, Origin};
+    /// use http::uri::{Authority, Scheme};
+    ///
+    /// struct Instance(Labels, Authority);
+    ///
+    /// impl Labelled for Instance {
+    ///     fn labels(&self) -> &Labels { &self.0 }
+    ///     fn origin(&self) -> Option<&dyn Origin> { Some(self) }
+    /// }
+    ///
+    /// impl Origin for Instance {
+    ///     fn scheme(&self) -> &Scheme { &Scheme::HTTP }
+    ///     fn authority(&self) -> &Authority { &self.1 }
+    /// }
+    ///
+    /// let i = Instance(Labels::new(), Authority::from_static("10.0.0.7:8080"));
+    /// assert_eq!(i.origin().map(|o| o.authority().as_str()), Some("10.0.0.7:8080"));
+    /// assert!(Labels::new().origin().is_none());
+    /// ```
+    fn origin(&self) -> Option<&dyn Origin> {
+        None
+    }
 }
 
 impl Labelled for Labels {

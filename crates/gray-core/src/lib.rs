@@ -16,6 +16,7 @@
 //! | [`carriers_config`] | carriers named in a configuration file ([`CarrierConfig`]) |
 //! | `task` (feature `task`) | the task-local stain and the carriers that keep it across `spawn` |
 //! | [`rand`], [`backoff`], [`hash`] | the workspace's one random number generator, one retry backoff, one fixed hash |
+//! | [`unsent`] | [`Unsent`](unsent::Unsent): an endpoint's error that hands back the request it did not send, so a balancer can send it elsewhere |
 //!
 //! Routing policies are in gray-policy, staining rules and path normalisation in
 //! gray-rules, the configuration loader in gray-config.
@@ -54,6 +55,7 @@ pub mod rand;
 pub mod stain;
 #[cfg(feature = "task")]
 pub mod task;
+pub mod unsent;
 mod w3c;
 
 pub use carriers_config::CarrierConfig;

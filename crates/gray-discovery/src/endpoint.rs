@@ -123,6 +123,12 @@ impl<S> Labelled for Endpoint<S> {
     fn labels(&self) -> &Labels {
         self.instance.labels()
     }
+
+    /// The instance's address: a balancer probes it before an ejected endpoint comes
+    /// back.
+    fn origin(&self) -> Option<&dyn Origin> {
+        Some(self)
+    }
 }
 
 impl<S> Origin for Endpoint<S> {

@@ -10,6 +10,13 @@
 //! task-local stain. Put `PropagateStainLayer` *outside* the balancer (the stain is written
 //! into the request headers in the caller's task), as for any buffered client.
 //!
+//! A `Channel` takes `http::Request<tonic::body::Body>` only. [`GrpcChannels::any_body`]
+//! makes channels that take any body ([`AnyBody`]), such as the replayable bodies a
+//! retrying balancer (gray-balance's `retry::Retry`) sends. A channel connects in the
+//! request's future and drops a request it could not send, so a retrying balancer over
+//! channels keeps a copy of each request it may send again (gray-balance's
+//! `retry::Copies::All`).
+//!
 //! ```
 //! use futures_util::StreamExt;
 //! use gray_core::{Labelled, Labels};
@@ -32,9 +39,16 @@
 //! # }).unwrap();
 //! ```
 
-use std::{fmt, sync::Arc};
+use std::{
+    fmt,
+    sync::Arc,
+    task::{Context, Poll},
+};
 
+use bytes::Bytes;
 use tonic::transport::{Channel, Endpoint};
+use tower::BoxError;
+use tower_service::Service;
 
 use crate::{Instance, MakeEndpoint};
 
@@ -72,6 +86,12 @@ impl GrpcChannels {
         self
     }
 
+    /// Channels that take requests of any body; see [`AnyBody`].
+    #[must_use]
+    pub fn any_body(self) -> AnyBody<GrpcChannels> {
+        AnyBody(self)
+    }
+
     /// The endpoint of `instance`, configured.
     #[must_use]
     pub fn endpoint(&self, instance: &Instance) -> Endpoint {
@@ -90,5 +110,71 @@ impl MakeEndpoint for GrpcChannels {
     /// tokio runtime (the channel spawns its worker).
     fn make_endpoint(&self, instance: &Instance) -> Channel {
         self.endpoint(instance).connect_lazy()
+    }
+}
+
+/// A tonic [`Channel`] (or its maker, [`GrpcChannels::any_body`]) that takes
+/// `http::Request<B>` for any body `B` of [`Bytes`], turned into a
+/// `tonic::body::Body` (which boxes it; a `tonic::body::Body` is passed as it is).
+///
+/// ```
+/// use futures_util::StreamExt;
+/// use gray_core::Labels;
+/// use gray_discovery::{Instance, Registry, grpc::GrpcChannels};
+/// use http_body_util::Full;
+/// use tower::{Service, discover::Change};
+///
+/// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+/// let registry = Registry::from_static([(
+///     "stock",
+///     [Instance::new("s-1".parse()?, "127.0.0.1:50051".parse()?, Labels::new())],
+/// )])?;
+/// let mut endpoints = registry.service("stock")?.endpoints(GrpcChannels::new().any_body());
+/// let Some(Ok(Change::Insert(_, channel))) = endpoints.next().await else { unreachable!() };
+/// fn takes<S: Service<http::Request<Full<bytes::Bytes>>>>(_: &S) {}
+/// takes(&channel);
+/// # Ok::<(), gray_discovery::Error>(())
+/// # }).unwrap();
+/// ```
+#[derive(Debug, Clone)]
+pub struct AnyBody<S>(S);
+
+impl<S> AnyBody<S> {
+    /// The inner channel (or maker).
+    pub fn get_ref(&self) -> &S {
+        &self.0
+    }
+
+    /// The inner channel (or maker).
+    pub fn into_inner(self) -> S {
+        self.0
+    }
+}
+
+impl MakeEndpoint for AnyBody<GrpcChannels> {
+    type Service = AnyBody<Channel>;
+
+    /// As [`GrpcChannels`] makes it, taking any body.
+    fn make_endpoint(&self, instance: &Instance) -> AnyBody<Channel> {
+        AnyBody(self.0.make_endpoint(instance))
+    }
+}
+
+impl<S, B> Service<http::Request<B>> for AnyBody<S>
+where
+    S: Service<http::Request<tonic::body::Body>>,
+    B: http_body::Body<Data = Bytes> + Send + 'static,
+    B::Error: Into<BoxError>,
+{
+    type Response = S::Response;
+    type Error = S::Error;
+    type Future = S::Future;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), S::Error>> {
+        self.0.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: http::Request<B>) -> S::Future {
+        self.0.call(request.map(tonic::body::Body::new))
     }
 }

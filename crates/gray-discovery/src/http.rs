@@ -300,6 +300,12 @@ where
     fn labels(&self) -> &Labels {
         self.instance.labels()
     }
+
+    /// The instance's address: a balancer probes it before an ejected endpoint comes
+    /// back.
+    fn origin(&self) -> Option<&dyn Origin> {
+        Some(self)
+    }
 }
 
 impl<C, B> Origin for HttpEndpoint<C, B>

@@ -332,6 +332,11 @@ impl Labelled for Instance {
     fn labels(&self) -> &Labels {
         &self.0.labels
     }
+
+    /// Its address: a balancer probes it before an ejected instance comes back.
+    fn origin(&self) -> Option<&dyn Origin> {
+        Some(self)
+    }
 }
 
 impl Origin for Instance {

@@ -14,7 +14,7 @@ use std::{
 
 use bytes::Bytes;
 use futures_util::StreamExt;
-use gray_core::Labelled;
+use gray_core::{Labelled, unsent::Unsent};
 use gray_discovery::{
     Instance, StaticDiscover,
     http::{HttpEndpoints, RequestError, ResponseBody},
@@ -104,7 +104,9 @@ async fn an_unreachable_instance_is_an_error() {
     let addr = closed.addr();
     let endpoint =
         HttpEndpoints::<_, Full<Bytes>>::new().endpoint(support::instance("gone", addr, &[]));
-    let request = Request::get("/").body(Full::new(Bytes::new())).unwrap();
+    let request = Request::post("/orders")
+        .body(Full::new(Bytes::from_static(b"order")))
+        .unwrap();
     let err = endpoint.oneshot(request).await.unwrap_err();
     // The error names the instance, says the connection failed, and keeps the cause.
     assert!(
@@ -112,11 +114,28 @@ async fn an_unreachable_instance_is_an_error() {
             .starts_with(&format!("cannot connect to http://{addr}/")),
         "{err}"
     );
-    let request_error = err.downcast_ref::<RequestError>().expect("a RequestError");
+    let unsent = Unsent::find(&*err).expect("nothing was sent: the request comes back");
+    let request_error = unsent
+        .get_ref()
+        .downcast_ref::<RequestError>()
+        .expect("a RequestError");
     assert!(request_error.is_connect());
     assert!(
         is_refused(&*err),
         "the io::Error is in the source chain: {err:?}"
+    );
+    // As it was given: its body unread, no `Host` of the instance added.
+    let back = unsent
+        .take::<Request<Full<Bytes>>>()
+        .expect("the request, once");
+    assert_eq!(
+        (back.method().as_str(), back.uri().path()),
+        ("POST", "/orders")
+    );
+    assert!(back.headers().get(http::header::HOST).is_none());
+    assert_eq!(
+        back.into_body().collect().await.unwrap().to_bytes(),
+        "order"
     );
 }
 

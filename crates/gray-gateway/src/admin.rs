@@ -163,7 +163,7 @@ async fn explain(State(admin): State<Admin>, body: Bytes) -> Response {
         .services
         .iter()
         .map(|(name, upstream)| {
-            let decision = upstream.balancer.explain(Some(&stain));
+            let decision = upstream.balance().explain(Some(&stain));
             (
                 name.to_string(),
                 serde_json::to_value(&decision).unwrap_or(serde_json::Value::Null),

@@ -4,8 +4,9 @@
 //! [`check`] reads the configuration file, then the rules file and the instances file it
 //! names (each error names its file, line and field), and returns a summary: the listen
 //! and admin addresses, the limits, the carriers, where rules and instances come from with
-//! how many there are, and each service with its instances and its effective policy (every
-//! setting spelled out, the preset's included). An `[etcd]` table is checked as a table
+//! how many there are, and each service with its instances, its effective policy (every
+//! setting spelled out, the preset's included), its retries and its health check. An
+//! `[etcd]` table is checked as a table
 //! only: etcd is not contacted, so its keys are neither read nor counted.
 //!
 //! ```
@@ -172,6 +173,7 @@ pub async fn check(path: &Path) -> Result<String, BoxError> {
             "    {}",
             settings(&PolicyConfig::from(&service.policy))
         );
+        let _ = writeln!(out, "    {}", retry(service));
     }
     Ok(out)
 }
@@ -217,6 +219,44 @@ fn tls_summary(out: &mut String, tls: &crate::config::TlsSettings) -> Result<(),
         ms(tls.reload_interval),
     );
     Ok(())
+}
+
+/// `retry: …; health check: …`: how a service's requests are retried and its instances
+/// ejected and probed.
+fn retry(service: &crate::config::ServiceConfig) -> String {
+    let r = &service.retry;
+    let retry = match r.max_retries() {
+        0 => "retry off".to_owned(),
+        n => {
+            let methods: Vec<&str> = r.idempotent().iter().map(http::Method::as_str).collect();
+            format!(
+                "retry up to {n} times within {} % of {} s + {}/s, after a broken connection for {}, bodies up to {} bytes",
+                r.budget_percent(),
+                r.budget_window().as_secs(),
+                r.min_per_second(),
+                match methods.is_empty() {
+                    true => "no method".to_owned(),
+                    false => methods.join(" "),
+                },
+                r.max_replay_bytes()
+            )
+        }
+    };
+    let probe = match service.probe.check() {
+        gray_balance::health::Check::None => "none".to_owned(),
+        gray_balance::health::Check::Connect => "connect".to_owned(),
+        gray_balance::health::Check::Http { path } => format!("http GET {path}"),
+        gray_balance::health::Check::Grpc { service } => format!("grpc {service:?}"),
+        _ => "other".to_owned(),
+    };
+    let e = &service.ejection;
+    format!(
+        "{retry}; eject after {} connection errors (a refusal: at once), probe {probe} within {} ms, first after {} ms, up to {} ms",
+        e.consecutive(),
+        service.probe.timeout().as_millis(),
+        e.backoff().min().as_millis(),
+        e.backoff().max().as_millis()
+    )
 }
 
 fn plural(n: usize) -> &'static str {

@@ -92,6 +92,17 @@ impl Gateway {
                 Upstream::new(service, registry.service(&service.name)?, &pool, &metrics),
             );
         }
+        metrics.register_collector(metrics::RetryCounts(
+            services
+                .values()
+                .map(|upstream: &Upstream| {
+                    let balance = upstream.balance().clone();
+                    let read: Box<dyn Fn() -> _ + Send + Sync> =
+                        Box::new(move || balance.retries());
+                    (upstream.name.to_string(), read)
+                })
+                .collect(),
+        ));
         let routes = Arc::new(Routes {
             services,
             timeout: config.upstream_timeout,

@@ -4,6 +4,8 @@
 //! |---|---|---|
 //! | `gray_gateway_requests_total` | counter | `service`, `lane`, `instance`, `status` |
 //! | `gray_gateway_fallbacks_total` | counter | `service`, `lane`, `subset` |
+//! | `gray_gateway_retries_total` | counter | `service`, `reason`: requests sent again to another instance after a `refused` connection, another `unsent` one, or a `broken` one (idempotent requests) |
+//! | `gray_gateway_retries_refused_total` | counter | `service`: retries the retry budget refused |
 //! | `gray_gateway_rules_generation` | gauge | the generation of the rule set in force |
 //! | `gray_gateway_rules_rejected` | gauge | rule-set versions rejected since the start |
 //! | `gray_gateway_discovery_connected` | gauge | 1 while discovery's source is reachable and followed |
@@ -20,6 +22,7 @@
 //! - `lane` is `baseline` for unstained requests; the first `metrics_max_lanes` lanes seen
 //!   (32 by default) get their own value, every later one is counted as `other`.
 //! - `subset` is the kind of fallback subset: `lane`, `baseline` or `all`.
+//! - `reason` is `refused`, `unsent` or `broken`.
 //! - `status` is an HTTP status code.
 //!
 //! Counting a request served by an instance takes no lock: each instance keeps the
@@ -54,7 +57,12 @@ use gray_policy::OwnedSubset;
 use prometheus_client::{
     collector::Collector,
     encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric},
-    metrics::{counter::Counter, family::Family, gauge::ConstGauge, info::Info},
+    metrics::{
+        counter::{ConstCounter, Counter},
+        family::Family,
+        gauge::ConstGauge,
+        info::Info,
+    },
     registry::Registry,
 };
 
@@ -397,6 +405,74 @@ impl Collector for Freshness {
             None,
             info.metric_type(),
         )?)
+    }
+}
+
+// === Retries, read from the balancers at each scrape ===
+
+/// The retries of each service, read from its balancer at each scrape.
+pub(crate) struct RetryCounts(
+    pub(crate)  Vec<(
+        String,
+        Box<dyn Fn() -> gray_balance::retry::RetryStats + Send + Sync>,
+    )>,
+);
+
+impl fmt::Debug for RetryCounts {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RetryCounts")
+            .field("services", &self.0.len())
+            .finish()
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct RetryLabels {
+    service: String,
+    reason: &'static str,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct ServiceLabel {
+    service: String,
+}
+
+impl Collector for RetryCounts {
+    fn encode(&self, mut encoder: DescriptorEncoder<'_>) -> fmt::Result {
+        let stats: Vec<_> = self.0.iter().map(|(name, read)| (name, read())).collect();
+        let mut family = encoder.encode_descriptor(
+            "retries",
+            "Requests sent again to another instance, by service and reason",
+            None,
+            prometheus_client::metrics::MetricType::Counter,
+        )?;
+        for (service, s) in &stats {
+            for (reason, n) in [
+                ("refused", s.refused),
+                ("unsent", s.unsent),
+                ("broken", s.broken),
+            ] {
+                let labels = RetryLabels {
+                    service: service.to_string(),
+                    reason,
+                };
+                ConstCounter::new(n).encode(family.encode_family(&labels)?)?;
+            }
+        }
+        let mut refused = encoder.encode_descriptor(
+            "retries_refused",
+            "Retries the retry budget refused, by service",
+            None,
+            prometheus_client::metrics::MetricType::Counter,
+        )?;
+        for (service, s) in &stats {
+            ConstCounter::new(s.budget_exhausted).encode(refused.encode_family(
+                &ServiceLabel {
+                    service: service.to_string(),
+                },
+            )?)?;
+        }
+        Ok(())
     }
 }
 

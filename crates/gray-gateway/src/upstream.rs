@@ -1,6 +1,8 @@
 //! One routed service: its instances (from the registry), and the label-aware balancer
 //! over them, whose endpoints name the instance that answered (`x-gray-instance`) and hand
 //! the proxy what it needs to count the answer once it knows it ([`Served`]).
+//! Requests go through the balancer's `Retry`: one an instance could not take goes to
+//! another, by the service's `retry` table.
 
 use std::{
     future::Future,
@@ -10,11 +12,14 @@ use std::{
 };
 
 use futures_util::StreamExt;
-use gray_balance::{Balance, BalanceLayer, RecordRouted, Routed, future::BalanceFuture};
-use gray_core::{Labelled, Labels, Lane};
+use gray_balance::{
+    Balance, BalanceLayer, RecordRouted, Routed,
+    retry::{ReplayBody, Retry, RetryFuture},
+};
+use gray_core::{Labelled, Labels, Lane, Origin};
 use gray_discovery::{
     Instance, InstanceId, ServiceInstances,
-    http::{HttpEndpoint, HttpEndpoints, ResponseBody},
+    http::{Connector, HttpEndpoint, HttpEndpoints, ResponseBody},
 };
 use gray_policy::Policy;
 use http::{HeaderName, HeaderValue, Request, Response};
@@ -51,9 +56,15 @@ pub(crate) struct Tagged<S> {
     me: Arc<Identity>,
 }
 
-impl<S> Labelled for Tagged<S> {
+impl<S: Origin> Labelled for Tagged<S> {
     fn labels(&self) -> &Labels {
         &self.me.labels
+    }
+
+    /// The instance's address, which the balancer probes before it lets an ejected
+    /// instance back.
+    fn origin(&self) -> Option<&dyn Origin> {
+        Some(&self.inner)
     }
 }
 
@@ -90,9 +101,12 @@ impl Tally {
     }
 }
 
-impl<S> Service<Request<Incoming>> for Tagged<S>
+/// The request an endpoint sends: the client's, its body replayable.
+pub(crate) type UpstreamRequest = Request<ReplayBody<Incoming>>;
+
+impl<S> Service<UpstreamRequest> for Tagged<S>
 where
-    S: Service<Request<Incoming>, Response = Response<ResponseBody>, Error = BoxError>,
+    S: Service<UpstreamRequest, Response = Response<ResponseBody>, Error = BoxError>,
 {
     type Response = Served;
     type Error = BoxError;
@@ -102,7 +116,7 @@ where
         self.inner.poll_ready(cx)
     }
 
-    fn call(&mut self, mut req: Request<Incoming>) -> Self::Future {
+    fn call(&mut self, mut req: UpstreamRequest) -> Self::Future {
         let routed = req.extensions_mut().remove::<Routed>();
         TaggedFuture {
             inner: self.inner.call(req),
@@ -148,14 +162,15 @@ where
 /// The response header naming the instance that served it.
 pub const X_GRAY_INSTANCE: HeaderName = HeaderName::from_static("x-gray-instance");
 
-type Endpoint = Tagged<HttpEndpoint>;
+type Endpoint = Tagged<HttpEndpoint<Connector, ReplayBody<Incoming>>>;
 
-/// The balancer the proxy sends through: one handle (cloned per request) shared by every
-/// connection; it picks in the connection's task, without a lock.
-pub(crate) type Balancer = Balance<InstanceId, Endpoint>;
+/// The balancer the proxy sends through, retrying where that is safe: one handle (cloned
+/// per request) shared by every connection; it picks in the connection's task, without a
+/// lock.
+pub(crate) type Balancer = Retry<InstanceId, Endpoint>;
 
 /// The future of a request sent through [`Balancer`].
-pub(crate) type BalancerCall = BalanceFuture<Endpoint, Request<Incoming>>;
+pub(crate) type BalancerCall = RetryFuture<InstanceId, Endpoint, Incoming>;
 
 /// One routed service.
 pub(crate) struct Upstream {
@@ -183,7 +198,7 @@ impl Upstream {
     pub(crate) fn new(
         config: &ServiceConfig,
         instances: ServiceInstances,
-        pool: &HttpEndpoints,
+        pool: &HttpEndpoints<Connector, ReplayBody<Incoming>>,
         metrics: &Arc<Metrics>,
     ) -> Upstream {
         let service: Arc<str> = config.name.as_str().into();
@@ -216,11 +231,19 @@ impl Upstream {
         let balancer = BalanceLayer::new(&config.name, config.policy.clone())
             .with_pick(config.pick)
             .with_routed(RecordRouted::Fallbacks)
+            .with_retry(config.retry.clone())
+            .with_probe(config.probe.clone())
+            .with_ejection(config.ejection)
             .build(endpoints);
         Upstream {
             name: config.name.as_str().into(),
             policy: config.policy.clone(),
-            balancer,
+            balancer: Retry::new(balancer),
         }
+    }
+
+    /// The balancer under the retries.
+    pub(crate) fn balance(&self) -> &Balance<InstanceId, Endpoint> {
+        self.balancer.get_ref()
     }
 }

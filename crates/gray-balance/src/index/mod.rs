@@ -15,7 +15,7 @@ use std::sync::Arc;
 use gray_core::Labels;
 use gray_policy::Availability;
 
-use crate::meter::{Meter, Metered};
+use crate::meter::{Id, Meter, Metered};
 
 pub(crate) use self::{
     snapshot::{Parts, Snapshot},
@@ -68,6 +68,76 @@ impl<K, S> Clone for Slot<K, S> {
     }
 }
 
-/// One subset, as requests see it.
+/// The most endpoints one request tries (its first attempt and its retries).
+pub(crate) const MAX_TRIED: usize = 8;
+
+/// The endpoints a request has tried and that failed it: its next pick walks and picks
+/// as if they were ejected.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Tried {
+    ids: [Option<Id>; MAX_TRIED],
+    len: usize,
+}
+
+impl Tried {
+    /// Nothing tried yet.
+    pub(crate) const NONE: Tried = Tried {
+        ids: [None; MAX_TRIED],
+        len: 0,
+    };
+
+    pub(crate) fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Adds `id`; `false` when the list is full.
+    pub(crate) fn push(&mut self, id: Id) -> bool {
+        if self.len == MAX_TRIED {
+            return false;
+        }
+        self.ids[self.len] = Some(id);
+        self.len += 1;
+        true
+    }
+
+    pub(crate) fn contains(&self, id: Id) -> bool {
+        self.ids[..self.len].contains(&Some(id))
+    }
+}
+
+/// Positions, in the ready list of a subset, that a pick skips (the endpoints a request
+/// tried), ascending.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Skips {
+    at: [usize; MAX_TRIED],
+    len: usize,
+}
+
+impl Skips {
+    pub(crate) fn len(&self) -> usize {
+        self.len
+    }
+
+    fn push(&mut self, at: usize) {
+        if self.len < MAX_TRIED {
+            self.at[self.len] = at;
+            self.len += 1;
+        }
+    }
+
+    /// The position in the whole ready list of the `i`th one not skipped.
+    pub(crate) fn map(&self, i: usize) -> usize {
+        let mut i = i;
+        for &at in &self.at[..self.len] {
+            if at <= i {
+                i += 1;
+            } else {
+                break;
+            }
+        }
+        i
+    }
+}
+
 #[cfg(test)]
 mod tests;

@@ -8,7 +8,7 @@ use std::{
 use gray_core::{Lane, Version};
 use gray_policy::route::{Counts, Subset};
 
-use super::{ALL, BASELINE, FIXED, FRESH_SCAN, Slot, UNVERSIONED};
+use super::{ALL, BASELINE, FIXED, FRESH_SCAN, Skips, Slot, Tried, UNVERSIONED};
 use crate::chunked::Chunked;
 
 #[derive(Debug, Clone, Default)]
@@ -147,13 +147,36 @@ impl<K, S> Snapshot<K, S> {
             .map(|id| &*self.subset(id).cursor)
     }
 
-    /// A ready member of `parts` still being probed whose probe slot this call claimed.
-    pub(crate) fn claim_fresh(&self, parts: Parts) -> Option<&Slot<K, S>> {
+    /// A ready member of `parts` still being probed, not among `tried`, whose probe slot
+    /// this call claimed.
+    pub(crate) fn claim_fresh(&self, parts: Parts, tried: &Tried) -> Option<&Slot<K, S>> {
         parts
             .iter()
             .flat_map(|id| self.subset(id).fresh.iter())
             .take(FRESH_SCAN)
             .filter_map(|&slot| self.slot(slot))
-            .find(|slot| slot.entry.meter.try_probe())
+            .find(|slot| {
+                (tried.is_empty() || !tried.contains(slot.entry.meter.id()))
+                    && slot.entry.meter.try_probe()
+            })
+    }
+
+    /// Where the endpoints in `tried` are in the ready list of `parts`: a scan of that
+    /// list, made only for a request that is being retried.
+    pub(crate) fn skips(&self, parts: Parts, tried: &Tried) -> Skips {
+        let mut skips = Skips::default();
+        let mut at = 0;
+        for id in parts.iter() {
+            for &slot in self.subset(id).ready.iter() {
+                if self
+                    .slot(slot)
+                    .is_some_and(|s| tried.contains(s.entry.meter.id()))
+                {
+                    skips.push(at);
+                }
+                at += 1;
+            }
+        }
+        skips
     }
 }

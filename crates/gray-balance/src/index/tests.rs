@@ -22,7 +22,7 @@ fn add(index: &mut Index<u32, ()>, key: u32, pairs: &[(&str, &str)]) -> Id {
         Clock::new(),
         None,
         0,
-        crate::health::is_connection_error,
+        crate::health::classify,
     ));
     index.insert(key, class(pairs), |id| Entry {
         key,

@@ -7,7 +7,7 @@ use std::sync::atomic::Ordering::Relaxed;
 use gray_core::rand::Rng;
 
 use super::Load;
-use crate::index::{Parts, Slot, Snapshot};
+use crate::index::{Parts, Skips, Slot, Snapshot};
 
 /// Candidates a pick looks at after one that is being ejected.
 const SKIP_EJECTING: usize = 4;
@@ -22,28 +22,42 @@ pub(crate) trait View<'a> {
     fn next_round_robin(&self) -> usize;
 }
 
-/// The `n` ready members of `parts` in one snapshot, at `now` on the balancer's clock.
+/// The `n` ready members of `parts` in one snapshot, at `now` on the balancer's clock,
+/// without those a retried request skips.
 pub(crate) struct Ready<'s, K, S> {
     snapshot: &'s Snapshot<K, S>,
     parts: Parts,
     n: usize,
     now: u64,
+    skips: Skips,
 }
 
 // === impl Ready ===
 
 impl<'s, K, S> Ready<'s, K, S> {
-    pub(crate) fn new(snapshot: &'s Snapshot<K, S>, parts: Parts, n: usize, now: u64) -> Self {
+    /// `n`: the ready members, without the `skips`.
+    pub(crate) fn new(
+        snapshot: &'s Snapshot<K, S>,
+        parts: Parts,
+        n: usize,
+        now: u64,
+        skips: Skips,
+    ) -> Self {
         Ready {
             snapshot,
             parts,
             n,
             now,
+            skips,
         }
     }
 
-    /// The `i`th ready member.
+    /// The `i`th ready member (not skipped).
     pub(crate) fn slot(&self, i: usize) -> Option<&'s Slot<K, S>> {
+        let i = match self.skips.len() {
+            0 => i,
+            _ => self.skips.map(i),
+        };
         self.snapshot.ready_at(self.parts, i)
     }
 

@@ -12,13 +12,13 @@ async fn connection_errors_eject_with_growing_backoff() {
     base.allow(100);
     gray.allow(100);
     settle(|| h.balance.len() == 2).await;
-    let refused = || io::Error::from(io::ErrorKind::ConnectionRefused);
+    let reset = || io::Error::from(io::ErrorKind::ConnectionReset);
     let gray_ctx = Stain::in_lane(Lane::new("gray").unwrap());
 
     // Two connection errors in a row eject g1.
     for _ in 0..2 {
         let (answer, ()) = tokio::join!(h.call(gray_req()), async {
-            next(&mut gray).await.send_error(refused());
+            next(&mut gray).await.send_error(reset());
         });
         assert!(answer.is_err());
     }
@@ -42,7 +42,7 @@ async fn connection_errors_eject_with_growing_backoff() {
     settle(|| h.balance.ready_len() == 2).await;
     for _ in 0..2 {
         let (answer, ()) = tokio::join!(h.call(gray_req()), async {
-            next(&mut gray).await.send_error(refused());
+            next(&mut gray).await.send_error(reset());
         });
         assert!(answer.is_err());
     }
@@ -98,4 +98,69 @@ async fn all_ejected_is_unroutable_until_readmitted() {
     );
     tokio::time::sleep(Duration::from_secs(5)).await;
     settle(|| h.balance.ready_len() == 1).await;
+}
+
+/// Which of `g1` and `g2` got the next request; it answers `error` if given, else its
+/// name.
+async fn answer_either(
+    g1: &mut Handle,
+    g2: &mut Handle,
+    error: Option<io::ErrorKind>,
+) -> &'static str {
+    let (name, send) = tokio::select! {
+        send = next(g1) => ("g1", send),
+        send = next(g2) => ("g2", send),
+    };
+    match error {
+        Some(kind) => send.send_error(io::Error::from(kind)),
+        None => send.send_response(name),
+    }
+    name
+}
+
+#[tokio::test(start_paused = true)]
+async fn one_refusal_takes_an_endpoint_out_of_the_next_pick() {
+    for (kind, excluded) in [
+        (io::ErrorKind::ConnectionRefused, true),
+        // Another connection error counts towards the threshold (5) only.
+        (io::ErrorKind::ConnectionReset, false),
+    ] {
+        let layer = BalanceLayer::new("svc-b", Policy::seed_000())
+            .with_ejection(ejection(5, 60, 60))
+            .with_pick(Pick::RoundRobin);
+        let h = Harness::new(layer);
+        let mut g1 = h.add("g1", &[("gray", "true")]);
+        let mut g2 = h.add("g2", &[("gray", "true")]);
+        g1.allow(100);
+        g2.allow(100);
+        settle(|| h.balance.len() == 2).await;
+        let (answer, failed) = tokio::join!(
+            h.call(gray_req()),
+            answer_either(&mut g1, &mut g2, Some(kind))
+        );
+        assert!(answer.is_err());
+        // Round-robin sends every other request to each; after a refusal, none goes to
+        // the refused one.
+        let mut served = Vec::new();
+        for _ in 0..6 {
+            let (answer, name) =
+                tokio::join!(h.call(gray_req()), answer_either(&mut g1, &mut g2, None));
+            assert_eq!(answer.unwrap(), name);
+            served.push(name);
+        }
+        let reached = served.contains(&failed);
+        assert_eq!(
+            reached, !excluded,
+            "{kind:?}: {failed} failed, then {served:?}"
+        );
+        if excluded {
+            settle(|| h.balance.ready_len() == 1).await;
+            let gray = Stain::in_lane(Lane::new("gray").unwrap());
+            let explained = h.balance.explain(Some(&gray));
+            assert_eq!(
+                explained.steps[0].present, 1,
+                "the refused one counts as absent"
+            );
+        }
+    }
 }

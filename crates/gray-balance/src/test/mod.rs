@@ -6,6 +6,7 @@
 
 mod health;
 mod probe;
+mod retry;
 mod routing;
 mod strategy;
 

@@ -30,6 +30,7 @@ use std::{
 };
 
 use bytes::Bytes;
+use gray_core::unsent::Unsent;
 use http::{HeaderValue, Request, Response, Uri, Version, header::HOST};
 use http_body::{Body, Frame, SizeHint};
 use hyper::{
@@ -435,11 +436,12 @@ where
     /// connection, or on a new one.
     pub(crate) fn send(self, mut request: Request<B>) -> EndpointFuture {
         *request.version_mut() = Version::HTTP_11;
-        if !request.headers().contains_key(HOST) {
+        let added_host = !request.headers().contains_key(HOST);
+        if added_host {
             request.headers_mut().insert(HOST, self.host.clone());
         }
         EndpointFuture {
-            inner: Box::pin(self.run(request)),
+            inner: Box::pin(self.run(request, added_host)),
         }
     }
 
@@ -486,7 +488,11 @@ where
         )
     }
 
-    async fn run(mut self, mut request: Request<B>) -> Result<Response<ResponseBody>, BoxError> {
+    async fn run(
+        mut self,
+        mut request: Request<B>,
+        added_host: bool,
+    ) -> Result<Response<ResponseBody>, BoxError> {
         let limit = self.pool.settings.response_timeout;
         let deadline = limit.map(|after| (tokio::time::Instant::now() + after, after));
         loop {
@@ -502,12 +508,26 @@ where
                     None => {
                         fresh = true;
                         // Connecting is rare: a timer of its own.
-                        break match deadline {
-                            Some((at, after)) => tokio::time::timeout_at(at, self.connect())
-                                .await
-                                .map_err(|_| self.timeout(after))??,
-                            None => self.connect().await?,
+                        let connected = match deadline {
+                            Some((at, after)) => {
+                                match tokio::time::timeout_at(at, self.connect()).await {
+                                    Ok(connected) => connected,
+                                    Err(_) => return Err(self.timeout(after)),
+                                }
+                            }
+                            None => self.connect().await,
                         };
+                        match connected {
+                            Ok(conn) => break conn,
+                            // Nothing was sent: the request goes back to the caller, as
+                            // it came (a retrying balancer sends it elsewhere).
+                            Err(e) => {
+                                if added_host {
+                                    request.headers_mut().remove(HOST);
+                                }
+                                return Err(Box::new(Unsent::new(request, e)));
+                            }
+                        }
                     }
                 }
             };

@@ -63,6 +63,8 @@ fn yes() -> bool {
 #[serde(deny_unknown_fields)]
 pub(super) struct ServiceKeys {
     pub(super) pick: Option<Pick>,
+    pub(super) retry: Option<super::upstream::RetryKeys>,
+    pub(super) health_check: Option<super::upstream::HealthKeys>,
 }
 
 /// The `[tls]` table: a TLS listener (read whatever the features; refused by the checks

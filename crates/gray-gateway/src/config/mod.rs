@@ -43,6 +43,7 @@
 mod file;
 #[cfg(test)]
 mod tests;
+mod upstream;
 
 use std::{
     net::SocketAddr,
@@ -50,7 +51,11 @@ use std::{
     time::Duration,
 };
 
-use gray_balance::Pick;
+use gray_balance::{
+    Pick,
+    health::{Ejection, Probe},
+    retry::RetryPolicy,
+};
 use gray_config::{Document, Format};
 use gray_core::CarrierConfig;
 use gray_policy::Policy;
@@ -160,6 +165,12 @@ pub struct ServiceConfig {
     pub policy: Policy,
     /// How its balancer picks among ready instances.
     pub pick: Pick,
+    /// When a request goes to another instance (`retry`).
+    pub retry: RetryPolicy,
+    /// How an ejected instance is checked before it comes back (`health_check`).
+    pub probe: Probe,
+    /// When an instance is ejected, and for how long (`health_check`).
+    pub ejection: Ejection,
 }
 
 /// Where the instances come from.
@@ -360,10 +371,16 @@ impl Config {
             if policy.own_lane().is_some() {
                 return Err(err(&field("own_lane"), &NO_OWN_LANE));
             }
+            let retry = upstream::retry(&doc, &name, table.extra.retry.as_ref())?;
+            let (probe, ejection) =
+                upstream::health(&doc, &name, table.extra.health_check.as_ref())?;
             services.push(ServiceConfig {
                 name,
                 policy,
                 pick: table.extra.pick.unwrap_or_default(),
+                retry,
+                probe,
+                ejection,
             });
         }
         Ok(Config {

@@ -147,3 +147,84 @@ password = "secret"
     .unwrap_err();
     assert_eq!(both.field(), Some("etcd"), "{both}");
 }
+
+#[test]
+fn retry_and_health_check_tables() {
+    use gray_balance::health::Check;
+
+    let cfg = parse(
+        r#"listen = "127.0.0.1:1"
+[services.a]
+retry = { budget_percent = 10, max_retries = 1, methods = ["get", "PUT"], max_replay_bytes = 1024 }
+health_check = { path = "/healthz", interval_ms = 500, max_interval_ms = 4000, timeout_ms = 300, max_fails = 3 }
+[services.b]
+retry = { enabled = false }
+health_check = { kind = "grpc", grpc_service = "orders" }
+[services.c]
+"#,
+    )
+    .unwrap();
+    let a = &cfg.services[0];
+    assert_eq!(a.retry.budget_percent(), 10);
+    assert_eq!(a.retry.max_retries(), 1);
+    assert_eq!(a.retry.idempotent(), [http::Method::GET, http::Method::PUT]);
+    assert_eq!(a.retry.max_replay_bytes(), 1024);
+    assert_eq!(
+        a.probe.check(),
+        &Check::Http {
+            path: "/healthz".into()
+        }
+    );
+    assert_eq!(a.probe.timeout(), Duration::from_millis(300));
+    assert_eq!(a.ejection.consecutive(), 3);
+    assert_eq!(a.ejection.backoff().min(), Duration::from_millis(500));
+    assert_eq!(a.ejection.backoff().max(), Duration::from_secs(4));
+    let b = &cfg.services[1];
+    assert_eq!(b.retry.max_retries(), 0);
+    assert_eq!(
+        b.probe.check(),
+        &Check::Grpc {
+            service: "orders".into()
+        }
+    );
+    // Without the tables: retries as nginx's `proxy_next_upstream error`, a connect probe.
+    let c = &cfg.services[2];
+    assert_eq!(c.retry, RetryPolicy::new());
+    assert_eq!(c.probe, Probe::connect());
+    assert_eq!(c.ejection, Ejection::new());
+}
+
+#[test]
+fn retry_and_health_check_mistakes_name_their_line_and_field() {
+    for (text, line, field) in [
+        (
+            "listen = \"127.0.0.1:1\"\n[services.a]\nretry = { budget = 20 }\n",
+            3,
+            "services.a.retry.budget",
+        ),
+        (
+            "listen = \"127.0.0.1:1\"\n[services.a]\nhealth_check = { kind = \"tcp\" }\n",
+            3,
+            "services.a.health_check.kind",
+        ),
+        (
+            "listen = \"127.0.0.1:1\"\n[services.a]\n\n[services.a.health_check]\nkind = \"connect\"\npath = \"/healthz\"\n",
+            6,
+            "services.a.health_check.path",
+        ),
+        (
+            "listen = \"127.0.0.1:1\"\n[services.a]\nretry = { methods = [\"GET\", \"BAD METHOD\"] }\n",
+            3,
+            "services.a.retry.methods[1]",
+        ),
+        (
+            "listen = \"127.0.0.1:1\"\n[services.a]\nhealth_check = { interval_ms = 500, max_interval_ms = 100 }\n",
+            3,
+            "services.a.health_check.max_interval_ms",
+        ),
+    ] {
+        let e = parse(text).unwrap_err();
+        assert_eq!((e.line(), e.field()), (Some(line), Some(field)), "{e}");
+        assert!(e.to_string().starts_with("gw.toml:"), "{e}");
+    }
+}

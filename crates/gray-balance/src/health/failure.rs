@@ -1,0 +1,161 @@
+//! What an endpoint's error says about where the request failed: [`Failure`], and the
+//! default [`classify`].
+
+use std::{error::Error, io};
+
+use gray_core::unsent::Unsent;
+
+/// Where a request failed, as its error tells: whether anything of it may have reached
+/// the instance. A [`Classifier`] decides it; the balancer's passive health, its probes
+/// and [retries](crate::retry) act on it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Failure {
+    /// The instance refused the connection: nothing listens there, and nothing was sent.
+    /// The endpoint leaves the picks at once (see [`Ejection`](super::Ejection)).
+    Refused,
+    /// No connection could be made (a connect error other than a refusal, a failed
+    /// handshake), or the endpoint handed the request back unsent
+    /// ([`Unsent`]): nothing was sent.
+    Unsent,
+    /// The connection broke (reset, aborted, closed early) before a response head
+    /// arrived: the request may have reached the instance.
+    Broken,
+    /// Anything else: the instance answered, or the error says nothing about the
+    /// connection (a timeout, a protocol error).
+    Other,
+}
+
+impl Failure {
+    /// `true` for a connection error (refused, unsent or broken): what passive health
+    /// counts towards an ejection.
+    #[must_use]
+    pub fn is_connection(self) -> bool {
+        !matches!(self, Failure::Other)
+    }
+
+    /// `true` when nothing of the request reached the instance (refused or unsent): it
+    /// may go to another instance whatever its method.
+    #[must_use]
+    pub fn nothing_sent(self) -> bool {
+        matches!(self, Failure::Refused | Failure::Unsent)
+    }
+
+    /// The name of this failure in logs and metrics: `refused`, `unsent`, `broken`,
+    /// `other`.
+    #[must_use]
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Failure::Refused => "refused",
+            Failure::Unsent => "unsent",
+            Failure::Broken => "broken",
+            Failure::Other => "other",
+        }
+    }
+}
+
+/// Decides what an endpoint's error says; [`classify`] by default.
+pub type Classifier = fn(&(dyn Error + 'static)) -> Failure;
+
+/// The default [`Classifier`]. It walks the error's `source()` chain:
+///
+/// - an [`io::Error`] of kind `ConnectionRefused`: [`Failure::Refused`];
+/// - an [`Unsent`] (an endpoint that handed the request back), an `io::Error` of kind
+///   `AddrNotAvailable`, `HostUnreachable` or `NetworkUnreachable`, or (feature
+///   `hyper-util`) a hyper-util client error whose `is_connect()` is true:
+///   [`Failure::Unsent`];
+/// - an `io::Error` of kind `ConnectionReset`, `ConnectionAborted`, `BrokenPipe`,
+///   `NotConnected` or `UnexpectedEof`, or (feature `hyper-util`) a hyper error that
+///   `is_incomplete_message()` (the connection closed before the response):
+///   [`Failure::Broken`];
+/// - anything else: [`Failure::Other`].
+///
+/// A refusal anywhere wins; an error that says both "not connected" and "broken" (a
+/// reset during a TLS handshake) is unsent.
+pub fn classify(error: &(dyn Error + 'static)) -> Failure {
+    let mut unsent = false;
+    let mut broken = false;
+    let mut current = Some(error);
+    while let Some(e) = current {
+        if let Some(io) = e.downcast_ref::<io::Error>() {
+            match io.kind() {
+                io::ErrorKind::ConnectionRefused => return Failure::Refused,
+                io::ErrorKind::AddrNotAvailable
+                | io::ErrorKind::HostUnreachable
+                | io::ErrorKind::NetworkUnreachable => unsent = true,
+                io::ErrorKind::ConnectionReset
+                | io::ErrorKind::ConnectionAborted
+                | io::ErrorKind::BrokenPipe
+                | io::ErrorKind::NotConnected
+                | io::ErrorKind::UnexpectedEof => broken = true,
+                _ => {}
+            }
+        } else if e.is::<Unsent>() {
+            unsent = true;
+        }
+        #[cfg(feature = "hyper-util")]
+        {
+            if let Some(client) = e.downcast_ref::<hyper_util::client::legacy::Error>() {
+                unsent |= client.is_connect();
+            }
+            if let Some(hyper) = e.downcast_ref::<hyper::Error>() {
+                broken |= hyper.is_incomplete_message();
+            }
+        }
+        current = e.source();
+    }
+    match (unsent, broken) {
+        (true, _) => Failure::Unsent,
+        (false, true) => Failure::Broken,
+        (false, false) => Failure::Other,
+    }
+}
+
+/// Whether [`classify`] calls `error` a connection error (refused, unsent or broken).
+pub fn is_connection_error(error: &(dyn Error + 'static)) -> bool {
+    classify(error).is_connection()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Debug)]
+    struct Wrapped(io::Error);
+
+    impl std::fmt::Display for Wrapped {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            write!(f, "request failed")
+        }
+    }
+
+    impl Error for Wrapped {
+        fn source(&self) -> Option<&(dyn Error + 'static)> {
+            Some(&self.0)
+        }
+    }
+
+    #[test]
+    fn kinds_anywhere_in_the_chain() {
+        let wrap = |kind| Wrapped(io::Error::from(kind));
+        for (kind, failure) in [
+            (io::ErrorKind::ConnectionRefused, Failure::Refused),
+            (io::ErrorKind::HostUnreachable, Failure::Unsent),
+            (io::ErrorKind::ConnectionReset, Failure::Broken),
+            (io::ErrorKind::UnexpectedEof, Failure::Broken),
+            (io::ErrorKind::TimedOut, Failure::Other),
+            (io::ErrorKind::InvalidData, Failure::Other),
+        ] {
+            assert_eq!(classify(&wrap(kind)), failure, "{kind:?}");
+            assert_eq!(classify(&io::Error::from(kind)), failure, "{kind:?}");
+        }
+        // An endpoint that handed the request back: unsent, whatever is below; refused
+        // still wins.
+        let reset = Unsent::new((), io::Error::from(io::ErrorKind::ConnectionReset));
+        assert_eq!(classify(&reset), Failure::Unsent);
+        let refused = Unsent::new((), io::Error::from(io::ErrorKind::ConnectionRefused));
+        assert_eq!(classify(&refused), Failure::Refused);
+        assert!(Failure::Refused.nothing_sent() && !Failure::Broken.nothing_sent());
+        assert!(Failure::Broken.is_connection() && !Failure::Other.is_connection());
+    }
+}

@@ -1,0 +1,157 @@
+//! ARCHITECTURE.md's table of the library crates' dependencies on each other is what
+//! `cargo metadata` says, and the rules engine's dependencies stay where the table puts
+//! them.
+
+use std::{collections::BTreeMap, path::Path, process::Command};
+
+/// `crate → (normal dependencies, optional ones)` among the `gray-*` crates, from
+/// `cargo metadata`.
+type Edges = BTreeMap<String, (Vec<String>, Vec<String>)>;
+
+fn workspace() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("tests/ is inside the workspace")
+}
+
+fn cargo_metadata() -> Edges {
+    let out = Command::new(env!("CARGO"))
+        .args([
+            "metadata",
+            "--format-version",
+            "1",
+            "--no-deps",
+            "--offline",
+        ])
+        .current_dir(workspace())
+        .output()
+        .expect("cargo metadata runs");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let meta: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    let mut edges = Edges::new();
+    for package in meta["packages"].as_array().expect("packages") {
+        let name = package["name"].as_str().unwrap_or_default();
+        let library = package["targets"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .any(|t| {
+                t["kind"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .any(|k| k == "lib")
+            });
+        let published = !package["publish"].is_array();
+        if !name.starts_with("gray-") || !library || !published {
+            continue;
+        }
+        let (mut normal, mut optional) = (Vec::new(), Vec::new());
+        for dep in package["dependencies"].as_array().into_iter().flatten() {
+            let dep_name = dep["name"].as_str().unwrap_or_default();
+            if !dep_name.starts_with("gray-") || !dep["kind"].is_null() {
+                continue;
+            }
+            if dep["optional"].as_bool() == Some(true) {
+                optional.push(dep_name.to_owned());
+            } else {
+                normal.push(dep_name.to_owned());
+            }
+        }
+        normal.sort();
+        optional.sort();
+        edges.insert(name.to_owned(), (normal, optional));
+    }
+    edges
+}
+
+/// The table under "Dependencies point down only": `| `crate` | deps |`, the optional ones
+/// after `; ` and before ` behind`.
+fn documented() -> Edges {
+    let text = std::fs::read_to_string(workspace().join("ARCHITECTURE.md")).expect("readable");
+    let table = text
+        .split("| crate | depends on |")
+        .nth(1)
+        .expect("the dependency table");
+    let mut edges = Edges::new();
+    for row in table.lines().skip(2).take_while(|l| l.starts_with('|')) {
+        let cells: Vec<&str> = row.split('|').map(str::trim).collect();
+        let name = cells[1].trim_matches('`').to_owned();
+        let list = |s: &str| -> Vec<String> {
+            let mut v: Vec<String> = s
+                .split(',')
+                .map(|d| d.trim().to_owned())
+                .filter(|d| d.starts_with("gray-"))
+                .collect();
+            v.sort();
+            v
+        };
+        let (normal, optional) = match cells[2].split_once("; ") {
+            Some((normal, rest)) => (
+                list(normal),
+                list(rest.split(" behind").next().unwrap_or("")),
+            ),
+            None => (list(cells[2]), Vec::new()),
+        };
+        let optional = optional
+            .into_iter()
+            .flat_map(|d| d.split(" and ").map(str::to_owned).collect::<Vec<_>>())
+            .collect::<Vec<_>>();
+        let mut optional = optional;
+        optional.sort();
+        edges.insert(name, (normal, optional));
+    }
+    edges
+}
+
+#[test]
+fn the_dependency_table_is_what_cargo_metadata_says() {
+    let actual = cargo_metadata();
+    let documented = documented();
+    assert_eq!(
+        documented, actual,
+        "ARCHITECTURE.md's dependency table (left) differs from cargo metadata (right)"
+    );
+}
+
+#[test]
+fn only_gray_rules_compiles_the_rules_engine() {
+    for package in [
+        "gray-core",
+        "gray-source",
+        "gray-balance",
+        "gray-policy",
+        "gray-discovery",
+    ] {
+        let out = Command::new(env!("CARGO"))
+            .args([
+                "tree",
+                "-e",
+                "normal",
+                "--prefix",
+                "none",
+                "--offline",
+                "-p",
+                package,
+            ])
+            .current_dir(workspace())
+            .output()
+            .expect("cargo tree runs");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let tree = String::from_utf8_lossy(&out.stdout);
+        for heavy in ["regex ", "ipnet "] {
+            assert!(
+                !tree.lines().any(|l| l.starts_with(heavy)),
+                "{package} depends on {heavy}:\n{tree}"
+            );
+        }
+    }
+}
