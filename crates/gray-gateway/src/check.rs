@@ -203,7 +203,11 @@ fn tls_summary(out: &mut String, tls: &crate::config::TlsSettings) -> Result<(),
     let clients = match (&tls.client_certs, loaded.client_cas) {
         (Some(client), Some(n)) => format!(
             "client certificates {} ({}: {n} CA{})",
-            if client.required { "required" } else { "optional" },
+            if client.required {
+                "required"
+            } else {
+                "optional"
+            },
             client.ca_file.display(),
             plural(n)
         ),

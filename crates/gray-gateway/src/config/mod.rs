@@ -525,7 +525,8 @@ fn tls(
         return Ok(None);
     };
     needs_feature(doc, "tls", "tls", cfg!(feature = "tls"))?;
-    if raw.listen == Some(table.listen) {
+    // Port 0 picks a free port for each: the same address twice is fine then.
+    if raw.listen == Some(table.listen) && table.listen.port() != 0 {
         return Err(doc.error(
             "tls.listen",
             format_args!(

@@ -74,7 +74,8 @@ impl Files {
     /// Reads the files `settings` names.
     pub(crate) fn read(settings: &TlsSettings) -> Result<Files, TlsError> {
         let read = |field, path: &Path| {
-            std::fs::read(path).map_err(|e| TlsError::new(field, path, format_args!("cannot read it: {e}")))
+            std::fs::read(path)
+                .map_err(|e| TlsError::new(field, path, format_args!("cannot read it: {e}")))
         };
         Ok(Files {
             cert: read("cert_file", &settings.cert_file)?,
@@ -113,16 +114,18 @@ pub(crate) fn load(
     let key_path = settings.key_file.as_path();
 
     let chain = pem_certs("cert_file", cert_path, &files.cert)?;
-    let validity =
-        Validity::of(&chain[0]).map_err(|e| TlsError::new("cert_file", cert_path, e))?;
+    let validity = Validity::of(&chain[0]).map_err(|e| TlsError::new("cert_file", cert_path, e))?;
     validity
         .check(now)
         .map_err(|e| TlsError::new("cert_file", cert_path, e))?;
-    let key = PrivateKeyDer::from_pem_slice(&files.key).map_err(|e| {
-        TlsError::new("key_file", key_path, not_pem(&e, KEY_BLOCK))
-    })?;
+    let key = PrivateKeyDer::from_pem_slice(&files.key)
+        .map_err(|e| TlsError::new("key_file", key_path, not_pem(&e, KEY_BLOCK)))?;
     let key = provider.key_provider.load_private_key(key).map_err(|e| {
-        TlsError::new("key_file", key_path, format_args!("not a usable private key: {e}"))
+        TlsError::new(
+            "key_file",
+            key_path,
+            format_args!("not a usable private key: {e}"),
+        )
     })?;
     let chain_len = chain.len();
     let certified = CertifiedKey::new(chain, key);
@@ -232,7 +235,8 @@ fn pem_certs(
 /// What a certificate file must hold.
 const CERT_BLOCK: &str = "a `-----BEGIN CERTIFICATE-----` block";
 /// What a key file must hold.
-const KEY_BLOCK: &str = "a `-----BEGIN PRIVATE KEY-----` block (or `RSA PRIVATE KEY`, `EC PRIVATE KEY`)";
+const KEY_BLOCK: &str =
+    "a `-----BEGIN PRIVATE KEY-----` block (or `RSA PRIVATE KEY`, `EC PRIVATE KEY`)";
 
 /// Why a PEM file did not give what it should (`expected`).
 fn not_pem(e: &rustls::pki_types::pem::Error, expected: &str) -> String {

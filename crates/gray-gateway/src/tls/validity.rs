@@ -123,9 +123,9 @@ fn element(der: &[u8], tag: u8) -> Option<(&[u8], &[u8])> {
 /// A `Time` (UTCTime or GeneralizedTime, in the forms RFC 5280 allows: seconds, `Z`) at
 /// the start of `der`, in seconds since the Unix epoch, and what follows it.
 fn time(der: &[u8]) -> Option<(i64, &[u8])> {
-    let (tag, digits) = match der.first()? {
-        &UTC_TIME => (UTC_TIME, 12),
-        &GENERALIZED_TIME => (GENERALIZED_TIME, 14),
+    let (tag, digits) = match *der.first()? {
+        UTC_TIME => (UTC_TIME, 12),
+        GENERALIZED_TIME => (GENERALIZED_TIME, 14),
         _ => return None,
     };
     let (value, rest) = element(der, tag)?;
@@ -174,7 +174,15 @@ fn civil_from_days(z: i64) -> (i64, i64, i64) {
     let mp = (5 * doy + 2) / 153;
     let d = doy - (153 * mp + 2) / 5 + 1;
     let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    (if m <= 2 { yoe + era * 400 + 1 } else { yoe + era * 400 }, m, d)
+    (
+        if m <= 2 {
+            yoe + era * 400 + 1
+        } else {
+            yoe + era * 400
+        },
+        m,
+        d,
+    )
 }
 
 #[cfg(test)]
@@ -220,9 +228,17 @@ mod tests {
         };
         assert!(validity.check(at(1_500)).is_ok());
         let early = validity.check(at(999)).unwrap_err();
-        assert!(early.starts_with("the certificate is not valid yet: valid from 1970-01-01 00:16:40 UTC"), "{early}");
+        assert!(
+            early.starts_with(
+                "the certificate is not valid yet: valid from 1970-01-01 00:16:40 UTC"
+            ),
+            "{early}"
+        );
         let late = validity.check(at(2_001)).unwrap_err();
-        assert!(late.starts_with("the certificate expired on 1970-01-01 00:33:20 UTC"), "{late}");
+        assert!(
+            late.starts_with("the certificate expired on 1970-01-01 00:33:20 UTC"),
+            "{late}"
+        );
         assert_eq!(validity.remaining(at(1_500)), Duration::from_secs(500));
         assert_eq!(validity.remaining(at(3_000)), Duration::ZERO);
     }
@@ -231,7 +247,12 @@ mod tests {
     fn anything_else_is_malformed() {
         let cert = Ca::new("x").issue(&Leaf::server(&["localhost"]));
         let der = cert.cert_der();
-        for bad in [&[][..], b"\x30", b"not a certificate", &der[..der.len() / 3]] {
+        for bad in [
+            &[][..],
+            b"\x30",
+            b"not a certificate",
+            &der[..der.len() / 3],
+        ] {
             assert!(Validity::of(bad).is_err(), "{bad:?}");
         }
         // Every truncation fails cleanly, never panics.
