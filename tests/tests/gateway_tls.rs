@@ -462,6 +462,28 @@ async fn certificates_rotate_under_load_without_a_failed_request() {
     *load.served.lock().unwrap() = Vec::new();
     load.until_served(&third, "the pair in force is still served")
         .await;
+    let metrics = gray_tests::reqwest_client()
+        .get(format!(
+            "http://{}/metrics",
+            setup.gateway.admin_addr().unwrap()
+        ))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let value = |name: &str| -> u64 {
+        let line = metrics
+            .lines()
+            .find(|l| l.starts_with(&format!("{name} ")))
+            .unwrap_or_else(|| panic!("{name} in {metrics}"));
+        line[name.len() + 1..].parse().unwrap()
+    };
+    // The first pair, the renamed one, the one written in place (and perhaps a half-written
+    // version refused on the way).
+    assert!(value("gray_gateway_tls_generation") >= 3, "{metrics}");
+    assert!(value("gray_gateway_tls_rejected") >= 1, "{metrics}");
 
     load.stop.store(true, Ordering::Relaxed);
     for task in tasks {
