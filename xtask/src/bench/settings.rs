@@ -42,6 +42,13 @@ const SETTINGS: &[Spec] = &[
         about: "wrk connections (one wrk thread)",
     },
     Spec {
+        env: "NEW_CONNECTIONS",
+        value: "0|1",
+        default: "0",
+        about: "1: every request on a new connection (wrk sends `Connection: close`): with the\n\
+                TLS targets, a full handshake per request",
+    },
+    Spec {
         env: "PROXY_CPU",
         value: "CPU",
         default: "0",
@@ -129,6 +136,8 @@ pub(crate) struct Settings {
     pub(crate) duration: u64,
     pub(crate) warmup: u64,
     pub(crate) connections: u64,
+    /// Every request on a new connection.
+    pub(crate) new_connections: bool,
     pub(crate) proxy_cpu: u64,
     pub(crate) load_cpu: u64,
     pub(crate) profile: String,
@@ -190,6 +199,11 @@ impl Settings {
             duration: number("DURATION", 1)?,
             warmup: number("WARMUP", 0)?,
             connections: number("CONNECTIONS", 1)?,
+            new_connections: match get("NEW_CONNECTIONS").as_str() {
+                "0" => false,
+                "1" => true,
+                other => return Err(format!("NEW_CONNECTIONS must be 0 or 1, got `{other}`")),
+            },
             proxy_cpu: number("PROXY_CPU", 0)?,
             load_cpu: number("LOAD_CPU", 0)?,
             profile,
