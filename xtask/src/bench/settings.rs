@@ -122,6 +122,12 @@ const SETTINGS: &[Spec] = &[
         about: "--syscalls: seconds of the measured wrk run per target",
     },
     Spec {
+        env: "IDLE_CONNECTIONS",
+        value: "N",
+        default: "8000",
+        about: "--idle-memory: idle keep-alive connections opened per listener",
+    },
+    Spec {
         env: "SYS_TOP",
         value: "N",
         default: "8",
@@ -152,6 +158,7 @@ pub(crate) struct Settings {
     pub(crate) ins_top: usize,
     pub(crate) sys_duration: u64,
     pub(crate) sys_top: usize,
+    pub(crate) idle_connections: u64,
 }
 
 // === impl Settings ===
@@ -217,6 +224,7 @@ impl Settings {
             ins_top: number("INS_TOP", 0)? as usize,
             sys_duration: number("SYS_DURATION", 1)?,
             sys_top: number("SYS_TOP", 0)? as usize,
+            idle_connections: number("IDLE_CONNECTIONS", 1)?,
         })
     }
 }

@@ -13,11 +13,12 @@ use crate::bench::{Result, procfs, settings::Settings};
 const TEMPLATE: &str = r#"daemon off;
 master_process {master};
 worker_processes 1;
+worker_rlimit_nofile 20000;
 pid {prefix}/nginx.pid;
 error_log {prefix}/error.log warn;
 
 events {
-    worker_connections 4096;
+    worker_connections 16384;
 }
 
 http {
