@@ -18,7 +18,7 @@ use gray_test_support::{
     TempDir, WAIT,
     tls::{Ca, Issued, Leaf},
 };
-use gray_tests::{Server, logs, serve, until};
+use gray_tests::{Server, serve, until};
 
 const TRUSTED: &str = "127.0.0.3";
 const UNTRUSTED: &str = "127.0.0.4";
@@ -384,7 +384,7 @@ impl Load {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn certificates_rotate_under_load_without_a_failed_request() {
-    let logs = logs::capture();
+    let logs = gray_test_support::logs::capture_process();
     let setup = Setup::start("gateway-tls-rotate", "reload_interval_ms = 50\n", None).await;
     let (cert, key) = files(setup.dir.path());
     let load = Arc::new(Load::default());
