@@ -195,7 +195,7 @@ async fn curl(setup: &Setup, version: &str, from: &str, headers: &[&str]) -> Cur
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn curl_and_reqwest_are_routed_by_the_stain_and_untrusted_stains_stripped() {
+async fn curl_and_a_rustls_client_are_routed_by_the_stain_and_untrusted_stains_stripped() {
     let setup = Setup::start("gateway-tls-route", "", None).await;
     for (flag, version) in [("--http2", "2"), ("--http1.1", "1.1")] {
         // An untrusted client's stain: stripped, baseline.
@@ -291,6 +291,37 @@ async fn client_certificates_are_verified_when_required() {
         assert_eq!(served.status, 200);
         assert_eq!(served.json()["id"], "svc-base");
     }
+    setup.gateway.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn optional_client_certificates_serve_clients_without_one_but_verify_any_given() {
+    let clients = Ca::new("client CA");
+    let setup = Setup::start(
+        "gateway-tls-optional",
+        "client_ca_file = \"clients.pem\"\nclient_auth = \"optional\"\n",
+        Some(&clients),
+    )
+    .await;
+    let get = |client: TlsClient| {
+        let addr = setup.tls_addr();
+        async move { client.connect(addr).await?.0.get("/svc/a", &[]).await }
+    };
+    let none = get(TlsClient::new(&setup.ca, H2, None))
+        .await
+        .expect("served without a certificate");
+    assert_eq!(none.status, 200);
+    let stranger = Ca::new("another client CA").issue(&Leaf::client("stranger"));
+    let other = get(TlsClient::new(&setup.ca, H2, Some(&stranger))).await;
+    assert!(
+        other.is_err(),
+        "served with another CA's certificate: {other:?}"
+    );
+    let known = clients.issue(&Leaf::client("known"));
+    let served = get(TlsClient::new(&setup.ca, H1, Some(&known)))
+        .await
+        .expect("served with the CA's certificate");
+    assert_eq!(served.status, 200);
     setup.gateway.shutdown().await;
 }
 
