@@ -21,10 +21,10 @@
 //!   accepting while that many are open, so further clients wait in the kernel's listen
 //!   backlog (their TCP handshake completes; nothing is read from them) until one closes.
 //! - **request heads**: a connection must send a complete request head within
-//!   `header_read_timeout` of being accepted (its TLS handshake included), or of the first byte it sends after its
-//!   previous response: else it is closed (slowloris). A head larger than
-//!   `max_header_bytes` gets `431 Request Header Fields Too Large` (HTTP/1.1; HTTP/2 sends
-//!   the limit as `SETTINGS_MAX_HEADER_LIST_SIZE` and resets larger streams).
+//!   `header_read_timeout` of being accepted (its TLS handshake included), or of the first
+//!   byte it sends after its previous response: else it is closed (slowloris). A head
+//!   larger than `max_header_bytes` gets `431 Request Header Fields Too Large` (HTTP/1.1;
+//!   HTTP/2 sends the limit as `SETTINGS_MAX_HEADER_LIST_SIZE` and resets larger streams).
 //! - **idle connections**: a connection with no request in flight (response bodies
 //!   included) and nothing sent for `idle_timeout` is closed.
 //!
