@@ -42,6 +42,8 @@ use tokio::time::Sleep;
 use tower::BoxError;
 use tower_service::Service;
 
+use super::connecting::{Connects, Handoff, Home};
+
 /// How the connections of every instance are kept.
 #[derive(Debug, Clone)]
 pub(crate) struct Settings {
@@ -53,6 +55,8 @@ pub(crate) struct Settings {
     pub(crate) http1: http1::Builder,
     /// The time a request may take until its response head, connecting included.
     pub(crate) response_timeout: Option<Duration>,
+    /// Connects running at once per instance ([`super::connecting`]).
+    pub(crate) max_connects: usize,
 }
 
 // === impl Settings ===
@@ -64,6 +68,7 @@ impl Default for Settings {
             idle_timeout: Duration::from_secs(90),
             http1: http1::Builder::new(),
             response_timeout: None,
+            max_connects: 8,
         }
     }
 }
@@ -164,6 +169,8 @@ where
 /// The idle connections of one instance.
 pub(crate) struct Pool<IO: Read + Write, B: Body + 'static> {
     idle: Mutex<Vec<Box<Conn<IO, B>>>>,
+    /// Requests waiting for a connection, and the connects that serve them.
+    connects: Connects<Box<Conn<IO, B>>>,
     settings: Arc<Settings>,
 }
 
@@ -173,6 +180,7 @@ impl<IO: Read + Write, B: Body + 'static> Pool<IO, B> {
     pub(crate) fn new(settings: Arc<Settings>) -> Self {
         Pool {
             idle: Mutex::new(Vec::new()),
+            connects: Connects::new(settings.max_connects),
             settings,
         }
     }
@@ -193,18 +201,38 @@ impl<IO: Read + Write, B: Body + 'static> Pool<IO, B> {
         }
     }
 
-    fn put(&self, mut conn: Box<Conn<IO, B>>) {
+    fn put(self: &Arc<Self>, mut conn: Box<Conn<IO, B>>)
+    where
+        IO: Send + 'static,
+        B: Send,
+        B::Data: Send,
+    {
         // A connection still sending its request body (the instance answered early) is
         // closed here: idle, nobody would poll it to send the rest.
         if conn.ended || conn.sender.is_closed() || !conn.body_released.load(Ordering::Acquire) {
             return;
         }
         conn.pool = None;
+        // Requests waiting for a connection come first.
+        let Some(mut conn) = self.connects.offer(conn, self) else {
+            return;
+        };
         conn.idle_since = Instant::now();
         let mut idle = self.lock();
         if idle.len() < self.settings.max_idle {
             idle.push(conn);
         }
+    }
+}
+
+impl<IO, B> Home<Box<Conn<IO, B>>> for Pool<IO, B>
+where
+    IO: Read + Write + Send + 'static,
+    B: Body + Send + 'static,
+    B::Data: Send,
+{
+    fn home(self: Arc<Self>, conn: Box<Conn<IO, B>>) {
+        self.put(conn);
     }
 }
 
@@ -480,6 +508,35 @@ where
         }))
     }
 
+    /// A connection from the instance's [`Connects`], once one is free: from a connect
+    /// (started here if fewer than the cap run), or released by another request.
+    async fn handed(&mut self) -> Result<Option<Box<Conn<IO, B>>>, BoxError> {
+        let waiter = self.pool.connects.wait();
+        if waiter.start {
+            let mut target = self.clone();
+            // Bounded like a request's connect, whether or not the request still waits.
+            let limit = self.pool.settings.response_timeout;
+            tokio::spawn(async move {
+                let pool = target.pool.clone();
+                loop {
+                    let connected = match limit {
+                        Some(after) => tokio::time::timeout(after, target.connect())
+                            .await
+                            .unwrap_or_else(|_| Err(target.timeout(after))),
+                        None => target.connect().await,
+                    };
+                    if !pool.connects.finished(connected, &pool) {
+                        break;
+                    }
+                }
+            });
+        }
+        match waiter.handed.await {
+            Ok(handed) => handed.map(Handoff::take),
+            Err(_) => Err(self.error(Stage::Connect, "the connect task ended")),
+        }
+    }
+
     fn timeout(&self, after: Duration) -> BoxError {
         // An I/O timeout as the source: `gray_balance::error::status_of` reads it as 504.
         self.error(
@@ -508,17 +565,22 @@ where
                     None => {
                         fresh = true;
                         // Connecting is rare: a timer of its own.
-                        let connected = match deadline {
+                        let handed = match deadline {
                             Some((at, after)) => {
-                                match tokio::time::timeout_at(at, self.connect()).await {
-                                    Ok(connected) => connected,
+                                match tokio::time::timeout_at(at, self.handed()).await {
+                                    Ok(handed) => handed,
                                     Err(_) => return Err(self.timeout(after)),
                                 }
                             }
-                            None => self.connect().await,
+                            None => self.handed().await,
                         };
-                        match connected {
-                            Ok(conn) => break conn,
+                        match handed {
+                            Ok(Some(mut conn)) => {
+                                if poll_fn(|cx| Poll::Ready(conn.usable(cx))).await {
+                                    break conn;
+                                }
+                            }
+                            Ok(None) => {}
                             // Nothing was sent: the request goes back to the caller, as
                             // it came (a retrying balancer sends it elsewhere).
                             Err(e) => {
