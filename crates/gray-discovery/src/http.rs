@@ -182,7 +182,10 @@ impl<C, B> HttpEndpoints<C, B> {
 
     /// Fails a request whose response head has not arrived `timeout` after the endpoint
     /// was called (connecting included) with a [`RequestError`] whose
-    /// [`is_timeout`](RequestError::is_timeout) is true, and closes its connection.
+    /// [`is_timeout`](RequestError::is_timeout) is true, and closes its connection. While
+    /// the request body is still being sent and moving (a frame sent within the last
+    /// `timeout`), the wait starts again: a slow upload is bounded by its body's own
+    /// limits (a proxy's request body timeout), not by the wait for the answer.
     /// Default: no limit. Each connection keeps one timer and moves it from request to
     /// request, which costs an atomic operation per request rather than two visits to
     /// tokio's timer wheel, as wrapping each call in `tokio::time::timeout` does.

@@ -23,7 +23,7 @@ use std::{
     pin::Pin,
     sync::{
         Arc, Mutex,
-        atomic::{AtomicBool, Ordering},
+        atomic::{AtomicBool, AtomicU64, Ordering},
     },
     task::{Context, Poll, ready},
     time::{Duration, Instant},
@@ -83,8 +83,8 @@ pin_project_lite::pin_project! {
     }
 }
 
-/// Sets its flag when dropped.
-struct Released(Arc<AtomicBool>);
+/// Sets its flag when dropped; counts the body's frames (its progress) meanwhile.
+struct Released(Arc<AtomicBool>, Arc<AtomicU64>);
 
 // === impl Released ===
 
@@ -110,7 +110,12 @@ impl<B: Body> Body for Tracked<B> {
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<B::Data>, B::Error>>> {
-        self.project().inner.poll_frame(cx)
+        let this = self.project();
+        let frame = ready!(this.inner.poll_frame(cx));
+        if let Some(Ok(_)) = frame {
+            this.released.1.fetch_add(1, Ordering::Relaxed);
+        }
+        Poll::Ready(frame)
     }
 
     fn is_end_stream(&self) -> bool {
@@ -129,6 +134,9 @@ struct Conn<IO: Read + Write, B: Body + 'static> {
     /// Whether the connection has let go of the last request's body (sent it whole, or
     /// dropped it): only then may it wait idle for the next request.
     body_released: Arc<AtomicBool>,
+    /// Frames of request bodies sent so far: a body still moving holds off the response
+    /// timeout.
+    body_frames: Arc<AtomicU64>,
     /// The driver finished: the connection is closed (or failed).
     ended: bool,
     /// When it was released to the idle list.
@@ -501,6 +509,7 @@ where
             sender,
             driver,
             body_released: Arc::new(AtomicBool::new(true)),
+            body_frames: Arc::new(AtomicU64::new(0)),
             ended: false,
             idle_since: Instant::now(),
             pool: None,
@@ -600,7 +609,8 @@ where
                 }
             }
             conn.body_released.store(false, Ordering::Release);
-            let released = Released(conn.body_released.clone());
+            let released = Released(conn.body_released.clone(), conn.body_frames.clone());
+            let mut frames_seen = conn.body_frames.load(Ordering::Relaxed);
             let tracked = request.map(|inner| Tracked { inner, released });
             let mut sent = std::pin::pin!(conn.sender.try_send_request(tracked));
             let result = poll_fn(|cx| {
@@ -608,9 +618,20 @@ where
                 if let Poll::Ready(result) = sent.as_mut().poll(cx) {
                     return Poll::Ready(Some(result));
                 }
-                match &mut conn.timer {
-                    Some(timer) if deadline.is_some() => timer.as_mut().poll(cx).map(|()| None),
-                    _ => Poll::Pending,
+                let (Some(timer), Some((_, after))) = (&mut conn.timer, deadline) else {
+                    return Poll::Pending;
+                };
+                loop {
+                    ready!(timer.as_mut().poll(cx));
+                    // A request body still being sent, and moving since the timer was set,
+                    // is bounded by its own limits (the caller's): the wait for the
+                    // answer starts again.
+                    let frames = conn.body_frames.load(Ordering::Relaxed);
+                    if conn.body_released.load(Ordering::Acquire) || frames == frames_seen {
+                        return Poll::Ready(None);
+                    }
+                    frames_seen = frames;
+                    timer.as_mut().reset(tokio::time::Instant::now() + after);
                 }
             })
             .await;
