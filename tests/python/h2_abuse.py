@@ -9,10 +9,13 @@ Driven by crates/gray-gateway/tests/h2_abuse.rs, and usable by hand against ngin
   h2_abuse.py slow HOST:PORT PATH --connections C --streams N --seconds S
       opens N streams (POST) spread over C connections and sends each a 1-byte DATA frame
       per second, for S seconds or until the server has closed them all;
-  h2_abuse.py stall HOST:PORT PATH --connections C --streams N --window W
+  h2_abuse.py stall HOST:PORT PATH --connections C --streams N --window W --seconds S
       opens N streams (GET) over C connections with a stream window of W bytes that it
       never reopens: each response stops after W bytes. Prints `ready` once every stream has
       received W bytes (or ended), then holds the connections until stdin closes.
+
+--forwarded-for IP adds `X-Forwarded-For: IP` to each request (a client behind a trusted
+proxy, for per-client limits).
 
 Each mode prints one JSON object per line on stdout; the last one is the summary.
 Needs the `h2` package (scripts/test installs it).
@@ -85,13 +88,19 @@ class Conn:
         return events
 
 
+FORWARDED_FOR = None
+
+
 def headers(method, addr, path):
-    return [
+    out = [
         (":method", method),
         (":scheme", "http"),
         (":authority", addr),
         (":path", path),
     ]
+    if FORWARDED_FOR:
+        out.append(("x-forwarded-for", FORWARDED_FOR))
+    return out
 
 
 def pump(conns, timeout):
@@ -228,11 +237,15 @@ def stall(args):
                 break
         c.flush()
     index = {id(c): i for i, c in enumerate(conns)}
+    statuses = {}
     deadline = time.monotonic() + args.seconds
     while time.monotonic() < deadline:
         for c, e in pump(conns, 0.1):
             key = (index[id(c)], getattr(e, "stream_id", None))
-            if isinstance(e, h2.events.DataReceived):
+            if isinstance(e, h2.events.ResponseReceived):
+                status = dict(e.headers).get(":status", "?")
+                statuses[status] = statuses.get(status, 0) + 1
+            elif isinstance(e, h2.events.DataReceived):
                 received[key] = received.get(key, 0) + len(e.data)
             elif isinstance(e, (h2.events.StreamEnded, h2.events.StreamReset)):
                 ended.add(key)
@@ -241,7 +254,7 @@ def stall(args):
     total = sum(received.values())
     print(json.dumps({
         "mode": "stall", "ready": True, "streams": len(received), "received": total,
-        "ended": len(ended),
+        "ended": len(ended), "statuses": statuses,
     }), flush=True)
     # Hold the connections, reading (so the server's frames are not what stalls) without
     # ever reopening a window, until stdin closes.
@@ -271,7 +284,10 @@ def main():
     parser.add_argument("--seconds", type=float, default=10.0)
     parser.add_argument("--streams", type=int, default=100)
     parser.add_argument("--window", type=int, default=1 << 20)
+    parser.add_argument("--forwarded-for", help="an X-Forwarded-For header on each request")
     args = parser.parse_args()
+    global FORWARDED_FOR
+    FORWARDED_FOR = args.forwarded_for
     {"reset": reset, "slow": slow, "stall": stall}[args.mode](args)
 
 

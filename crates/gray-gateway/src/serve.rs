@@ -100,6 +100,7 @@ pub(crate) async fn serve<M, S, B>(
     builder
         .http2()
         .max_header_list_size(u32::try_from(limits.max_header_bytes).unwrap_or(u32::MAX));
+    crate::limits::http2(&mut builder, &limits);
     loop {
         let permit = tokio::select! {
             permit = permits.clone().acquire_owned() => match permit {
@@ -112,7 +113,9 @@ pub(crate) async fn serve<M, S, B>(
             accepted = listener.accept() => match accepted {
                 Ok(accepted) => accepted,
                 Err(e) => {
-                    tracing::warn!(error = %e, "accept failed");
+                    crate::limits::warn(crate::limits::Warning::Accept, |suppressed| {
+                        tracing::warn!(error = %e, suppressed, "accept failed");
+                    });
                     tokio::time::sleep(Duration::from_millis(50)).await;
                     continue;
                 }
@@ -172,6 +175,10 @@ struct Activity {
     /// Bytes arrived while no request was in flight: a request head is being read. A new
     /// connection starts reading its head at once.
     head: AtomicBool,
+    /// Response bodies being sent, and their frames sent so far: what `send_timeout`
+    /// watches.
+    bodies: AtomicUsize,
+    sent: AtomicU64,
 }
 
 impl Activity {
@@ -180,7 +187,14 @@ impl Activity {
             in_flight: AtomicUsize::new(0),
             finished: AtomicU64::new(0),
             head: AtomicBool::new(true),
+            bodies: AtomicUsize::new(0),
+            sent: AtomicU64::new(0),
         }
+    }
+
+    /// What `send_timeout` compares between ticks: `None` while no response body is sent.
+    fn sending(&self) -> Option<u64> {
+        (self.bodies.load(Ordering::Relaxed) > 0).then(|| self.sent.load(Ordering::Relaxed))
     }
 
     /// Bytes arrived: with no request in flight, they start a request head.
@@ -220,6 +234,8 @@ enum Expired {
     Head,
     /// Idle for too long.
     Idle,
+    /// Response bodies made no progress for too long.
+    Send,
 }
 
 impl std::fmt::Display for Expired {
@@ -227,16 +243,21 @@ impl std::fmt::Display for Expired {
         f.write_str(match self {
             Expired::Head => "no complete request head within header_read_timeout",
             Expired::Idle => "idle for idle_timeout",
+            Expired::Send => "response bodies made no progress for send_timeout",
         })
     }
 }
 
-/// Ends a request's flight when dropped: with its response body, or with its future.
+/// Ends a request's flight when dropped: with its response body (then `true`), or with
+/// its future.
 #[derive(Debug)]
-struct InFlight(Arc<Activity>);
+struct InFlight(Arc<Activity>, bool);
 
 impl Drop for InFlight {
     fn drop(&mut self) {
+        if self.1 {
+            self.0.bodies.fetch_sub(1, Ordering::Relaxed);
+        }
         self.0.end();
     }
 }
@@ -246,11 +267,15 @@ impl Drop for InFlight {
 /// How often a watchdog looks at its connection: a quarter of the shortest timeout, so a
 /// connection is closed between its timeout and 1.25 times it.
 fn tick(limits: &Limits) -> Option<Duration> {
-    [limits.idle_timeout, limits.header_read_timeout]
-        .into_iter()
-        .flatten()
-        .min()
-        .map(|t| (t / 4).max(Duration::from_millis(1)))
+    [
+        limits.idle_timeout,
+        limits.header_read_timeout,
+        limits.send_timeout,
+    ]
+    .into_iter()
+    .flatten()
+    .min()
+    .map(|t| (t / 4).max(Duration::from_millis(1)))
 }
 
 /// Watches one connection, on a task of its own (the connection's task pays nothing per
@@ -267,10 +292,24 @@ async fn watchdog(activity: Arc<Activity>, conn: AbortHandle, limits: Limits, pe
     // The state seen, and for how long it has been seen unchanged.
     let mut seen = None;
     let mut unchanged = Duration::ZERO;
+    let (mut sending, mut stalled) = (None, Duration::ZERO);
     loop {
         interval.tick().await;
         if conn.is_finished() {
             return;
+        }
+        if let Some(limit) = limits.send_timeout {
+            let now = activity.sending();
+            if now.is_some() && now == sending {
+                stalled += tick;
+                if stalled >= limit {
+                    tracing::debug!(%peer, "connection closed: {}", Expired::Send);
+                    conn.abort();
+                    return;
+                }
+            } else {
+                (sending, stalled) = (now, Duration::ZERO);
+            }
         }
         let now = activity.state();
         if now.is_none() || now != seen {
@@ -373,7 +412,7 @@ where
         self.activity.begin();
         TrackedFuture {
             inner: self.inner.call(req),
-            flight: Some(InFlight(self.activity.clone())),
+            flight: Some(InFlight(self.activity.clone(), false)),
         }
     }
 }
@@ -396,7 +435,11 @@ where
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.project();
         let res = ready!(this.inner.poll(cx))?;
-        let flight = this.flight.take();
+        let flight = this.flight.take().map(|mut flight| {
+            flight.0.bodies.fetch_add(1, Ordering::Relaxed);
+            flight.1 = true;
+            flight
+        });
         Poll::Ready(Ok(res.map(|inner| TrackedBody {
             inner,
             _flight: flight,
@@ -422,7 +465,12 @@ impl<B: Body> Body for TrackedBody<B> {
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<B::Data>, B::Error>>> {
-        self.project().inner.poll_frame(cx)
+        let this = self.project();
+        let frame = ready!(this.inner.poll_frame(cx));
+        if let (Some(flight), Some(Ok(_))) = (this._flight.as_ref(), &frame) {
+            flight.0.sent.fetch_add(1, Ordering::Relaxed);
+        }
+        Poll::Ready(frame)
     }
 
     fn is_end_stream(&self) -> bool {

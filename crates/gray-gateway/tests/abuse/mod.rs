@@ -26,7 +26,6 @@ use hyper_util::{
 };
 use tokio::{
     io::{AsyncBufReadExt, BufReader},
-    net::TcpListener,
     process::{Child, Command},
 };
 
@@ -41,15 +40,27 @@ pub(crate) struct Counts {
     pub(crate) requests: AtomicUsize,
 }
 
-/// An HTTP/1.1 upstream on loopback: `/big` answers 16 MiB, `/upload` reads the request
+/// An HTTP/1.1 upstream on loopback: `/big` answers 4 MiB, `/upload` reads the request
 /// body to its end, then answers `ok`; anything else is `ok` at once.
 pub(crate) async fn upstream() -> (SocketAddr, Arc<Counts>) {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    // A thousand upstream connections need more descriptors than a default soft limit.
+    gray_gateway::raise_nofile_limit();
+    // Small send buffers (accepted connections inherit them): a thousand responses that
+    // nobody reads fill the kernel with a few hundred MiB, not gigabytes.
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.set_send_buffer_size(64 * 1024).unwrap();
+    socket.bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    let listener = socket.listen(1024).unwrap();
     let addr = listener.local_addr().unwrap();
     let counts = Arc::new(Counts::default());
     let shared = counts.clone();
     tokio::spawn(async move {
-        while let Ok((stream, _)) = listener.accept().await {
+        loop {
+            let Ok((stream, _)) = listener.accept().await else {
+                // Out of descriptors: the connection waits in the backlog.
+                tokio::time::sleep(Duration::from_millis(10)).await;
+                continue;
+            };
             shared.accepted.fetch_add(1, Ordering::SeqCst);
             shared.open.fetch_add(1, Ordering::SeqCst);
             let counts = shared.clone();
@@ -60,7 +71,7 @@ pub(crate) async fn upstream() -> (SocketAddr, Arc<Counts>) {
                     async move {
                         let body: BoxBody<Bytes, hyper::Error> = match req.uri().path() {
                             "/big" => BodyExt::boxed(StreamBody::new(futures_util::stream::iter(
-                                (0..256).map(|_| Ok(Frame::data(Bytes::from(vec![b'x'; 65536])))),
+                                (0..64).map(|_| Ok(Frame::data(Bytes::from(vec![b'x'; 65536])))),
                             ))),
                             "/upload" => {
                                 req.into_body().collect().await?;
@@ -176,8 +187,15 @@ impl Gateway {
 }
 
 /// Runs the raw-frame client (`h2_abuse.py MODE ADDR PATH ARGS…`) to its end; its summary.
-pub(crate) async fn attack(mode: &str, addr: SocketAddr, path: &str, args: &[&str]) -> serde_json::Value {
-    let mut child = python(mode, addr, path, args).spawn().expect("python3 runs");
+pub(crate) async fn attack(
+    mode: &str,
+    addr: SocketAddr,
+    path: &str,
+    args: &[&str],
+) -> serde_json::Value {
+    let mut child = python(mode, addr, path, args)
+        .spawn()
+        .expect("python3 runs");
     let out = tokio::time::timeout(Duration::from_secs(120), async {
         let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
         let mut last = None;
@@ -207,6 +225,13 @@ pub(crate) fn python(mode: &str, addr: SocketAddr, path: &str, args: &[&str]) ->
         .kill_on_drop(true);
     command
 }
+
+/// The client IP the well-behaved clients' requests come from, behind a trusted proxy
+/// (the gateway's loopback peer) when the gateway trusts it.
+pub(crate) const PROBE_CLIENT: &str = "198.51.100.7";
+
+/// The client IP of the attacks, likewise.
+pub(crate) const ATTACKER: &str = "203.0.113.9";
 
 /// Well-behaved clients (HTTP/1.1 and HTTP/2) asking `GET /svc/x` in a loop until stopped.
 pub(crate) struct Probe {
@@ -242,7 +267,10 @@ impl Probe {
                     while !stop.load(Ordering::Relaxed) {
                         let began = Instant::now();
                         let result = tokio::time::timeout(WAIT, async {
-                            let response = client.get(uri.clone()).await?;
+                            let request = Request::get(uri.clone())
+                                .header("x-forwarded-for", PROBE_CLIENT)
+                                .body(Empty::new())?;
+                            let response = client.request(request).await?;
                             let status = response.status().as_u16();
                             response.into_body().collect().await?;
                             Ok::<_, Box<dyn std::error::Error + Send + Sync>>(status)
