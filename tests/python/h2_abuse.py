@@ -54,6 +54,8 @@ class Conn:
             self.h2.increment_flow_control_window(2**31 - 1 - 65535)
         self.goaway = None
         self.closed = False
+        # The server closed the connection (a GOAWAY may be lost when it resets it).
+        self.ended_by_server = False
         self.flush()
 
     def flush(self):
@@ -62,7 +64,7 @@ class Conn:
             try:
                 self.sock.sendall(data)
             except OSError:
-                self.closed = True
+                self.closed = self.ended_by_server = True
 
     def receive(self):
         """Reads what has arrived (without waiting) and returns its events."""
@@ -71,15 +73,18 @@ class Conn:
         except BlockingIOError:
             return []
         except OSError:
-            self.closed = True
+            self.closed = self.ended_by_server = True
             return []
         if not data:
-            self.closed = True
+            self.closed = self.ended_by_server = True
             return []
         try:
             events = self.h2.receive_data(data)
         except h2.exceptions.ProtocolError:
+            # After the server's GOAWAY, h2 refuses its further frames (the GOAWAY event
+            # is lost with them).
             self.closed = True
+            self.ended_by_server = self.h2.state_machine.state.name == "CLOSED"
             return []
         for event in events:
             if isinstance(event, h2.events.ConnectionTerminated):
@@ -147,7 +152,9 @@ def reset(args):
                     c.h2.reset_stream(sid, error_code=CANCEL)
                     opened += 1
                 except (h2.exceptions.ProtocolError, h2.exceptions.StreamClosedError):
+                    # h2 refuses to open streams after the server's GOAWAY.
                     c.closed = True
+                    c.ended_by_server = c.h2.state_machine.state.name == "CLOSED"
                 c.flush()
         if all(c.closed or c.goaway is not None for c in conns):
             break
@@ -155,6 +162,8 @@ def reset(args):
     goaways = sum(1 for c in conns if c.goaway is not None)
     print(json.dumps({
         "mode": "reset", "opened": opened, "goaway": goaways,
+        "goaway_codes": sorted({int(c.goaway) for c in conns if c.goaway is not None}),
+        "ended_by_server": sum(1 for c in conns if c.ended_by_server or c.goaway is not None),
         "seconds": round(time.monotonic() - start, 3),
     }), flush=True)
 

@@ -61,7 +61,7 @@ use tokio::{
 };
 use tower::Service;
 
-use crate::config::Limits;
+use crate::{config::Limits, limits::Cancels};
 
 /// How long a shutdown waits for the connections to finish before it drops them.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
@@ -123,10 +123,11 @@ pub(crate) async fn serve<M, S, B>(
             () = until_stopped(&mut stopped) => break,
         };
         let _ = stream.set_nodelay(true);
-        let activity = Arc::new(Activity::new());
+        let activity = Arc::new(Activity::new(&limits));
         let service = Tracked {
             inner: make(peer),
             activity: activity.clone(),
+            peer,
         };
         let io = TokioIo::new(Watched {
             io: stream,
@@ -135,7 +136,7 @@ pub(crate) async fn serve<M, S, B>(
         let conn = builder
             .serve_connection(io, Adapter { service })
             .into_owned();
-        let conn = graceful.watch(conn);
+        let conn = graceful.watch(conn).with_cancels(activity.cancels.clone());
         let task = tokio::spawn(async move {
             if let Err(e) = conn.await {
                 tracing::debug!(error = %e, %peer, "connection closed with an error");
@@ -179,16 +180,19 @@ struct Activity {
     /// watches.
     bodies: AtomicUsize,
     sent: AtomicU64,
+    /// Streams cancelled before their response.
+    cancels: Arc<Cancels>,
 }
 
 impl Activity {
-    fn new() -> Self {
+    fn new(limits: &Limits) -> Self {
         Activity {
             in_flight: AtomicUsize::new(0),
             finished: AtomicU64::new(0),
             head: AtomicBool::new(true),
             bodies: AtomicUsize::new(0),
             sent: AtomicU64::new(0),
+            cancels: Arc::new(Cancels::new(limits.max_cancelled_streams_percent)),
         }
     }
 
@@ -257,6 +261,9 @@ impl Drop for InFlight {
     fn drop(&mut self) {
         if self.1 {
             self.0.bodies.fetch_sub(1, Ordering::Relaxed);
+        } else {
+            // The response future was dropped before its response.
+            self.0.cancels.cancelled();
         }
         self.0.end();
     }
@@ -394,6 +401,7 @@ impl AsyncWrite for Watched {
 struct Tracked<S> {
     inner: S,
     activity: Arc<Activity>,
+    peer: SocketAddr,
 }
 
 impl<S, B> Service<Request<Incoming>> for Tracked<S>
@@ -410,6 +418,12 @@ where
 
     fn call(&mut self, req: Request<Incoming>) -> Self::Future {
         self.activity.begin();
+        if self.activity.cancels.begin() {
+            let peer = self.peer;
+            crate::limits::warn(crate::limits::Warning::Cancelling, |suppressed| {
+                tracing::warn!(%peer, suppressed, "GOAWAY: the client cancels most of its streams (max_cancelled_streams_percent)");
+            });
+        }
         TrackedFuture {
             inner: self.inner.call(req),
             flight: Some(InFlight(self.activity.clone(), false)),

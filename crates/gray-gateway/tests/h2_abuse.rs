@@ -15,7 +15,8 @@ use abuse::{Gateway, Probe, attack, upstream};
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn paced_open_and_reset_streams_cost_no_upstream_connection_each() {
     let (upstream, counts) = upstream().await;
-    let gateway = Gateway::start(upstream, "", None).await;
+    // No GOAWAY for cancelling (the next test's): the attack goes on to its end.
+    let gateway = Gateway::start(upstream, "max_cancelled_streams_percent = 0\n", None).await;
     let probe = Probe::start(gateway.addr);
     let summary = attack(
         "reset",
@@ -45,6 +46,46 @@ async fn paced_open_and_reset_streams_cost_no_upstream_connection_each() {
     assert!(
         accepted <= 2 * forwarded + 16,
         "{accepted} upstream connections for {forwarded} forwarded requests"
+    );
+}
+
+/// A connection whose client cancels most of its streams gets GOAWAY (`NO_ERROR`, after
+/// the first window of 100 streams), while a client on another connection is served.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connection_that_cancels_most_of_its_streams_gets_goaway() {
+    let (upstream, _) = upstream().await;
+    let gateway = Gateway::start(upstream, "", None).await;
+    let probe = Probe::start(gateway.addr);
+    let summary = attack(
+        "reset",
+        gateway.addr,
+        "/svc/x",
+        &["--connections", "1", "--rate", "100", "--seconds", "20"],
+    )
+    .await;
+    let seen = probe.stop().await;
+    println!(
+        "cancelling connection: {summary}; probes' p99 {:?}",
+        seen.p99
+    );
+    // The GOAWAY frame itself may be lost to the client: the gateway closes the
+    // connection once its streams are done, and resets it when the client writes on.
+    assert_eq!(summary["ended_by_server"], 1, "{summary}");
+    let codes = summary["goaway_codes"].as_array().unwrap();
+    assert!(
+        codes.iter().all(|c| c == 0),
+        "a graceful GOAWAY (NO_ERROR): {summary}"
+    );
+    let opened = summary["opened"].as_u64().unwrap();
+    assert!(opened < 400, "GOAWAY came after {opened} streams");
+    assert!(
+        seen.errors.is_empty(),
+        "probes failed: {:?}",
+        &seen.errors[..seen.errors.len().min(5)]
+    );
+    assert!(
+        seen.statuses.iter().all(|s| *s == 200),
+        "probes got non-200 answers"
     );
 }
 

@@ -102,6 +102,9 @@ pub(crate) mod defaults {
     pub(crate) fn max_in_flight() -> usize {
         4096
     }
+    pub(crate) fn max_cancelled_streams_percent() -> u32 {
+        50
+    }
     pub(crate) fn upstream_buffer_bytes() -> usize {
         64 * 1024
     }
@@ -263,6 +266,9 @@ pub struct Limits {
     pub max_in_flight: usize,
     /// Requests in flight at once from one client IP (0: no cap); more get 429.
     pub max_in_flight_per_client: u32,
+    /// The share (percent) of a connection's streams, in windows of 100, that its client
+    /// may cancel before their response; more and the connection gets GOAWAY (0: no limit).
+    pub max_cancelled_streams_percent: u32,
     /// The read buffer of each upstream connection, in bytes: the largest response head,
     /// and what a response body buffers ahead of a client that does not read.
     pub upstream_buffer_bytes: usize,
@@ -297,6 +303,7 @@ impl Default for Limits {
             send_timeout: millis(defaults::send_timeout_ms()),
             max_in_flight: defaults::max_in_flight(),
             max_in_flight_per_client: 0,
+            max_cancelled_streams_percent: defaults::max_cancelled_streams_percent(),
             upstream_buffer_bytes: defaults::upstream_buffer_bytes(),
             upstream_max_connects: defaults::upstream_max_connects(),
             http2_max_concurrent_streams: defaults::http2_max_concurrent_streams(),
@@ -367,6 +374,15 @@ impl Config {
         }
         if raw.max_connections == 0 {
             return Err(err("max_connections", &"expected at least 1"));
+        }
+        if raw.max_cancelled_streams_percent > 100 {
+            return Err(err(
+                "max_cancelled_streams_percent",
+                &format_args!(
+                    "expected 0 to 100, found {}",
+                    raw.max_cancelled_streams_percent
+                ),
+            ));
         }
         if raw.upstream_buffer_bytes < MIN_HEADER_BYTES {
             return Err(err(
@@ -459,6 +475,7 @@ impl Config {
                 send_timeout: millis(raw.send_timeout_ms),
                 max_in_flight: raw.max_in_flight,
                 max_in_flight_per_client: raw.max_in_flight_per_client,
+                max_cancelled_streams_percent: raw.max_cancelled_streams_percent,
                 upstream_buffer_bytes: raw.upstream_buffer_bytes,
                 upstream_max_connects: raw.upstream_max_connects,
                 http2_max_concurrent_streams: raw.http2_max_concurrent_streams,

@@ -2,6 +2,7 @@
 //! request bodies that must keep moving ([`Paced`]).
 
 mod body;
+mod cancel;
 mod fd;
 mod flight;
 mod warn;
@@ -11,6 +12,7 @@ use hyper_util::{rt::TokioExecutor, server::conn::auto};
 use crate::config::Limits;
 
 pub(crate) use body::{Paced, SlowBody};
+pub(crate) use cancel::Cancels;
 pub(crate) use fd::fit as fit_descriptors;
 pub use fd::raise_nofile_limit;
 pub(crate) use flight::{Flight, InFlight, Refused};
