@@ -9,7 +9,6 @@ use axum::{Router, http::HeaderMap};
 use tokio::{net::TcpListener, task::JoinHandle};
 
 pub mod load;
-pub mod logs;
 pub mod process;
 pub mod route;
 
@@ -223,61 +222,37 @@ pub fn write_instances(
     std::fs::rename(&tmp, path).expect("rename the instance file");
 }
 
-/// What `tracing` prints on this thread while the guard of [`capture_logs`] lives.
-#[derive(Debug, Clone, Default)]
-pub struct Logs(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+pub use gray_test_support::logs::{Logs, capture as capture_logs};
 
-impl Logs {
-    /// Everything printed so far.
-    #[must_use]
-    pub fn text(&self) -> String {
-        let bytes = self
-            .0
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        String::from_utf8_lossy(&bytes).into_owned()
-    }
-
-    /// Waits (bounded by `within`) until a line contains `what`; returns that line.
-    pub async fn line(&self, within: std::time::Duration, what: &str) -> String {
-        let start = tokio::time::Instant::now();
-        loop {
-            let text = self.text();
-            if let Some(line) = text.lines().find(|l| l.contains(what)) {
-                return line.to_owned();
-            }
-            assert!(
-                start.elapsed() < within,
-                "no log line with `{what}` within {within:?}; the log:\n{text}"
-            );
-            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-        }
-    }
-}
-
-impl std::io::Write for Logs {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .extend_from_slice(buf);
-        Ok(buf.len())
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-/// Captures what `tracing` prints on this thread (every level) until the guard is dropped.
-/// Use a current-thread runtime, so that the tasks under test run on this thread.
-#[must_use]
-pub fn capture_logs() -> (Logs, tracing::subscriber::DefaultGuard) {
-    let logs = Logs::default();
-    let writer = logs.clone();
-    let subscriber = tracing_subscriber::fmt()
-        .with_writer(move || writer.clone())
-        .with_ansi(false)
-        .finish();
-    (logs, tracing::subscriber::set_default(subscriber))
+/// A gateway (with an admin address when `admin`) routing one service, `svc`, whose one
+/// instance, `svc-1`, is `upstream`; its configuration files live in the returned directory.
+pub async fn one_instance_gateway(
+    tag: &str,
+    upstream: SocketAddr,
+    admin: bool,
+) -> (gray_gateway::Gateway, gray_test_support::TempDir) {
+    let dir = gray_test_support::TempDir::new(tag);
+    std::fs::write(
+        dir.path().join("instances.toml"),
+        format!("[[services.svc]]\nid = \"svc-1\"\naddress = \"{upstream}\"\n"),
+    )
+    .unwrap();
+    let admin = if admin {
+        "admin = \"127.0.0.1:0\"\n"
+    } else {
+        ""
+    };
+    std::fs::write(
+        dir.path().join("gateway.toml"),
+        format!(
+            "listen = \"127.0.0.1:0\"\n{admin}instances = \"instances.toml\"\n[services.svc]\n"
+        ),
+    )
+    .unwrap();
+    let config =
+        gray_gateway::config::Config::load(&dir.path().join("gateway.toml")).expect("valid config");
+    let gateway = gray_gateway::Gateway::start(config)
+        .await
+        .expect("gateway starts");
+    (gateway, dir)
 }

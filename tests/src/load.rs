@@ -106,6 +106,41 @@ impl<O: Send + 'static> Load<O> {
     }
 }
 
+/// The fault scenario of the retry tests, on a load already running: kills `gray`, then
+/// `base`, each after 300 more requests completed, restarts both, waits until each serves
+/// again (`served_by` names the instance an outcome came from), and stops after at least
+/// 2,000 requests. Returns every outcome.
+pub async fn kill_and_restart<O: Send + 'static>(
+    load: Load<O>,
+    gray: &mut crate::process::Instance,
+    base: &mut crate::process::Instance,
+    served_by: impl Fn(&O) -> Option<&str>,
+) -> Vec<O> {
+    load.until_completed(300, "warm up").await;
+    gray.kill().await;
+    let killed = load.sent();
+    load.until_completed(killed + 300, "after the gray instance died")
+        .await;
+    base.kill().await;
+    let killed = load.sent();
+    load.until_completed(killed + 300, "after a baseline instance died")
+        .await;
+    gray.restart().await;
+    base.restart().await;
+    // The probes let them back in.
+    let restarted = load.sent();
+    for instance in [&*gray, &*base] {
+        let name = instance.name();
+        load.until_seen(restarted, &format!("{name} back"), |o| {
+            served_by(o) == Some(name)
+        })
+        .await;
+    }
+    let target = load.sent().max(2_000);
+    load.until_completed(target, "the rest of the run").await;
+    load.stop().await
+}
+
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
 }

@@ -127,7 +127,7 @@ async fn a_registry_follows_a_configmap_swap() {
         "instances.toml",
         "[[services.orders]]\nid = \"d\"\naddress = \"127.0.0.1:two\"\n",
     )]);
-    let rejected = logs.line(WAIT, "instance file rejected").await;
+    let rejected = logs.line("instance file rejected").await;
     assert!(rejected.contains("instances.toml"), "{rejected}");
     assert_eq!(held(&orders), expected);
     map.update(&[("instances.toml", &instances(&[("e", 5, "")]))]);

@@ -789,7 +789,7 @@ async fn a_service_whose_instances_go_answers_503_at_once_and_an_empty_file_chan
         "listen = \"127.0.0.1:0\"\ninstances = \"instances.toml\"\nupstream_timeout_ms = 10000\n[services.b]\npreset = \"seed-000\"\n",
     )
     .expect("write config");
-    let logs = gray_tests::logs::capture();
+    let logs = gray_test_support::logs::capture_process();
     let gateway = Gateway::start(Config::load(&dir.0.join("gateway.toml")).expect("config"))
         .await
         .expect("gateway starts");
@@ -807,7 +807,7 @@ async fn a_service_whose_instances_go_answers_503_at_once_and_an_empty_file_chan
     std::fs::write(&file, "").unwrap();
     let file_name = file.display().to_string();
     let line = logs
-        .line(&["instance file rejected", &file_name], WAIT)
+        .line_with(&["instance file rejected", &file_name], WAIT)
         .await;
     assert!(line.contains("ERROR") && line.contains("empty"), "{line}");
     let (status, body) = text(c.get(&url).send().await.unwrap()).await;

@@ -9,28 +9,17 @@ use std::{
     sync::atomic::{AtomicUsize, Ordering},
 };
 
-use gray_gateway::{Gateway, config::Config};
+use gray_gateway::Gateway;
 use gray_test_support::{TempDir, WAIT, net};
+use gray_tests::one_instance_gateway;
 use tokio::io::AsyncWriteExt;
 
 /// A whole answer, used once the fault has happened.
 const WHOLE: &[u8] = b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\n\r\nwhole";
 
-/// A gateway with one service, `svc`, whose one instance is `upstream`.
+/// The gateway of `gray_tests::one_instance_gateway`.
 async fn gateway(upstream: SocketAddr) -> (Gateway, TempDir) {
-    let dir = TempDir::new("gateway-faults");
-    std::fs::write(
-        dir.path().join("instances.toml"),
-        format!("[[services.svc]]\nid = \"svc-1\"\naddress = \"{upstream}\"\n"),
-    )
-    .unwrap();
-    std::fs::write(
-        dir.path().join("gateway.toml"),
-        "listen = \"127.0.0.1:0\"\ninstances = \"instances.toml\"\n[services.svc]\n",
-    )
-    .unwrap();
-    let config = Config::load(&dir.path().join("gateway.toml")).expect("valid config");
-    (Gateway::start(config).await.expect("gateway starts"), dir)
+    one_instance_gateway("gateway-faults", upstream, false).await
 }
 
 /// An instance whose first connection answers `first` and closes; every later connection

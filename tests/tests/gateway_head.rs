@@ -11,28 +11,16 @@ use std::{
     sync::{Arc, Mutex},
 };
 
-use gray_gateway::{Gateway, config::Config};
+use gray_gateway::Gateway;
 use gray_test_support::{TempDir, WAIT, net};
+use gray_tests::one_instance_gateway;
 use tokio::{io::AsyncWriteExt, sync::Notify};
 use tracing::field::{Field, Visit};
 use tracing_subscriber::{layer::SubscriberExt, registry::LookupSpan};
 
-/// A gateway with an admin endpoint and one service, `svc`, whose one instance, `svc-1`,
-/// is `upstream`.
+/// The gateway of `gray_tests::one_instance_gateway`.
 async fn gateway(upstream: SocketAddr) -> (Gateway, TempDir) {
-    let dir = TempDir::new("gateway-head");
-    std::fs::write(
-        dir.path().join("instances.toml"),
-        format!("[[services.svc]]\nid = \"svc-1\"\naddress = \"{upstream}\"\n"),
-    )
-    .unwrap();
-    std::fs::write(
-        dir.path().join("gateway.toml"),
-        "listen = \"127.0.0.1:0\"\nadmin = \"127.0.0.1:0\"\ninstances = \"instances.toml\"\n[services.svc]\n",
-    )
-    .unwrap();
-    let config = Config::load(&dir.path().join("gateway.toml")).expect("valid config");
-    (Gateway::start(config).await.expect("gateway starts"), dir)
+    one_instance_gateway("gateway-head", upstream, true).await
 }
 
 fn client() -> reqwest::Client {

@@ -17,7 +17,7 @@ use std::{collections::HashMap, net::SocketAddr, path::Path, time::Duration};
 use gray_gateway::{Gateway, config::Config};
 use gray_test_support::TempDir;
 use gray_tests::{
-    load::Load,
+    load::{Load, kill_and_restart},
     process::{Instance, Protocol},
     reqwest_builder,
 };
@@ -119,27 +119,13 @@ async fn scenario(s: &mut Setup, post: bool) -> Vec<Outcome> {
         .unwrap();
     let gw = s.gateway.addr();
     let load = Load::start(200, move |i| send(client.clone(), gw, i, post));
-    load.until_completed(300, "warm up").await;
-    s.gray.kill().await;
-    let killed = load.sent();
-    load.until_completed(killed + 300, "after the gray instance died")
-        .await;
-    s.base1.kill().await;
-    let killed = load.sent();
-    load.until_completed(killed + 300, "after a baseline instance died")
-        .await;
-    s.gray.restart().await;
-    s.base1.restart().await;
-    // The probes let them back in: gray serves gray requests, base-1 baseline ones.
-    let restarted = load.sent();
-    let serves = |name: &'static str| move |o: &Outcome| matches!(o, Ok((200, i, _)) if i == name);
-    load.until_seen(restarted, "gray-1 back", serves("gray-1"))
-        .await;
-    load.until_seen(restarted, "base-1 back", serves("base-1"))
-        .await;
-    let target = load.sent().max(2_000);
-    load.until_completed(target, "the rest of the run").await;
-    load.stop().await
+    fn served_by(o: &Outcome) -> Option<&str> {
+        match o {
+            Ok((200, instance, _)) => Some(instance.as_str()),
+            _ => None,
+        }
+    }
+    kill_and_restart(load, &mut s.gray, &mut s.base1, served_by).await
 }
 
 /// `gray_gateway_retries_total` of `svc` for `reason`.

@@ -21,7 +21,7 @@ use gray_discovery::{
 };
 use gray_policy::Policy;
 use gray_tests::{
-    load::Load,
+    load::{Load, kill_and_restart},
     process::{Instance, Protocol},
     proto::{HopRequest, hop_client::HopClient},
     reqwest_builder,
@@ -98,26 +98,10 @@ where
     Fut: std::future::Future<Output = Outcome> + Send + 'static,
 {
     let load = Load::start(200, call);
-    load.until_completed(300, "warm up").await;
-    i.gray.kill().await;
-    let killed = load.sent();
-    load.until_completed(killed + 300, "after the gray instance died")
-        .await;
-    i.base1.kill().await;
-    let killed = load.sent();
-    load.until_completed(killed + 300, "after a baseline instance died")
-        .await;
-    i.gray.restart().await;
-    i.base1.restart().await;
-    let restarted = load.sent();
-    let serves = |name: &'static str| move |o: &Outcome| o.as_deref() == Ok(name);
-    load.until_seen(restarted, "gray-1 back", serves("gray-1"))
-        .await;
-    load.until_seen(restarted, "base-1 back", serves("base-1"))
-        .await;
-    let target = load.sent().max(2_000);
-    load.until_completed(target, "the rest of the run").await;
-    load.stop().await
+    fn served_by(o: &Outcome) -> Option<&str> {
+        o.as_deref().ok()
+    }
+    kill_and_restart(load, &mut i.gray, &mut i.base1, served_by).await
 }
 
 /// No call failed, and none of baseline went to gray.

@@ -16,16 +16,9 @@ use gray_test_support::{
     etcd::{Cluster, Etcd, Proxy},
     net::closed_port,
 };
-use support::{Follow, describe, fast as config};
+use support::{Follow, describe, fast as config, reset_keys as keys};
 
 const PREFIX: &str = "/gray/";
-
-fn keys(update: &Update) -> Vec<&str> {
-    match update {
-        Update::Reset(s) => s.entries.iter().map(|e| e.key.as_str()).collect(),
-        other => panic!("expected a reset, got {other:?}"),
-    }
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_prefix_is_listed_then_every_change_arrives_once_in_order() {

@@ -9,20 +9,13 @@ mod support;
 use std::time::Duration;
 
 use gray_source::{
-    Source, Update,
+    Source,
     etcd::{EtcdConfig, EtcdSource},
 };
 use gray_test_support::etcd::{Etcd, Proxy};
-use support::{Follow, describe, fast as config};
+use support::{Follow, describe, fast as config, reset_keys as keys};
 
 const PREFIX: &str = "/gray/";
-
-fn keys(update: &Update) -> Vec<&str> {
-    match update {
-        Update::Reset(s) => s.entries.iter().map(|e| e.key.as_str()).collect(),
-        other => panic!("expected a reset, got {other:?}"),
-    }
-}
 
 /// The blind spot. While the watch is away, the store loses its data and comes back
 /// with the same cluster ID (same name, URLs and cluster token), and is written past the

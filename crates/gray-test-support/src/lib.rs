@@ -21,6 +21,8 @@ pub mod alloc;
 pub mod configmap;
 #[cfg(feature = "etcd")]
 pub mod etcd;
+#[cfg(feature = "logs")]
+pub mod logs;
 #[cfg(feature = "net")]
 pub mod net;
 

@@ -504,6 +504,17 @@ impl<'a> Bench<'a> {
     pub(crate) fn labels(&self) -> Vec<&str> {
         self.targets.iter().map(|t| t.label.as_str()).collect()
     }
+
+    /// The reference targets asked for (`--refs`) that run, each with its position among
+    /// [`labels`](Self::labels): the columns of the ratios a mode prints.
+    pub(crate) fn reference_columns(&self) -> Vec<(usize, &str)> {
+        let labels = self.labels();
+        self.options
+            .refs()
+            .into_iter()
+            .filter_map(|r| Some((labels.iter().position(|l| *l == r)?, r)))
+            .collect()
+    }
 }
 
 /// `n` distinct free loopback ports: bound together while chosen so that none repeats, then

@@ -10,6 +10,14 @@ use gray_source::{Source, Status, StatusHandle, Update, etcd::EtcdConfig};
 use gray_test_support::WAIT;
 use tokio::sync::mpsc;
 
+/// The keys of a reset, in order (panics on any other update).
+pub fn reset_keys(update: &Update) -> Vec<&str> {
+    match update {
+        Update::Reset(s) => s.entries.iter().map(|e| e.key.as_str()).collect(),
+        other => panic!("expected a reset, got {other:?}"),
+    }
+}
+
 /// A config that retries fast, for tests whose outages are short.
 pub fn fast(endpoints: impl IntoIterator<Item = String>) -> EtcdConfig {
     EtcdConfig::new(endpoints)

@@ -136,12 +136,7 @@ impl Sample {
 fn print_results(bench: &Bench<'_>, rounds: &[Vec<Sample>]) -> Result<()> {
     let s = bench.settings;
     let labels = bench.labels();
-    let refs: Vec<(usize, &str)> = bench
-        .options
-        .refs()
-        .into_iter()
-        .filter_map(|r| Some((labels.iter().position(|l| *l == r)?, r)))
-        .collect();
+    let refs = bench.reference_columns();
     let w = label_width(labels.iter().copied());
     let n = rounds.len();
 

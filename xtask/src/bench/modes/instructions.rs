@@ -156,12 +156,7 @@ fn wait_for_dump(dump: &Path, label: &str) -> Result<()> {
 fn print_results(bench: &Bench<'_>, rows: &[(u64, Profile)]) {
     let s = bench.settings;
     let labels = bench.labels();
-    let refs: Vec<(usize, &str)> = bench
-        .options
-        .refs()
-        .into_iter()
-        .filter_map(|r| Some((labels.iter().position(|l| *l == r)?, r)))
-        .collect();
+    let refs = bench.reference_columns();
     let w = label_width(labels.iter().copied());
     let per_request =
         |(requests, profile): &(u64, Profile)| profile.total as f64 / *requests as f64;

@@ -242,12 +242,7 @@ fn strace_counts(text: &str) -> Tally {
 fn print_results(bench: &Bench<'_>, tracer: Tracer, rows: &[Row]) {
     let s = bench.settings;
     let labels = bench.labels();
-    let refs: Vec<(usize, &str)> = bench
-        .options
-        .refs()
-        .into_iter()
-        .filter_map(|r| Some((labels.iter().position(|l| *l == r)?, r)))
-        .collect();
+    let refs = bench.reference_columns();
     let w = label_width(labels.iter().copied());
     let per_request = |row: &Row| row.counts.total() as f64 / row.requests as f64;
 
