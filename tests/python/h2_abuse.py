@@ -247,6 +247,7 @@ def stall(args):
         c.flush()
     index = {id(c): i for i, c in enumerate(conns)}
     statuses = {}
+    resets = {}
     deadline = time.monotonic() + args.seconds
     while time.monotonic() < deadline:
         for c, e in pump(conns, 0.1):
@@ -256,14 +257,17 @@ def stall(args):
                 statuses[status] = statuses.get(status, 0) + 1
             elif isinstance(e, h2.events.DataReceived):
                 received[key] = received.get(key, 0) + len(e.data)
-            elif isinstance(e, (h2.events.StreamEnded, h2.events.StreamReset)):
+            elif isinstance(e, h2.events.StreamEnded):
                 ended.add(key)
+            elif isinstance(e, h2.events.StreamReset):
+                ended.add(key)
+                resets[int(e.error_code)] = resets.get(int(e.error_code), 0) + 1
         if all(n >= args.window or k in ended for k, n in received.items()):
             break
     total = sum(received.values())
     print(json.dumps({
         "mode": "stall", "ready": True, "streams": len(received), "received": total,
-        "ended": len(ended), "statuses": statuses,
+        "ended": len(ended), "statuses": statuses, "resets": resets,
     }), flush=True)
     # Hold the connections, reading (so the server's frames are not what stalls) without
     # ever reopening a window, until stdin closes.
