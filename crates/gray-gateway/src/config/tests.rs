@@ -245,11 +245,20 @@ fn client_limits_parse_and_their_mistakes_name_their_field() {
     assert_eq!(cfg.limits.upstream_max_connects, 2);
     for (key, field) in [
         ("http2_stream_window = 1024", "http2_stream_window"),
-        ("http2_connection_window = 2147483648", "http2_connection_window"),
-        ("http2_max_concurrent_streams = 0", "http2_max_concurrent_streams"),
+        (
+            "http2_connection_window = 2147483648",
+            "http2_connection_window",
+        ),
+        (
+            "http2_max_concurrent_streams = 0",
+            "http2_max_concurrent_streams",
+        ),
         ("upstream_max_connects = 0", "upstream_max_connects"),
         ("upstream_buffer_bytes = 100", "upstream_buffer_bytes"),
-        ("max_cancelled_streams_percent = 101", "max_cancelled_streams_percent"),
+        (
+            "max_cancelled_streams_percent = 101",
+            "max_cancelled_streams_percent",
+        ),
     ] {
         let e = parse(&format!("listen = \"127.0.0.1:1\"\n{key}\n[services.a]\n")).unwrap_err();
         assert_eq!((e.line(), e.field()), (Some(2), Some(field)), "{e}");
