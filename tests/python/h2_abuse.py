@@ -12,7 +12,8 @@ Driven by crates/gray-gateway/tests/h2_abuse.rs, and usable by hand against ngin
   h2_abuse.py stall HOST:PORT PATH --connections C --streams N --window W --seconds S
       opens N streams (GET) over C connections with a stream window of W bytes that it
       never reopens: each response stops after W bytes. Prints `ready` once every stream has
-      received W bytes (or ended), then holds the connections until stdin closes.
+      received W bytes (or ended), then holds the connections until stdin closes or the
+      server has closed them all (W = 0: streams that never open their window).
 
 --forwarded-for IP adds `X-Forwarded-For: IP` to each request (a client behind a trusted
 proxy, for per-client limits).
@@ -264,17 +265,20 @@ def stall(args):
                 resets[int(e.error_code)] = resets.get(int(e.error_code), 0) + 1
         if all(n >= args.window or k in ended for k, n in received.items()):
             break
+        if all(c.closed for c in conns):
+            break
     total = sum(received.values())
     print(json.dumps({
         "mode": "stall", "ready": True, "streams": len(received), "received": total,
         "ended": len(ended), "statuses": statuses, "resets": resets,
     }), flush=True)
     # Hold the connections, reading (so the server's frames are not what stalls) without
-    # ever reopening a window, until stdin closes.
+    # ever reopening a window, until stdin closes or the server has closed them all.
+    held = time.monotonic()
     for c in conns:
         c.sock.setblocking(False)
     socks = [c.sock for c in conns if not c.closed]
-    while True:
+    while socks:
         readable, _, _ = select.select(socks + [sys.stdin], [], [], 1.0)
         if sys.stdin in readable and not sys.stdin.read(1):
             break
@@ -284,7 +288,11 @@ def stall(args):
                     if isinstance(e, (h2.events.StreamEnded, h2.events.StreamReset)):
                         ended.add((index[id(c)], e.stream_id))
         socks = [c.sock for c in conns if not c.closed]
-    print(json.dumps({"mode": "stall", "streams": len(received), "ended": len(ended)}), flush=True)
+    print(json.dumps({
+        "mode": "stall", "streams": len(received), "ended": len(ended),
+        "closed_by_server": sum(1 for c in conns if c.ended_by_server),
+        "held": round(time.monotonic() - held, 3),
+    }), flush=True)
 
 
 def main():

@@ -221,3 +221,69 @@ async fn stalled_readers_hold_a_bounded_amount_each() {
         per_stream >> 10
     );
 }
+
+/// Streams that never open their receive window (1,000 over 10 connections): their
+/// responses cannot move, so `send_timeout_ms` closes the connections, and the upstream
+/// connections they held are released; another client is served meanwhile.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn streams_that_never_open_their_window_are_closed_at_the_send_timeout() {
+    let (upstream, counts) = upstream().await;
+    let gateway = Gateway::start(upstream, "send_timeout_ms = 2000\n", None).await;
+    let probe = Probe::start(gateway.addr);
+    let mut child = abuse::python(
+        "stall",
+        gateway.addr,
+        "/svc/big",
+        &[
+            "--connections",
+            "10",
+            "--streams",
+            "1000",
+            "--window",
+            "0",
+            "--seconds",
+            "60",
+        ],
+    )
+    .spawn()
+    .expect("python3 runs");
+    let mut lines =
+        tokio::io::AsyncBufReadExt::lines(tokio::io::BufReader::new(child.stdout.take().unwrap()));
+    let mut next = async || {
+        let line = tokio::time::timeout(std::time::Duration::from_secs(90), lines.next_line())
+            .await
+            .expect("the attack reports in time")
+            .unwrap()
+            .expect("the attack printed its state");
+        serde_json::from_str::<serde_json::Value>(&line).unwrap()
+    };
+    let ready = next().await;
+    let upstream_open = counts.open.load(Ordering::SeqCst);
+    // The gateway closes every connection: the attack ends by itself.
+    let closed = next().await;
+    let seen = probe.stop().await;
+    println!(
+        "zero windows: {ready}; then {closed}; upstream connections open while they \
+         stalled {upstream_open}; probes' p99 {:?}",
+        seen.p99
+    );
+    assert_eq!(ready["streams"], 1000, "{ready}");
+    assert_eq!(closed["closed_by_server"], 10, "{closed}");
+    assert!(
+        seen.errors.is_empty(),
+        "probes failed: {:?}",
+        &seen.errors[..seen.errors.len().min(5)]
+    );
+    assert!(
+        seen.statuses.iter().all(|s| *s == 200),
+        "probes got non-200 answers"
+    );
+    let deadline = std::time::Instant::now() + gray_test_support::WAIT;
+    while counts.open.load(Ordering::SeqCst) > 16 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "upstream connections left open"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+}
