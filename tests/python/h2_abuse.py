@@ -177,6 +177,7 @@ def slow(args):
     start = time.monotonic()
     streams = {}  # (conn index, stream id) -> opened at
     closed = {}  # (conn index, stream id) -> closed at (seconds since start)
+    statuses = {}
     refused = 0
     per_conn = -(-args.streams // args.connections)
     for i, c in enumerate(conns):
@@ -199,6 +200,9 @@ def slow(args):
         for c, e in pump(conns, max(0.0, min(next_byte - time.monotonic(), 0.1))):
             i = index[id(c)]
             sid = getattr(e, "stream_id", None)
+            if isinstance(e, h2.events.ResponseReceived):
+                status = dict(e.headers).get(":status", "?")
+                statuses[status] = statuses.get(status, 0) + 1
             if isinstance(e, (h2.events.StreamReset, h2.events.StreamEnded, h2.events.ResponseReceived)):
                 if (i, sid) in streams and (i, sid) not in closed:
                     closed[(i, sid)] = round(time.monotonic() - start, 3)
@@ -222,6 +226,7 @@ def slow(args):
     times = sorted(closed.values())
     print(json.dumps({
         "mode": "slow", "opened": len(streams), "refused": refused, "closed": len(closed),
+        "statuses": statuses,
         "first_closed": times[0] if times else None, "last_closed": times[-1] if times else None,
         "seconds": round(time.monotonic() - start, 3),
     }), flush=True)

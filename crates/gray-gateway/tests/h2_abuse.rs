@@ -131,6 +131,9 @@ async fn slow_streams_are_cut_at_the_body_timeout_while_others_are_served() {
         summary["closed"], 2000,
         "every stream was answered or reset: {summary}"
     );
+    // 200 in flight (the client's cap), cut at the body timeout; the rest refused at once.
+    assert_eq!(summary["statuses"]["408"], 200, "{summary}");
+    assert_eq!(summary["statuses"]["429"], 1800, "{summary}");
     let last = summary["last_closed"].as_f64().unwrap();
     assert!(
         last < 15.0,
