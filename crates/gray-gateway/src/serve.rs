@@ -25,6 +25,10 @@
 //!   the limit as `SETTINGS_MAX_HEADER_LIST_SIZE` and resets larger streams).
 //! - **idle connections**: a connection with no request in flight (response bodies
 //!   included) and nothing sent for `idle_timeout` is closed.
+//! - **stalled responses**: a connection whose response bodies make no progress for
+//!   `send_timeout` is closed.
+//! - **cancelled streams**: a connection whose client cancels most of its streams before
+//!   their response is shut down gracefully (GOAWAY; [`limits`](crate::limits)).
 //!
 //! The timeouts are enforced by a watchdog task per connection, which looks at the
 //! connection every quarter of the shortest timeout and closes it once its head has been
