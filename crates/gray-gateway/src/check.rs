@@ -42,7 +42,17 @@ pub async fn check(path: &Path) -> Result<String, BoxError> {
     let config = Config::load(path)?;
     let mut out = String::new();
     let _ = writeln!(out, "{}: the configuration is valid", path.display());
-    let _ = write!(out, "listen {}", config.listen);
+    match config.listen {
+        Some(listen) => {
+            let _ = write!(out, "listen {listen}");
+        }
+        None => {
+            let _ = write!(out, "no plaintext listener");
+        }
+    }
+    if let Some(tls) = &config.tls {
+        let _ = write!(out, ", tls {}", tls.listen);
+    }
     if let Some(admin) = config.admin {
         let _ = write!(out, ", admin {admin} (/explain, /metrics, /healthz)");
     }
@@ -108,6 +118,11 @@ pub async fn check(path: &Path) -> Result<String, BoxError> {
             "also stripped from untrusted clients: {}",
             strip.join(", ")
         );
+    }
+
+    #[cfg(feature = "tls")]
+    if let Some(tls) = &config.tls {
+        tls_summary(&mut out, tls)?;
     }
 
     match &config.rules {
@@ -181,6 +196,53 @@ pub async fn check(path: &Path) -> Result<String, BoxError> {
         let _ = writeln!(out, "    {}", retry(service));
     }
     Ok(out)
+}
+
+/// The `[tls]` table: its files read and checked as the gateway would at start-up.
+#[cfg(feature = "tls")]
+fn tls_summary(out: &mut String, tls: &crate::config::TlsSettings) -> Result<(), BoxError> {
+    use std::time::SystemTime;
+
+    use crate::tls::{Files, Utc, load};
+
+    let loaded = load(tls, &Files::read(tls)?, SystemTime::now())?;
+    let days = loaded.validity.remaining(SystemTime::now()).as_secs() / 86_400;
+    let _ = writeln!(
+        out,
+        "tls: {} (a chain of {}), valid until {} ({days} day{} left), key {}",
+        tls.cert_file.display(),
+        loaded.chain,
+        Utc(loaded.validity.not_after),
+        plural(days as usize),
+        tls.key_file.display(),
+    );
+    let versions = match tls.min_version {
+        crate::config::TlsVersion::Tls13 => "TLS 1.3",
+        _ => "TLS 1.2 and 1.3",
+    };
+    let clients = match (&tls.client_certs, loaded.client_cas) {
+        (Some(client), Some(n)) => format!(
+            "client certificates {} ({}: {n} CA{})",
+            if client.required {
+                "required"
+            } else {
+                "optional"
+            },
+            client.ca_file.display(),
+            plural(n)
+        ),
+        _ => "no client certificates".to_owned(),
+    };
+    let ms = |d: Option<std::time::Duration>| {
+        d.map_or("off".to_owned(), |d| format!("{} ms", d.as_millis()))
+    };
+    let _ = writeln!(
+        out,
+        "     {versions}, ALPN h2 and http/1.1, {clients}, handshake_timeout {}, reload_interval {}",
+        ms(tls.handshake_timeout),
+        ms(tls.reload_interval),
+    );
+    Ok(())
 }
 
 /// `retry: …; health check: …`: how a service's requests are retried and its instances

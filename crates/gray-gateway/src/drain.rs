@@ -32,8 +32,8 @@ struct Shared {
     idle: Notify,
 }
 
-/// The set of connections a shutdown waits for.
-#[derive(Debug, Default)]
+/// The set of connections a shutdown waits for (its clones are the same set).
+#[derive(Debug, Default, Clone)]
 pub(crate) struct Drain {
     shared: Arc<Shared>,
 }

@@ -10,6 +10,8 @@ mod hold;
 mod limits;
 mod proxy;
 mod serve;
+#[cfg(feature = "tls")]
+mod tls;
 mod upstream;
 
 use std::{collections::BTreeMap, net::SocketAddr, path::PathBuf, sync::Arc};
@@ -35,6 +37,7 @@ pub use crate::{limits::raise_nofile_limit, upstream::X_GRAY_INSTANCE};
 #[derive(Debug)]
 pub struct Gateway {
     addr: SocketAddr,
+    tls_addr: Option<SocketAddr>,
     admin: Option<SocketAddr>,
     rules: LiveRules,
     stop: watch::Sender<bool>,
@@ -61,6 +64,17 @@ impl Gateway {
     pub async fn start(mut config: Config) -> Result<Gateway, BoxError> {
         limits::fit_descriptors(&mut config.limits);
         let mut watches = Vec::new();
+        // The certificates first: a file that cannot be used stops the start before
+        // anything is bound or followed.
+        #[cfg(feature = "tls")]
+        let tls = match &config.tls {
+            Some(settings) => {
+                let (acceptor, watch) = tls::start(settings)?;
+                watches.extend(watch);
+                Some((settings.listen, acceptor))
+            }
+            None => None,
+        };
         let rules = start_rules(&config.rules, &mut watches).await?;
         let (registry, embedded) = start_registry(&config).await?;
 
@@ -126,10 +140,6 @@ impl Gateway {
 
         let (stop, stopped) = watch::channel(false);
         let mut tasks = Vec::new();
-        let listener = TcpListener::bind(config.listen)
-            .await
-            .map_err(|e| format!("listen {}: {e}", config.listen))?;
-        let addr = listener.local_addr()?;
         let per_connection = {
             // Only the admin's explanations read the decision: not recorded per request.
             // The balancer reads the stain from the request's extensions: no task-local.
@@ -143,12 +153,46 @@ impl Gateway {
                     .with_peer(peer)
             }
         };
-        tasks.push(tokio::spawn(serve::serve(
-            listener,
-            per_connection,
-            config.limits,
-            stopped.clone(),
-        )));
+        // One server for both listeners: `max_connections` counts their connections
+        // together.
+        let server = serve::Server::new(config.limits);
+        let addr = match config.listen {
+            Some(listen) => {
+                let listener = bind(listen, "listen").await?;
+                let addr = listener.local_addr()?;
+                tasks.push(tokio::spawn(serve::serve(
+                    server.clone(),
+                    listener,
+                    serve::Plain,
+                    per_connection.clone(),
+                    stopped.clone(),
+                )));
+                Some(addr)
+            }
+            None => None,
+        };
+        #[cfg(feature = "tls")]
+        let tls_addr = match tls {
+            Some((listen, acceptor)) => {
+                let listener = bind(listen, "tls.listen").await?;
+                let addr = listener.local_addr()?;
+                metrics.register_collector(acceptor.metrics());
+                tasks.push(tokio::spawn(serve::serve(
+                    server.clone(),
+                    listener,
+                    acceptor,
+                    per_connection.clone(),
+                    stopped.clone(),
+                )));
+                Some(addr)
+            }
+            None => None,
+        };
+        #[cfg(not(feature = "tls"))]
+        let tls_addr = None;
+        let Some(addr) = addr.or(tls_addr) else {
+            return Err("nothing to listen on: give `listen`, or a `[tls]` table".into());
+        };
 
         let admin = match config.admin {
             Some(admin_addr) => {
@@ -177,9 +221,16 @@ impl Gateway {
             }
             None => None,
         };
-        tracing::info!(%addr, admin = ?admin, services = routes.services.len(), "gateway started");
+        tracing::info!(
+            listen = ?config.listen.map(|_| addr),
+            tls = ?tls_addr,
+            admin = ?admin,
+            services = routes.services.len(),
+            "gateway started"
+        );
         Ok(Gateway {
             addr,
+            tls_addr,
             admin,
             rules,
             stop,
@@ -190,10 +241,16 @@ impl Gateway {
         })
     }
 
-    /// The proxy's address.
+    /// The proxy's plaintext address; when only TLS is configured, the TLS listener's.
     #[must_use]
     pub fn addr(&self) -> SocketAddr {
         self.addr
+    }
+
+    /// The TLS listener's address (the `[tls]` table's `listen`), if any.
+    #[must_use]
+    pub fn tls_addr(&self) -> Option<SocketAddr> {
+        self.tls_addr
     }
 
     /// The admin endpoint's address.
@@ -221,6 +278,13 @@ impl Gateway {
             let _ = task.await;
         }
     }
+}
+
+/// Binds the proxy's listener on `addr` (the key `field` gave it).
+async fn bind(addr: SocketAddr, field: &str) -> Result<TcpListener, BoxError> {
+    Ok(TcpListener::bind(addr)
+        .await
+        .map_err(|e| format!("{field} {addr}: {e}"))?)
 }
 
 /// The staining rules: loaded strictly at start, then followed; an invalid version keeps
@@ -260,7 +324,10 @@ async fn start_registry(config: &Config) -> Result<(Registry, Option<TempFile>),
             let path = std::env::temp_dir().join(format!(
                 "gray-gateway-instances-{}-{}.toml",
                 std::process::id(),
-                config.listen.port()
+                config
+                    .listen
+                    .or(config.tls.as_ref().map(|tls| tls.listen))
+                    .map_or(0, |addr| addr.port())
             ));
             std::fs::write(&path, DEFAULT_INSTANCES)?;
             let registry = Registry::start(InstanceFile::new(&path)).await?;

@@ -79,9 +79,15 @@ fn main() {
             std::process::exit(1)
         }
     };
+    let config_listens_plain = config.listen.is_some();
     let result = runtime.block_on(async {
         let gateway = Gateway::start(config).await?;
-        println!("gateway listening on http://{}", gateway.addr());
+        if config_listens_plain {
+            println!("gateway listening on http://{}", gateway.addr());
+        }
+        if let Some(tls) = gateway.tls_addr() {
+            println!("gateway listening on https://{tls}");
+        }
         if let Some(admin) = gateway.admin_addr() {
             println!("admin on http://{admin} (/explain, /metrics, /healthz)");
         }

@@ -344,7 +344,9 @@ struct DiscoveryLabels {
     cluster_id: String,
 }
 
-fn gauge<N: prometheus_client::encoding::EncodeGaugeValue + fmt::Debug + Send + Sync + 'static>(
+pub(crate) fn gauge<
+    N: prometheus_client::encoding::EncodeGaugeValue + fmt::Debug + Send + Sync + 'static,
+>(
     encoder: &mut DescriptorEncoder<'_>,
     name: &str,
     help: &str,

@@ -1,9 +1,11 @@
 //! The accept loop: limits on clients' connections, and graceful shutdown.
 //!
-//! Each accepted TCP connection is served by hyper-util's `auto` connection (HTTP/1.1, or
-//! HTTP/2 with prior knowledge) over the connection's tower service, and watched by the
-//! [`Drain`](crate::drain::Drain): on shutdown, in-flight requests complete and idle
-//! connections close.
+//! Each accepted TCP connection goes through its listener's [`Handshake`] (none for
+//! plaintext, TLS for the `[tls]` listener, in `crate::tls`), then is served by hyper-util's
+//! `auto` connection (HTTP/1.1, or HTTP/2: with prior knowledge, or by ALPN over TLS) over
+//! the connection's tower service, and watched by the [`Drain`](crate::drain::Drain): on
+//! shutdown, in-flight requests complete and idle connections close. Both listeners share
+//! one [`Server`]: its HTTP settings and its count of connections.
 //!
 //! Measured against hyper-util's `GracefulShutdown` and `TowerToHyperService`
 //! (`cargo xtask bench-gateway --targets gateway --instructions`, user-space instructions per
@@ -19,7 +21,7 @@
 //!   accepting while that many are open, so further clients wait in the kernel's listen
 //!   backlog (their TCP handshake completes; nothing is read from them) until one closes.
 //! - **request heads**: a connection must send a complete request head within
-//!   `header_read_timeout` of being accepted, or of the first byte it sends after its
+//!   `header_read_timeout` of being accepted (its TLS handshake included), or of the first byte it sends after its
 //!   previous response: else it is closed (slowloris). A head larger than
 //!   `max_header_bytes` gets `431 Request Header Fields Too Large` (HTTP/1.1; HTTP/2 sends
 //!   the limit as `SETTINGS_MAX_HEADER_LIST_SIZE` and resets larger streams).
@@ -70,14 +72,78 @@ use crate::{config::Limits, limits::Cancels};
 /// How long a shutdown waits for the connections to finish before it drops them.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
 
-/// Serves connections from `listener`, each with the service `make` builds for its peer,
-/// until `stopped` is set; then shuts down gracefully.
-pub(crate) async fn serve<M, S, B>(
-    listener: TcpListener,
-    make: M,
+/// What a connection goes through between its accept and HTTP: nothing ([`Plain`]), or a
+/// TLS handshake (`crate::tls::Acceptor`). It runs in the connection's own task, within
+/// the connection's limits: it holds one of the `max_connections` slots, and the
+/// watchdog's head timeout, which starts at the accept, covers it.
+pub(crate) trait Handshake: Send + Sync + 'static {
+    /// The connection once it is ready for HTTP.
+    type Io: AsyncRead + AsyncWrite + Unpin + Send + 'static;
+    /// The handshake in progress.
+    type Future: Future<Output = io::Result<Self::Io>> + Send + 'static;
+
+    /// Starts the handshake of the connection `tcp`.
+    fn handshake(&self, tcp: TcpStream) -> Self::Future;
+}
+
+/// No handshake: HTTP over the TCP connection itself.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Plain;
+
+impl Handshake for Plain {
+    type Io = TcpStream;
+    type Future = std::future::Ready<io::Result<TcpStream>>;
+
+    fn handshake(&self, tcp: TcpStream) -> Self::Future {
+        std::future::ready(Ok(tcp))
+    }
+}
+
+/// What every listener of the proxy shares: the HTTP settings, the limits, and the count
+/// of open connections (`max_connections` counts the plaintext and the TLS ones together).
+#[derive(Debug)]
+pub(crate) struct Server {
+    builder: auto::Builder<TokioExecutor>,
+    permits: Arc<Semaphore>,
     limits: Limits,
+}
+
+impl Server {
+    /// The HTTP settings of every client connection, under `limits`.
+    pub(crate) fn new(limits: Limits) -> Arc<Server> {
+        let mut builder = auto::Builder::new(TokioExecutor::new());
+        builder
+            .http1()
+            // Messages are written with one copy into one buffer and one `send`, rather than
+            // as a vectored write of head and body: cheaper for the small messages that
+            // dominate, at the cost of a copy of large bodies.
+            .writev(false)
+            // The head timeout is this module's (it also starts at a keep-alive connection's
+            // first byte, not when the previous response ends, as hyper's does).
+            .header_read_timeout(None)
+            .max_buf_size(limits.max_header_bytes);
+        builder
+            .http2()
+            .max_header_list_size(u32::try_from(limits.max_header_bytes).unwrap_or(u32::MAX));
+        crate::limits::http2(&mut builder, &limits);
+        Arc::new(Server {
+            builder,
+            permits: Arc::new(Semaphore::new(limits.max_connections)),
+            limits,
+        })
+    }
+}
+
+/// Serves connections from `listener`, each through `handshake`, then with the service
+/// `make` builds for its peer, until `stopped` is set; then shuts down gracefully.
+pub(crate) async fn serve<H, M, S, B>(
+    server: Arc<Server>,
+    listener: TcpListener,
+    handshake: H,
+    make: M,
     mut stopped: watch::Receiver<bool>,
 ) where
+    H: Handshake,
     M: Fn(SocketAddr) -> S,
     S: Service<Request<Incoming>, Response = Response<B>, Error = Infallible>
         + Clone
@@ -89,25 +155,10 @@ pub(crate) async fn serve<M, S, B>(
     B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
 {
     let graceful = crate::drain::Drain::new();
-    let permits = Arc::new(Semaphore::new(limits.max_connections));
-    let mut builder = auto::Builder::new(TokioExecutor::new());
-    builder
-        .http1()
-        // Messages are written with one copy into one buffer and one `send`, rather than
-        // as a vectored write of head and body: cheaper for the small messages that
-        // dominate, at the cost of a copy of large bodies.
-        .writev(false)
-        // The head timeout is this module's (it also starts at a keep-alive connection's
-        // first byte, not when the previous response ends, as hyper's does).
-        .header_read_timeout(None)
-        .max_buf_size(limits.max_header_bytes);
-    builder
-        .http2()
-        .max_header_list_size(u32::try_from(limits.max_header_bytes).unwrap_or(u32::MAX));
-    crate::limits::http2(&mut builder, &limits);
+    let limits = server.limits;
     loop {
         let permit = tokio::select! {
-            permit = permits.clone().acquire_owned() => match permit {
+            permit = server.permits.clone().acquire_owned() => match permit {
                 Ok(permit) => permit,
                 Err(_) => break,
             },
@@ -133,17 +184,25 @@ pub(crate) async fn serve<M, S, B>(
             activity: activity.clone(),
             peer,
         };
-        let io = TokioIo::new(Watched {
-            io: stream,
-            activity: activity.clone(),
-        });
-        let conn = builder
-            .serve_connection(io, Adapter { service })
-            .into_owned();
-        let conn = graceful.watch(conn).with_cancels(activity.cancels.clone());
+        let handshaking = handshake.handshake(stream);
+        let (server, graceful, watched) = (server.clone(), graceful.clone(), activity.clone());
+        let cancels = activity.cancels.clone();
         let task = tokio::spawn(async move {
-            if let Err(e) = conn.await {
-                tracing::debug!(error = %e, %peer, "connection closed with an error");
+            match handshaking.await {
+                Ok(io) => {
+                    let io = TokioIo::new(Watched {
+                        io,
+                        activity: watched,
+                    });
+                    let conn = server
+                        .builder
+                        .serve_connection(io, Adapter { service })
+                        .into_owned();
+                    if let Err(e) = graceful.watch(conn).with_cancels(cancels).await {
+                        tracing::debug!(error = %e, %peer, "connection closed with an error");
+                    }
+                }
+                Err(e) => tracing::debug!(error = %e, %peer, "handshake failed"),
             }
             drop(permit);
         });
@@ -344,15 +403,16 @@ async fn watchdog(activity: Arc<Activity>, conn: AbortHandle, limits: Limits, pe
 // === Watched I/O ===
 
 pin_project! {
-    /// A connection's socket, telling its [`Activity`] when bytes arrive.
-    struct Watched {
+    /// A connection (its socket, or its TLS stream), telling its [`Activity`] when bytes
+    /// arrive.
+    struct Watched<I> {
         #[pin]
-        io: TcpStream,
+        io: I,
         activity: Arc<Activity>,
     }
 }
 
-impl AsyncRead for Watched {
+impl<I: AsyncRead> AsyncRead for Watched<I> {
     fn poll_read(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
@@ -368,7 +428,7 @@ impl AsyncRead for Watched {
     }
 }
 
-impl AsyncWrite for Watched {
+impl<I: AsyncWrite> AsyncWrite for Watched<I> {
     fn poll_write(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,

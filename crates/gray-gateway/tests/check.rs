@@ -137,3 +137,151 @@ fn a_missing_file_is_an_error_too() {
     assert_eq!(code, 1);
     assert!(err.contains("nope.toml: cannot read it"), "{err}");
 }
+
+// === [tls] ===
+
+mod tls {
+    use std::time::{Duration, SystemTime};
+
+    use gray_test_support::{
+        TempDir,
+        tls::{Ca, Leaf},
+    };
+
+    use super::{INSTANCES, RULES, check, write};
+
+    const DAY: Duration = Duration::from_secs(86_400);
+
+    /// `CONFIG` with a `[tls]` table over `cert.pem` and `key.pem` (and `extra` keys).
+    fn config(extra: &str) -> String {
+        format!(
+            "listen = \"127.0.0.1:8080\"\nrules = \"rules.toml\"\ninstances = \"instances.yaml\"\n\n[tls]\nlisten = \"127.0.0.1:8443\"\ncert_file = \"cert.pem\"\nkey_file = \"key.pem\"\n{extra}\n[services.orders]\n"
+        )
+    }
+
+    #[test]
+    fn a_good_pair_is_described() {
+        let dir = TempDir::new("check-tls-good");
+        let ca = Ca::new("check CA");
+        let now = SystemTime::now();
+        let server = ca.issue(
+            &Leaf::server(&["localhost"]).with_validity(now - DAY, now + 30 * DAY + DAY / 2),
+        );
+        std::fs::write(dir.path().join("cert.pem"), server.chain_pem()).unwrap();
+        std::fs::write(dir.path().join("key.pem"), server.key_pem()).unwrap();
+        ca.write(dir.path(), "clients");
+        let path = write(
+            &dir,
+            &config("client_ca_file = \"clients.pem\"\nclient_auth = \"optional\"\n"),
+            RULES,
+            INSTANCES,
+        );
+        let (code, out, err) = check(&path);
+        assert_eq!(code, 0, "{out}{err}");
+        for expected in [
+            "listen 127.0.0.1:8080, tls 127.0.0.1:8443",
+            "cert.pem (a chain of 2), valid until ",
+            "(30 days left)",
+            "TLS 1.2 and 1.3, ALPN h2 and http/1.1, client certificates optional (",
+            "clients.pem: 1 CA)",
+        ] {
+            assert!(out.contains(expected), "`{expected}` in:\n{out}");
+        }
+    }
+
+    #[test]
+    fn each_unusable_file_exits_non_zero_naming_it_and_why() {
+        let ca = Ca::new("check CA");
+        let good = ca.issue(&Leaf::server(&["localhost"]));
+        let other = ca.issue(&Leaf::server(&["localhost"]));
+        let now = SystemTime::now();
+        let expired =
+            ca.issue(&Leaf::server(&["localhost"]).with_validity(now - 30 * DAY, now - DAY));
+        let early =
+            ca.issue(&Leaf::server(&["localhost"]).with_validity(now + DAY, now + 30 * DAY));
+        for (what, cert, key, expected) in [
+            (
+                "a key of another certificate",
+                Some(good.cert_pem().to_owned()),
+                Some(other.key_pem().to_owned()),
+                "tls.key_file",
+            ),
+            (
+                "an expired certificate",
+                Some(expired.cert_pem().to_owned()),
+                Some(expired.key_pem().to_owned()),
+                "cert.pem: the certificate expired on ",
+            ),
+            (
+                "a certificate not valid yet",
+                Some(early.cert_pem().to_owned()),
+                Some(early.key_pem().to_owned()),
+                "cert.pem: the certificate is not valid yet: valid from ",
+            ),
+            (
+                "a missing certificate",
+                None,
+                Some(good.key_pem().to_owned()),
+                "cert.pem: cannot read it",
+            ),
+            (
+                "a certificate that is not PEM",
+                Some("just some text\n".to_owned()),
+                Some(good.key_pem().to_owned()),
+                "cert.pem: not PEM, or nothing usable in it: expected a `-----BEGIN CERTIFICATE-----` block",
+            ),
+            (
+                "a key that is not PEM",
+                Some(good.cert_pem().to_owned()),
+                Some(good.cert_pem().to_owned()),
+                "key.pem: not PEM, or nothing usable in it: expected a `-----BEGIN PRIVATE KEY-----` block",
+            ),
+        ] {
+            let dir = TempDir::new("check-tls-bad");
+            if let Some(cert) = cert {
+                std::fs::write(dir.path().join("cert.pem"), cert).unwrap();
+            }
+            if let Some(key) = key {
+                std::fs::write(dir.path().join("key.pem"), key).unwrap();
+            }
+            let (code, out, err) = check(&write(&dir, &config(""), RULES, INSTANCES));
+            assert_eq!(code, 1, "{what}: {out}{err}");
+            assert!(err.contains(expected), "{what}: `{expected}` in:\n{err}");
+            if what.starts_with("a key of another") {
+                assert!(
+                    err.contains(
+                        "key.pem: the private key does not match the certificate (the first of "
+                    ),
+                    "{what}: {err}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn the_table_is_strict() {
+        let dir = TempDir::new("check-tls-keys");
+        for (what, extra, expected) in [
+            (
+                "an unknown key",
+                "min_versoin = \"1.3\"\n",
+                "field `tls.min_versoin`: unknown field",
+            ),
+            (
+                "client_auth without a CA",
+                "client_auth = \"required\"\n",
+                "tls.client_auth",
+            ),
+            (
+                "a version that does not exist",
+                "min_version = \"1.1\"\n",
+                "tls.min_version",
+            ),
+        ] {
+            let (code, out, err) = check(&write(&dir, &config(extra), RULES, INSTANCES));
+            assert_eq!(code, 1, "{what}: {out}{err}");
+            assert!(err.contains("gateway.toml:"), "{what}: {err}");
+            assert!(err.contains(expected), "{what}: `{expected}` in:\n{err}");
+        }
+    }
+}

@@ -12,6 +12,8 @@
 //! - `net` (feature `net`, which `etcd` includes): raw TCP servers on loopback, among them
 //!   an HTTP/1.1 instance that answers before it has read the request body, and a port
 //!   that refuses connections for as long as the test holds it;
+//! - `tls` (feature `tls`, which `etcd` includes): a CA and the server and client
+//!   certificates it issues (`rcgen`), with a chosen validity, written to files;
 //! - [`configmap`] (Unix): a directory mounted the way Kubernetes mounts a ConfigMap, whose
 //!   updates swap a `..data` symlink;
 //! - [`TempDir`] and [`WAIT`], the bound of every wait in the real-network tests.
@@ -25,6 +27,8 @@ pub mod etcd;
 pub mod logs;
 #[cfg(feature = "net")]
 pub mod net;
+#[cfg(feature = "tls")]
+pub mod tls;
 
 use std::{
     path::{Path, PathBuf},

@@ -6,6 +6,8 @@ use gray_balance::Pick;
 use gray_core::CarrierConfig;
 use gray_policy::WithPolicy;
 use gray_tower::edge::ForwardedHeader;
+
+use super::TlsVersion;
 use serde::Deserialize;
 
 use super::defaults;
@@ -13,7 +15,7 @@ use super::defaults;
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(super) struct File {
-    pub(super) listen: SocketAddr,
+    pub(super) listen: Option<SocketAddr>,
     pub(super) admin: Option<SocketAddr>,
     #[serde(default)]
     pub(super) workers: usize,
@@ -31,6 +33,7 @@ pub(super) struct File {
     pub(super) rules: Option<PathBuf>,
     pub(super) instances: Option<PathBuf>,
     pub(super) etcd: Option<Etcd>,
+    pub(super) tls: Option<Tls>,
     #[serde(default = "defaults::upstream_timeout_ms")]
     pub(super) upstream_timeout_ms: u64,
     #[serde(default = "defaults::head_hold_ms")]
@@ -90,6 +93,32 @@ pub(super) struct ServiceKeys {
     pub(super) pick: Option<Pick>,
     pub(super) retry: Option<super::upstream::RetryKeys>,
     pub(super) health_check: Option<super::upstream::HealthKeys>,
+}
+
+/// The `[tls]` table: a TLS listener (read whatever the features; refused by the checks
+/// without the `tls` feature).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct Tls {
+    pub(super) listen: SocketAddr,
+    pub(super) cert_file: PathBuf,
+    pub(super) key_file: PathBuf,
+    pub(super) client_ca_file: Option<PathBuf>,
+    pub(super) client_auth: Option<ClientAuth>,
+    #[serde(default)]
+    pub(super) min_version: TlsVersion,
+    #[serde(default = "defaults::handshake_timeout_ms")]
+    pub(super) handshake_timeout_ms: u64,
+    #[serde(default = "defaults::tls_reload_interval_ms")]
+    pub(super) reload_interval_ms: u64,
+}
+
+/// `client_auth`: whether a client must present a certificate.
+#[derive(Debug, Clone, Copy, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub(super) enum ClientAuth {
+    Required,
+    Optional,
 }
 
 /// The `[etcd]` table: etcd's client settings (gray-source's `EtcdConfig`, flattened) and

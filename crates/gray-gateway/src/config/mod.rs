@@ -132,6 +132,12 @@ pub(crate) mod defaults {
     pub(crate) fn metrics_max_lanes() -> usize {
         32
     }
+    pub(crate) fn handshake_timeout_ms() -> u64 {
+        10_000
+    }
+    pub(crate) fn tls_reload_interval_ms() -> u64 {
+        1_000
+    }
     #[cfg(feature = "etcd")]
     pub(crate) fn etcd_prefix() -> String {
         "/gray".into()
@@ -147,8 +153,10 @@ const MIN_HEADER_BYTES: usize = 8 * 1024;
 pub struct Config {
     /// The file it was read from.
     pub source: PathBuf,
-    /// The proxy's address.
-    pub listen: SocketAddr,
+    /// The proxy's plaintext address; `None` when only [`tls`](Config::tls) listens.
+    pub listen: Option<SocketAddr>,
+    /// The proxy's TLS listener (the `[tls]` table), if any.
+    pub tls: Option<TlsSettings>,
     /// The admin endpoint's address, if any.
     pub admin: Option<SocketAddr>,
     /// Runtime worker threads (0: one per core; 1: tokio's current-thread scheduler).
@@ -239,6 +247,61 @@ pub struct EtcdSettings {
     pub client: gray_tower::edge::EtcdConfig,
     /// The key prefix, ending in `/`: instances live under `<prefix><service>/<id>`.
     pub prefix: String,
+}
+
+/// The `[tls]` table: a listener that terminates TLS; see the [crate docs](crate#tls).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct TlsSettings {
+    /// Its address.
+    pub listen: SocketAddr,
+    /// The certificate chain (PEM): the server's certificate first, then its
+    /// intermediates.
+    pub cert_file: PathBuf,
+    /// The certificate's private key (PEM: PKCS#8, PKCS#1 or SEC1).
+    pub key_file: PathBuf,
+    /// Client certificates, if they are asked for.
+    pub client_certs: Option<ClientCerts>,
+    /// The oldest protocol version accepted.
+    pub min_version: TlsVersion,
+    /// The time a client has to complete its handshake, from the accept (`None`: no
+    /// limit beyond `header_read_timeout`).
+    pub handshake_timeout: Option<Duration>,
+    /// How often the files are looked at for a new version (`None`: never reloaded).
+    pub reload_interval: Option<Duration>,
+}
+
+/// Client-certificate verification (`client_ca_file`, `client_auth`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ClientCerts {
+    /// The CA certificates (PEM) a client's certificate must chain to.
+    pub ca_file: PathBuf,
+    /// Whether a client without a certificate is refused (`client_auth = "required"`, the
+    /// default) or served (`"optional"`; a certificate it presents must still verify).
+    pub required: bool,
+}
+
+/// A TLS protocol version (`min_version = "1.2"` or `"1.3"`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Deserialize)]
+#[non_exhaustive]
+pub enum TlsVersion {
+    /// TLS 1.2 (and 1.3).
+    #[default]
+    #[serde(rename = "1.2")]
+    Tls12,
+    /// TLS 1.3 only.
+    #[serde(rename = "1.3")]
+    Tls13,
+}
+
+impl std::fmt::Display for TlsVersion {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            TlsVersion::Tls12 => "1.2",
+            TlsVersion::Tls13 => "1.3",
+        })
+    }
 }
 
 /// Limits on clients' connections; see the [crate docs](crate#limits).
@@ -418,6 +481,7 @@ impl Config {
         }
 
         let (discovery, rules) = sources(&doc, &raw, &resolve)?;
+        let tls = tls(&doc, &raw, &resolve)?;
 
         if raw.services.is_empty() {
             return Err(err(
@@ -453,6 +517,7 @@ impl Config {
         Ok(Config {
             source: path.to_owned(),
             listen: raw.listen,
+            tls,
             admin: raw.admin,
             workers: raw.workers,
             trusted_clients,
@@ -587,6 +652,56 @@ fn needs_feature(
              was built without (cargo build -p gray-gateway --features {feature})"
         ),
     ))
+}
+
+/// The `[tls]` table, and whether something listens at all.
+fn tls(
+    doc: &Document<'_>,
+    raw: &file::File,
+    resolve: &dyn Fn(PathBuf) -> PathBuf,
+) -> Result<Option<TlsSettings>, ConfigError> {
+    let Some(table) = &raw.tls else {
+        if raw.listen.is_none() {
+            return Err(doc.error(
+                "listen",
+                "missing field `listen`: the proxy needs `listen`, or a `[tls]` table with its own `listen`, or both",
+            ));
+        }
+        return Ok(None);
+    };
+    needs_feature(doc, "tls", "tls", cfg!(feature = "tls"))?;
+    // Port 0 picks a free port for each: the same address twice is fine then.
+    if raw.listen == Some(table.listen) && table.listen.port() != 0 {
+        return Err(doc.error(
+            "tls.listen",
+            format_args!(
+                "{} is `listen` too: the plaintext and the TLS listeners need addresses of their own",
+                table.listen
+            ),
+        ));
+    }
+    let client_certs = match (&table.client_ca_file, table.client_auth) {
+        (Some(ca), auth) => Some(ClientCerts {
+            ca_file: resolve(ca.clone()),
+            required: !matches!(auth, Some(file::ClientAuth::Optional)),
+        }),
+        (None, Some(_)) => {
+            return Err(doc.error(
+                "tls.client_auth",
+                "needs `client_ca_file`: the CA certificates client certificates are verified with",
+            ));
+        }
+        (None, None) => None,
+    };
+    Ok(Some(TlsSettings {
+        listen: table.listen,
+        cert_file: resolve(table.cert_file.clone()),
+        key_file: resolve(table.key_file.clone()),
+        client_certs,
+        min_version: table.min_version,
+        handshake_timeout: millis(table.handshake_timeout_ms),
+        reload_interval: millis(table.reload_interval_ms),
+    }))
 }
 
 /// Where the instances and the rules come from.

@@ -3,12 +3,11 @@
 use std::path::PathBuf;
 
 use etcd_client::{Certificate, Identity, TlsOptions};
-use rcgen::{
-    BasicConstraints, CertificateParams, CertifiedIssuer, DnType, ExtendedKeyUsagePurpose, IsCa,
-    KeyPair, KeyUsagePurpose,
-};
 
-use crate::TempDir;
+use crate::{
+    TempDir,
+    tls::{Ca, Leaf},
+};
 
 /// A fresh CA, a server certificate for `127.0.0.1` and `localhost`, and a client
 /// certificate, all PEM, also written to files (removed on drop). Two calls make two
@@ -21,66 +20,24 @@ pub struct Tls {
     client_key: String,
 }
 
-fn issue(
-    name: &str,
-    sans: &[&str],
-    usages: &[ExtendedKeyUsagePurpose],
-    ca: &CertifiedIssuer<'_, KeyPair>,
-) -> (String, String) {
-    let mut params = CertificateParams::new(sans.iter().map(|s| s.to_string()).collect::<Vec<_>>())
-        .expect("valid subject alternative names");
-    params.distinguished_name.push(DnType::CommonName, name);
-    params.use_authority_key_identifier_extension = true;
-    params.key_usages.push(KeyUsagePurpose::DigitalSignature);
-    params.key_usages.push(KeyUsagePurpose::KeyEncipherment);
-    params.extended_key_usages = usages.to_vec();
-    let key = KeyPair::generate().expect("generate a key pair");
-    let cert = params.signed_by(&key, ca).expect("sign a certificate");
-    (cert.pem(), key.serialize_pem())
-}
-
 impl Tls {
     /// Generates a new CA and the certificates it signs.
     pub fn generate() -> Tls {
-        let mut params = CertificateParams::new(Vec::<String>::new()).expect("no names");
-        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-        params
-            .distinguished_name
-            .push(DnType::CommonName, "gray test CA");
-        params.key_usages = vec![
-            KeyUsagePurpose::DigitalSignature,
-            KeyUsagePurpose::KeyCertSign,
-            KeyUsagePurpose::CrlSign,
-        ];
-        let ca = CertifiedIssuer::self_signed(params, KeyPair::generate().expect("CA key"))
-            .expect("self-sign the CA");
+        let ca = Ca::new("gray test CA");
         // etcd's own gateway dials the server with the server certificate: it needs both
         // usages.
-        let (server_cert, server_key) = issue(
-            "127.0.0.1",
-            &["127.0.0.1", "localhost"],
-            &[
-                ExtendedKeyUsagePurpose::ServerAuth,
-                ExtendedKeyUsagePurpose::ClientAuth,
-            ],
-            &ca,
-        );
-        let (client_cert, client_key) = issue(
-            "gray-client",
-            &[],
-            &[ExtendedKeyUsagePurpose::ClientAuth],
-            &ca,
-        );
+        let server = ca.issue(&Leaf::server(&["127.0.0.1", "localhost"]).with_client_auth());
+        let client = ca.issue(&Leaf::client("gray-client"));
         let tls = Tls {
             dir: TempDir::new("tls"),
-            ca: ca.as_ref().pem(),
-            client_cert,
-            client_key,
+            ca: ca.cert_pem(),
+            client_cert: client.cert_pem().to_owned(),
+            client_key: client.key_pem().to_owned(),
         };
         for (file, pem) in [
             (tls.ca_file(), tls.ca.as_str()),
-            (tls.server_cert_file(), server_cert.as_str()),
-            (tls.server_key_file(), server_key.as_str()),
+            (tls.server_cert_file(), server.cert_pem()),
+            (tls.server_key_file(), server.key_pem()),
             (tls.client_cert_file(), tls.client_cert.as_str()),
             (tls.client_key_file(), tls.client_key.as_str()),
         ] {
