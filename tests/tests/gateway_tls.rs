@@ -1,5 +1,7 @@
 //! TLS at the gateway (the `[tls]` table), with real clients: curl over HTTP/2 and
-//! HTTP/1.1, reqwest with the test CA as its only root. Requests are routed by the stain
+//! HTTP/1.1, reqwest 0.12 (its rustls on `ring`) and a rustls client (hyper over
+//! tokio-rustls, for the handshake details; see `client.rs` for why not reqwest 0.13), each
+//! with the test CA as its only root. Requests are routed by the stain
 //! and untrusted stains stripped as over plaintext; client certificates are verified when
 //! asked for; certificates are rotated under load without a failed request.
 
@@ -19,6 +21,15 @@ use gray_test_support::{
     tls::{Ca, Issued, Leaf},
 };
 use gray_tests::{Server, serve, until};
+
+#[path = "gateway_tls/client.rs"]
+mod client;
+
+use client::TlsClient;
+
+/// ALPN: HTTP/2 preferred, and HTTP/1.1 only.
+const H2: &[&[u8]] = &[b"h2", b"http/1.1"];
+const H1: &[&[u8]] = &[b"http/1.1"];
 
 const TRUSTED: &str = "127.0.0.3";
 const UNTRUSTED: &str = "127.0.0.4";
@@ -47,9 +58,6 @@ impl Setup {
     /// certificate issued by `self.ca` for `localhost` and 127.0.0.1; `clients`' CA
     /// written to `clients.pem`.
     async fn start(tag: &str, extra: &str, clients: Option<&Ca>) -> Setup {
-        rustls::crypto::ring::default_provider()
-            .install_default()
-            .ok();
         let dir = TempDir::new(tag);
         let base = echo("svc-base").await;
         let gray = echo("svc-gray").await;
@@ -95,14 +103,8 @@ impl Setup {
         format!("https://localhost:{port}{path}")
     }
 
-    /// A reqwest client that trusts the test CA only, and finds `localhost` at the TLS
-    /// listener.
-    fn reqwest(&self) -> reqwest::ClientBuilder {
-        let ca = reqwest::Certificate::from_pem(self.ca.cert_pem().as_bytes()).unwrap();
-        gray_tests::reqwest_builder()
-            .tls_certs_only([ca])
-            .resolve("localhost", self.gateway.tls_addr().unwrap())
-            .timeout(WAIT)
+    fn tls_addr(&self) -> std::net::SocketAddr {
+        self.gateway.tls_addr().expect("a TLS listener")
     }
 }
 
@@ -194,7 +196,7 @@ async fn curl(setup: &Setup, version: &str, from: &str, headers: &[&str]) -> Cur
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn curl_and_reqwest_are_routed_by_the_stain_and_untrusted_stains_stripped() {
+async fn curl_reqwest_and_a_rustls_client_are_routed_by_the_stain_and_untrusted_stains_stripped() {
     let setup = Setup::start("gateway-tls-route", "", None).await;
     for (flag, version) in [("--http2", "2"), ("--http1.1", "1.1")] {
         // An untrusted client's stain: stripped, baseline.
@@ -223,28 +225,51 @@ async fn curl_and_reqwest_are_routed_by_the_stain_and_untrusted_stains_stripped(
         );
     }
 
-    // reqwest with the test CA as its root: HTTP/2 by ALPN, and HTTP/1.1.
-    for (client, version) in [
-        (setup.reqwest().build().unwrap(), reqwest::Version::HTTP_2),
-        (
-            setup.reqwest().http1_only().build().unwrap(),
-            reqwest::Version::HTTP_11,
-        ),
-    ] {
+    // A Rust client with the test CA as its root: HTTP/2 by ALPN, and HTTP/1.1.
+    for (alpn, version) in [(H2, http::Version::HTTP_2), (H1, http::Version::HTTP_11)] {
+        let client = TlsClient::new(&setup.ca, alpn, None);
+        let (mut conn, _) = client.connect(setup.tls_addr()).await.unwrap();
         for (header, value, id) in [
             ("x-gray-lane", "gray", "svc-base"),
             ("x-canary", "yes", "svc-gray"),
         ] {
-            let response = client
-                .get(setup.https("/svc/a"))
-                .header(header, value)
-                .send()
-                .await
-                .unwrap();
-            assert_eq!(response.version(), version);
-            let body: serde_json::Value = response.json().await.unwrap();
+            let answer = conn.get("/svc/a", &[(header, value)]).await.unwrap();
+            assert_eq!(answer.version, version);
+            let body = answer.json();
             assert_eq!(body["id"], id, "{header}: {body}");
+            if id == "svc-base" {
+                assert!(body["headers"].get("x-gray-lane").is_none(), "{body}");
+            }
         }
+    }
+
+    // reqwest with the test CA as its only root (0.12, whose rustls runs on `ring`: 0.13's
+    // needs aws-lc-rs or a provider installed before any client of the process is built).
+    for (http1, version) in [
+        (false, http::Version::HTTP_2),
+        (true, http::Version::HTTP_11),
+    ] {
+        let ca = reqwest_ring::Certificate::from_pem(setup.ca.cert_pem().as_bytes()).unwrap();
+        let mut builder = reqwest_ring::Client::builder()
+            .no_proxy()
+            .tls_built_in_root_certs(false)
+            .add_root_certificate(ca)
+            .resolve("localhost", setup.tls_addr())
+            .timeout(WAIT);
+        if http1 {
+            builder = builder.http1_only();
+        }
+        let response = builder
+            .build()
+            .unwrap()
+            .get(setup.https("/svc/a"))
+            .header("x-canary", "yes")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.version(), version);
+        let body: serde_json::Value = response.json().await.unwrap();
+        assert_eq!(body["id"], "svc-gray", "{body}");
     }
 
     // The plaintext listener serves beside it.
@@ -258,15 +283,8 @@ async fn curl_and_reqwest_are_routed_by_the_stain_and_untrusted_stains_stripped(
     assert_eq!(body["id"], "svc-gray");
 
     // A client without a trusted root is refused by the handshake.
-    let untrusting = gray_tests::reqwest_builder()
-        .tls_certs_only([reqwest::Certificate::from_pem(
-            Ca::new("another CA").cert_pem().as_bytes(),
-        )
-        .unwrap()])
-        .resolve("localhost", setup.gateway.tls_addr().unwrap())
-        .build()
-        .unwrap();
-    assert!(untrusting.get(setup.https("/svc/a")).send().await.is_err());
+    let untrusting = TlsClient::new(&Ca::new("another CA"), H2, None);
+    assert!(untrusting.connect(setup.tls_addr()).await.is_err());
     setup.gateway.shutdown().await;
 }
 
@@ -279,37 +297,61 @@ async fn client_certificates_are_verified_when_required() {
         Some(&clients),
     )
     .await;
-    let identity = |issued: &Issued| {
-        reqwest::Identity::from_pem(format!("{}{}", issued.cert_pem(), issued.key_pem()).as_bytes())
-            .unwrap()
+    let get = |client: TlsClient| {
+        let addr = setup.tls_addr();
+        // With TLS 1.3 the client's handshake ends before the server has checked its
+        // certificate: a refusal may come at the first request.
+        async move { client.connect(addr).await?.0.get("/svc/a", &[]).await }
     };
-    let get = |client: reqwest::Client| {
-        let url = setup.https("/svc/a");
-        async move { client.get(url).send().await }
-    };
-    for http1 in [false, true] {
-        let builder = || match http1 {
-            true => setup.reqwest().http1_only(),
-            false => setup.reqwest(),
-        };
+    for alpn in [H2, H1] {
         // No certificate, and one of another CA: refused.
-        let none = get(builder().build().unwrap()).await;
+        let none = get(TlsClient::new(&setup.ca, alpn, None)).await;
         assert!(none.is_err(), "served without a certificate: {none:?}");
         let stranger = Ca::new("another client CA").issue(&Leaf::client("stranger"));
-        let other = get(builder().identity(identity(&stranger)).build().unwrap()).await;
+        let other = get(TlsClient::new(&setup.ca, alpn, Some(&stranger))).await;
         assert!(
             other.is_err(),
             "served with another CA's certificate: {other:?}"
         );
         // The CA's own: served.
         let known = clients.issue(&Leaf::client("known"));
-        let served = get(builder().identity(identity(&known)).build().unwrap())
+        let served = get(TlsClient::new(&setup.ca, alpn, Some(&known)))
             .await
             .expect("served with the CA's certificate");
-        assert_eq!(served.status(), 200);
-        let body: serde_json::Value = served.json().await.unwrap();
-        assert_eq!(body["id"], "svc-base");
+        assert_eq!(served.status, 200);
+        assert_eq!(served.json()["id"], "svc-base");
     }
+    setup.gateway.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn optional_client_certificates_serve_clients_without_one_but_verify_any_given() {
+    let clients = Ca::new("client CA");
+    let setup = Setup::start(
+        "gateway-tls-optional",
+        "client_ca_file = \"clients.pem\"\nclient_auth = \"optional\"\n",
+        Some(&clients),
+    )
+    .await;
+    let get = |client: TlsClient| {
+        let addr = setup.tls_addr();
+        async move { client.connect(addr).await?.0.get("/svc/a", &[]).await }
+    };
+    let none = get(TlsClient::new(&setup.ca, H2, None))
+        .await
+        .expect("served without a certificate");
+    assert_eq!(none.status, 200);
+    let stranger = Ca::new("another client CA").issue(&Leaf::client("stranger"));
+    let other = get(TlsClient::new(&setup.ca, H2, Some(&stranger))).await;
+    assert!(
+        other.is_err(),
+        "served with another CA's certificate: {other:?}"
+    );
+    let known = clients.issue(&Leaf::client("known"));
+    let served = get(TlsClient::new(&setup.ca, H1, Some(&known)))
+        .await
+        .expect("served with the CA's certificate");
+    assert_eq!(served.status, 200);
     setup.gateway.shutdown().await;
 }
 
@@ -342,20 +384,29 @@ struct Load {
 }
 
 impl Load {
-    /// A client that sends `GET /svc/a` until stopped; `fresh`: on a new connection each
-    /// time (else over keep-alive connections).
-    async fn run(self: Arc<Self>, client: reqwest::Client, url: String, fresh: bool) {
+    /// A client that sends `GET /svc/a` to `addr` until stopped; `fresh`: on a new
+    /// connection each time (else over one keep-alive connection).
+    async fn run(self: Arc<Self>, client: TlsClient, addr: std::net::SocketAddr, fresh: bool) {
+        let mut kept = None;
         while !self.stop.load(Ordering::Relaxed) {
             let result = async {
-                let response = client.get(&url).send().await?.error_for_status()?;
-                let cert = response
-                    .extensions()
-                    .get::<reqwest::tls::TlsInfo>()
-                    .and_then(|info| info.peer_certificate().map(<[u8]>::to_vec));
-                response.bytes().await?;
-                Ok::<_, reqwest::Error>(cert)
+                let (conn, cert) = match kept.as_mut() {
+                    Some(conn) => (conn, None),
+                    None => {
+                        let (conn, cert) = client.connect(addr).await?;
+                        (kept.insert(conn), Some(cert))
+                    }
+                };
+                let answer = conn.get("/svc/a", &[]).await?;
+                if answer.status != 200 {
+                    return Err(format!("status {}: {}", answer.status, answer.body).into());
+                }
+                Ok::<_, client::BoxError>(cert)
             }
             .await;
+            if fresh {
+                kept = None;
+            }
             match result {
                 Ok(cert) => {
                     self.ok.fetch_add(1, Ordering::Relaxed);
@@ -388,35 +439,17 @@ async fn certificates_rotate_under_load_without_a_failed_request() {
     let setup = Setup::start("gateway-tls-rotate", "reload_interval_ms = 50\n", None).await;
     let (cert, key) = files(setup.dir.path());
     let load = Arc::new(Load::default());
-    let url = setup.https("/svc/a");
     let clients = [
-        // keep-alive: HTTP/2 (one connection), HTTP/1.1 (a pool)
-        (setup.reqwest().build().unwrap(), false),
-        (setup.reqwest().http1_only().build().unwrap(), false),
-        // a new connection per request
-        (
-            setup
-                .reqwest()
-                .tls_info(true)
-                .pool_max_idle_per_host(0)
-                .build()
-                .unwrap(),
-            true,
-        ),
-        (
-            setup
-                .reqwest()
-                .tls_info(true)
-                .http1_only()
-                .pool_max_idle_per_host(0)
-                .build()
-                .unwrap(),
-            true,
-        ),
+        // keep-alive: HTTP/2, HTTP/1.1
+        (TlsClient::new(&setup.ca, H2, None), false),
+        (TlsClient::new(&setup.ca, H1, None), false),
+        // a new connection (a full handshake) per request
+        (TlsClient::new(&setup.ca, H2, None), true),
+        (TlsClient::new(&setup.ca, H1, None), true),
     ];
     let tasks: Vec<_> = clients
         .into_iter()
-        .map(|(client, fresh)| tokio::spawn(load.clone().run(client, url.clone(), fresh)))
+        .map(|(client, fresh)| tokio::spawn(load.clone().run(client, setup.tls_addr(), fresh)))
         .collect();
 
     // Renewed atomically, then in place: new handshakes get the new certificate.

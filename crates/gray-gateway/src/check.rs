@@ -76,6 +76,26 @@ pub async fn check(path: &Path) -> Result<String, BoxError> {
         config.upstream_timeout.as_millis(),
         config.head_hold.as_millis(),
     );
+    let cap = |n: usize| {
+        if n == 0 {
+            "off".to_owned()
+        } else {
+            n.to_string()
+        }
+    };
+    let _ = writeln!(
+        out,
+        "client limits: request_body_timeout {} (min rate {} bytes/s), send_timeout {}, max_in_flight {}, per client {}, max_cancelled_streams {}%, http2 streams {}, send buffer {} bytes, upstream connects {} per instance",
+        ms(limits.request_body_timeout),
+        limits.request_body_min_rate,
+        ms(limits.send_timeout),
+        cap(limits.max_in_flight),
+        cap(limits.max_in_flight_per_client as usize),
+        limits.max_cancelled_streams_percent,
+        limits.http2_max_concurrent_streams,
+        limits.http2_max_send_buf_size,
+        limits.upstream_max_connects,
+    );
     let cidrs = |list: &gray_rules::CidrList| {
         list.iter()
             .map(ToString::to_string)

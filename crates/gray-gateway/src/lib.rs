@@ -7,6 +7,7 @@ pub mod metrics;
 mod admin;
 mod drain;
 mod hold;
+mod limits;
 mod proxy;
 pub mod rollout;
 mod serve;
@@ -19,17 +20,19 @@ use std::{collections::BTreeMap, net::SocketAddr, path::PathBuf, sync::Arc};
 use gray_core::{CarrierConfig, Lane};
 use gray_discovery::{Registry, http::HttpEndpoints, source::file::FileSource as InstanceFile};
 use gray_rules::RuleSet;
-use gray_tower::edge::{EdgeLayer, FileSource, LiveRules, TrustedProxies, WatchHandle};
+use gray_tower::edge::{
+    ClientIpResolver, EdgeLayer, FileSource, LiveRules, TrustedProxies, WatchHandle,
+};
 use tokio::{net::TcpListener, sync::watch, task::JoinHandle};
 use tower::{BoxError, Layer};
 
-pub use crate::upstream::X_GRAY_INSTANCE;
 use crate::{
     config::{Config, DEFAULT_INSTANCES, Discovery, Rules},
     metrics::{Freshness, Metrics},
     proxy::{Proxy, Routes},
     upstream::Upstream,
 };
+pub use crate::{limits::raise_nofile_limit, upstream::X_GRAY_INSTANCE};
 
 /// A running gateway: [`Gateway::start`] it, [`Gateway::shutdown`] it.
 #[derive(Debug)]
@@ -67,9 +70,10 @@ impl Gateway {
     /// [`Gateway::start`], with the rollouts' states in `store` rather than in local files
     /// (see [`rollout::store`]).
     pub async fn start_with_store(
-        config: Config,
+        mut config: Config,
         store: Arc<dyn rollout::store::RolloutStore>,
     ) -> Result<Gateway, BoxError> {
+        limits::fit_descriptors(&mut config.limits);
         let mut watches = Vec::new();
         // The certificates first: a file that cannot be used stops the start before
         // anything is bound or followed.
@@ -90,9 +94,12 @@ impl Gateway {
         let mut http1 = hyper::client::conn::http1::Builder::new();
         // One buffer and one `send` per message (see `serve`).
         http1.writev(false);
+        // What a response buffers ahead of its client (see `limits`).
+        http1.max_buf_size(config.limits.upstream_buffer_bytes);
         let pool = HttpEndpoints::new()
             .with_http1(http1)
-            .with_response_timeout(config.upstream_timeout);
+            .with_response_timeout(config.upstream_timeout)
+            .with_max_connects_per_instance(config.limits.upstream_max_connects);
         let metrics = Metrics::new(config.metrics_max_lanes);
         metrics.register_collector(Freshness {
             rules: rules.clone(),
@@ -147,6 +154,13 @@ impl Gateway {
             timeout: config.upstream_timeout,
             head_hold: config.head_hold,
             metrics: metrics.clone(),
+            limits: config.limits,
+            in_flight: Arc::new(limits::InFlight::new(
+                config.limits.max_in_flight,
+                config.limits.max_in_flight_per_client,
+            )),
+            clients: ClientIpResolver::new(TrustedProxies::cidrs(config.trusted_proxies.clone()))
+                .with_header(config.forwarded_header),
         });
 
         let mut edge = EdgeLayer::new(rules.clone())
@@ -174,7 +188,10 @@ impl Gateway {
                 .with_decision_extension(!rollouts.0.is_empty())
                 .with_task_local(false);
             let routes = routes.clone();
-            move |peer: SocketAddr| edge.layer(Proxy::new(routes.clone())).with_peer(peer)
+            move |peer: SocketAddr| {
+                edge.layer(Proxy::new(routes.clone()).with_peer(peer))
+                    .with_peer(peer)
+            }
         };
         // One server for both listeners: `max_connections` counts their connections
         // together.

@@ -64,6 +64,7 @@ fn main() {
             tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
         )
         .init();
+    gray_gateway::raise_nofile_limit();
     let config = match Config::load(&config_path) {
         Ok(config) => config,
         Err(e) => {

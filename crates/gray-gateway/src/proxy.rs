@@ -6,7 +6,15 @@
 //! ([`hold`](crate::hold)), strips the response's hop-by-hop headers and maps failures to
 //! a status ([`gray_balance::error::status_of`]).
 
-use std::{collections::BTreeMap, future::Future, pin::Pin, sync::Arc, task::Poll, time::Duration};
+use std::{
+    collections::BTreeMap,
+    future::Future,
+    net::{IpAddr, SocketAddr},
+    pin::Pin,
+    sync::Arc,
+    task::Poll,
+    time::Duration,
+};
 
 use bytes::Bytes;
 use gray_balance::error::status_of;
@@ -21,10 +29,12 @@ use http_body_util::{Either, Full};
 use hyper::body::Incoming;
 use tower::Service;
 
-use gray_tower::edge::hop;
+use gray_tower::edge::{ClientIpResolver, hop};
 
 use crate::{
+    config::Limits,
     hold::{First, HeldBody, Hold, poll_first},
+    limits::{Flight, InFlight, Paced, Refused, SlowBody},
     metrics::Metrics,
     rollout::Timing,
     upstream::{BalancerCall, Served, Tally, Upstream},
@@ -46,17 +56,31 @@ pub(crate) struct Routes {
     pub(crate) head_hold: Duration,
     /// The counters.
     pub(crate) metrics: Arc<Metrics>,
+    /// What a client may cost ([`limits`](crate::limits)).
+    pub(crate) limits: Limits,
+    /// The requests in flight, and their caps.
+    pub(crate) in_flight: Arc<InFlight>,
+    /// Who the client is, for its cap.
+    pub(crate) clients: ClientIpResolver,
 }
 
 /// The proxy service (behind the edge layer). Cheap to clone.
 #[derive(Debug, Clone)]
 pub(crate) struct Proxy {
     routes: Arc<Routes>,
+    /// The connection's peer.
+    peer: Option<IpAddr>,
 }
 
 impl Proxy {
     pub(crate) fn new(routes: Arc<Routes>) -> Self {
-        Proxy { routes }
+        Proxy { routes, peer: None }
+    }
+
+    /// The proxy of a connection from `peer`.
+    pub(crate) fn with_peer(mut self, peer: SocketAddr) -> Self {
+        self.peer = Some(peer.ip());
+        self
     }
 }
 
@@ -143,16 +167,37 @@ impl Service<Request<Incoming>> for Proxy {
         if req.headers().contains_key(header::EXPECT) {
             req.headers_mut().remove(header::EXPECT);
         }
+        let client = routes
+            .in_flight
+            .per_client()
+            .then(|| routes.clients.resolve(self.peer, req.headers()))
+            .flatten();
+        let flight = match routes.in_flight.enter(client) {
+            Ok(flight) => flight,
+            Err(refused) => {
+                let res = refuse(routes, upstream, lane, refused, client);
+                timing.done(res.status().as_u16());
+                return ProxyFuture::ready(res);
+            }
+        };
         // The endpoint's response timeout bounds the wait for the response head. A service
         // with no instance that fits fails at once (503).
         ProxyFuture {
             state: State::Upstream {
-                call: upstream.balancer.clone().call(req),
+                call: upstream.balancer.clone().call(req.map(|body| {
+                    let limits = &routes.limits;
+                    Paced::new(
+                        body,
+                        limits.request_body_timeout,
+                        limits.request_body_min_rate,
+                    )
+                })),
                 hold: None,
                 routes: self.routes.clone(),
                 service: upstream.name.clone(),
                 lane,
                 timing,
+                _flight: flight,
             },
         }
     }
@@ -181,6 +226,8 @@ pin_project_lite::pin_project! {
             service: Arc<str>,
             lane: Option<Lane>,
             timing: Timing,
+            // Leaves the in-flight counts with the future.
+            _flight: Flight,
         },
     }
 }
@@ -221,6 +268,7 @@ impl Future for ProxyFuture {
                 service,
                 lane,
                 timing,
+                ..
             } => {
                 if hold.is_none() {
                     let Served {
@@ -307,6 +355,44 @@ fn finish(
     response.map(|rest| Either::Left(HeldBody::new(first, rest)))
 }
 
+/// The answer to a request over an in-flight cap: 503 (all clients), 429 (its client's).
+fn refuse(
+    routes: &Routes,
+    upstream: &Upstream,
+    lane: Option<Lane>,
+    refused: Refused,
+    client: Option<IpAddr>,
+) -> Response<Body> {
+    let (status, key, cap) = match refused {
+        Refused::Total => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "max_in_flight",
+            routes.limits.max_in_flight,
+        ),
+        Refused::Client => (
+            StatusCode::TOO_MANY_REQUESTS,
+            "max_in_flight_per_client",
+            routes.limits.max_in_flight_per_client as usize,
+        ),
+    };
+    crate::limits::warn(
+        match refused {
+            Refused::Total => crate::limits::Warning::InFlight,
+            Refused::Client => crate::limits::Warning::ClientInFlight,
+        },
+        |suppressed| {
+            tracing::warn!(service = %upstream.name, client = ?client, cap, suppressed, "request refused: {key} reached");
+        },
+    );
+    routes
+        .metrics
+        .answered(&upstream.name, lane.as_ref(), status.as_u16());
+    json(
+        status,
+        serde_json::json!({"error": format!("{key} reached"), "limit": cap, "service": &*upstream.name}),
+    )
+}
+
 /// The first of `error` and its sources that is a `T`.
 fn find<'a, T: std::error::Error + 'static>(
     error: &'a (dyn std::error::Error + 'static),
@@ -330,6 +416,14 @@ fn failed(
     e: &(dyn std::error::Error + Send + Sync + 'static),
 ) -> Response<Body> {
     let lane_label = lane.map_or("baseline", |l| l.as_str());
+    if let Some(slow) = find::<SlowBody>(e) {
+        // The client's doing, not the upstream's.
+        tracing::debug!(service = %service, lane = lane_label, error = %slow, "request body too slow");
+        return json(
+            StatusCode::REQUEST_TIMEOUT,
+            serde_json::json!({"error": slow.to_string(), "service": &**service}),
+        );
+    }
     let status = status_of(e);
     match (status, find::<Unroutable>(e)) {
         (StatusCode::SERVICE_UNAVAILABLE, Some(unroutable)) => {

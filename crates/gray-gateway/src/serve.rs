@@ -21,12 +21,16 @@
 //!   accepting while that many are open, so further clients wait in the kernel's listen
 //!   backlog (their TCP handshake completes; nothing is read from them) until one closes.
 //! - **request heads**: a connection must send a complete request head within
-//!   `header_read_timeout` of being accepted (its TLS handshake included), or of the first byte it sends after its
-//!   previous response: else it is closed (slowloris). A head larger than
-//!   `max_header_bytes` gets `431 Request Header Fields Too Large` (HTTP/1.1; HTTP/2 sends
-//!   the limit as `SETTINGS_MAX_HEADER_LIST_SIZE` and resets larger streams).
+//!   `header_read_timeout` of being accepted (its TLS handshake included), or of the first
+//!   byte it sends after its previous response: else it is closed (slowloris). A head
+//!   larger than `max_header_bytes` gets `431 Request Header Fields Too Large` (HTTP/1.1;
+//!   HTTP/2 sends the limit as `SETTINGS_MAX_HEADER_LIST_SIZE` and resets larger streams).
 //! - **idle connections**: a connection with no request in flight (response bodies
 //!   included) and nothing sent for `idle_timeout` is closed.
+//! - **stalled responses**: a connection whose response bodies make no progress for
+//!   `send_timeout` is closed.
+//! - **cancelled streams**: a connection whose client cancels most of its streams before
+//!   their response is shut down gracefully (GOAWAY; [`limits`](crate::limits)).
 //!
 //! The timeouts are enforced by a watchdog task per connection, which looks at the
 //! connection every quarter of the shortest timeout and closes it once its head has been
@@ -63,7 +67,7 @@ use tokio::{
 };
 use tower::Service;
 
-use crate::config::Limits;
+use crate::{config::Limits, limits::Cancels};
 
 /// How long a shutdown waits for the connections to finish before it drops them.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
@@ -121,6 +125,7 @@ impl Server {
         builder
             .http2()
             .max_header_list_size(u32::try_from(limits.max_header_bytes).unwrap_or(u32::MAX));
+        crate::limits::http2(&mut builder, &limits);
         Arc::new(Server {
             builder,
             permits: Arc::new(Semaphore::new(limits.max_connections)),
@@ -163,7 +168,9 @@ pub(crate) async fn serve<H, M, S, B>(
             accepted = listener.accept() => match accepted {
                 Ok(accepted) => accepted,
                 Err(e) => {
-                    tracing::warn!(error = %e, "accept failed");
+                    crate::limits::warn(crate::limits::Warning::Accept, |suppressed| {
+                        tracing::warn!(error = %e, suppressed, "accept failed");
+                    });
                     tokio::time::sleep(Duration::from_millis(50)).await;
                     continue;
                 }
@@ -171,13 +178,15 @@ pub(crate) async fn serve<H, M, S, B>(
             () = until_stopped(&mut stopped) => break,
         };
         let _ = stream.set_nodelay(true);
-        let activity = Arc::new(Activity::new());
+        let activity = Arc::new(Activity::new(&limits));
         let service = Tracked {
             inner: make(peer),
             activity: activity.clone(),
+            peer,
         };
         let handshaking = handshake.handshake(stream);
         let (server, graceful, watched) = (server.clone(), graceful.clone(), activity.clone());
+        let cancels = activity.cancels.clone();
         let task = tokio::spawn(async move {
             match handshaking.await {
                 Ok(io) => {
@@ -189,7 +198,7 @@ pub(crate) async fn serve<H, M, S, B>(
                         .builder
                         .serve_connection(io, Adapter { service })
                         .into_owned();
-                    if let Err(e) = graceful.watch(conn).await {
+                    if let Err(e) = graceful.watch(conn).with_cancels(cancels).await {
                         tracing::debug!(error = %e, %peer, "connection closed with an error");
                     }
                 }
@@ -230,15 +239,29 @@ struct Activity {
     /// Bytes arrived while no request was in flight: a request head is being read. A new
     /// connection starts reading its head at once.
     head: AtomicBool,
+    /// Response bodies being sent, and their frames sent so far: what `send_timeout`
+    /// watches.
+    bodies: AtomicUsize,
+    sent: AtomicU64,
+    /// Streams cancelled before their response.
+    cancels: Arc<Cancels>,
 }
 
 impl Activity {
-    fn new() -> Self {
+    fn new(limits: &Limits) -> Self {
         Activity {
             in_flight: AtomicUsize::new(0),
             finished: AtomicU64::new(0),
             head: AtomicBool::new(true),
+            bodies: AtomicUsize::new(0),
+            sent: AtomicU64::new(0),
+            cancels: Arc::new(Cancels::new(limits.max_cancelled_streams_percent)),
         }
+    }
+
+    /// What `send_timeout` compares between ticks: `None` while no response body is sent.
+    fn sending(&self) -> Option<u64> {
+        (self.bodies.load(Ordering::Relaxed) > 0).then(|| self.sent.load(Ordering::Relaxed))
     }
 
     /// Bytes arrived: with no request in flight, they start a request head.
@@ -278,6 +301,8 @@ enum Expired {
     Head,
     /// Idle for too long.
     Idle,
+    /// Response bodies made no progress for too long.
+    Send,
 }
 
 impl std::fmt::Display for Expired {
@@ -285,16 +310,24 @@ impl std::fmt::Display for Expired {
         f.write_str(match self {
             Expired::Head => "no complete request head within header_read_timeout",
             Expired::Idle => "idle for idle_timeout",
+            Expired::Send => "response bodies made no progress for send_timeout",
         })
     }
 }
 
-/// Ends a request's flight when dropped: with its response body, or with its future.
+/// Ends a request's flight when dropped: with its response body (then `true`), or with
+/// its future.
 #[derive(Debug)]
-struct InFlight(Arc<Activity>);
+struct InFlight(Arc<Activity>, bool);
 
 impl Drop for InFlight {
     fn drop(&mut self) {
+        if self.1 {
+            self.0.bodies.fetch_sub(1, Ordering::Relaxed);
+        } else {
+            // The response future was dropped before its response.
+            self.0.cancels.cancelled();
+        }
         self.0.end();
     }
 }
@@ -304,11 +337,15 @@ impl Drop for InFlight {
 /// How often a watchdog looks at its connection: a quarter of the shortest timeout, so a
 /// connection is closed between its timeout and 1.25 times it.
 fn tick(limits: &Limits) -> Option<Duration> {
-    [limits.idle_timeout, limits.header_read_timeout]
-        .into_iter()
-        .flatten()
-        .min()
-        .map(|t| (t / 4).max(Duration::from_millis(1)))
+    [
+        limits.idle_timeout,
+        limits.header_read_timeout,
+        limits.send_timeout,
+    ]
+    .into_iter()
+    .flatten()
+    .min()
+    .map(|t| (t / 4).max(Duration::from_millis(1)))
 }
 
 /// Watches one connection, on a task of its own (the connection's task pays nothing per
@@ -325,10 +362,24 @@ async fn watchdog(activity: Arc<Activity>, conn: AbortHandle, limits: Limits, pe
     // The state seen, and for how long it has been seen unchanged.
     let mut seen = None;
     let mut unchanged = Duration::ZERO;
+    let (mut sending, mut stalled) = (None, Duration::ZERO);
     loop {
         interval.tick().await;
         if conn.is_finished() {
             return;
+        }
+        if let Some(limit) = limits.send_timeout {
+            let now = activity.sending();
+            if now.is_some() && now == sending {
+                stalled += tick;
+                if stalled >= limit {
+                    tracing::debug!(%peer, "connection closed: {}", Expired::Send);
+                    conn.abort();
+                    return;
+                }
+            } else {
+                (sending, stalled) = (now, Duration::ZERO);
+            }
         }
         let now = activity.state();
         if now.is_none() || now != seen {
@@ -414,6 +465,7 @@ impl<I: AsyncWrite> AsyncWrite for Watched<I> {
 struct Tracked<S> {
     inner: S,
     activity: Arc<Activity>,
+    peer: SocketAddr,
 }
 
 impl<S, B> Service<Request<Incoming>> for Tracked<S>
@@ -430,9 +482,15 @@ where
 
     fn call(&mut self, req: Request<Incoming>) -> Self::Future {
         self.activity.begin();
+        if self.activity.cancels.begin() {
+            let peer = self.peer;
+            crate::limits::warn(crate::limits::Warning::Cancelling, |suppressed| {
+                tracing::warn!(%peer, suppressed, "GOAWAY: the client cancels most of its streams (max_cancelled_streams_percent)");
+            });
+        }
         TrackedFuture {
             inner: self.inner.call(req),
-            flight: Some(InFlight(self.activity.clone())),
+            flight: Some(InFlight(self.activity.clone(), false)),
         }
     }
 }
@@ -455,7 +513,11 @@ where
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.project();
         let res = ready!(this.inner.poll(cx))?;
-        let flight = this.flight.take();
+        let flight = this.flight.take().map(|mut flight| {
+            flight.0.bodies.fetch_add(1, Ordering::Relaxed);
+            flight.1 = true;
+            flight
+        });
         Poll::Ready(Ok(res.map(|inner| TrackedBody {
             inner,
             _flight: flight,
@@ -481,7 +543,12 @@ impl<B: Body> Body for TrackedBody<B> {
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<B::Data>, B::Error>>> {
-        self.project().inner.poll_frame(cx)
+        let this = self.project();
+        let frame = ready!(this.inner.poll_frame(cx));
+        if let (Some(flight), Some(Ok(_))) = (this._flight.as_ref(), &frame) {
+            flight.0.sent.fetch_add(1, Ordering::Relaxed);
+        }
+        Poll::Ready(frame)
     }
 
     fn is_end_stream(&self) -> bool {

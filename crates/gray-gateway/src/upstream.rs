@@ -11,6 +11,7 @@ use std::{
     task::{Context, Poll},
 };
 
+use crate::limits::ClientBody;
 use futures_util::StreamExt;
 use gray_balance::{
     Balance, BalanceLayer, RecordRouted, Routed,
@@ -23,7 +24,6 @@ use gray_discovery::{
 };
 use gray_policy::Policy;
 use http::{HeaderName, HeaderValue, Request, Response};
-use hyper::body::Incoming;
 use pin_project_lite::pin_project;
 use tower::{BoxError, Service, discover::Change};
 
@@ -103,7 +103,7 @@ impl Tally {
 }
 
 /// The request an endpoint sends: the client's, its body replayable.
-pub(crate) type UpstreamRequest = Request<ReplayBody<Incoming>>;
+pub(crate) type UpstreamRequest = Request<ReplayBody<ClientBody>>;
 
 impl<S> Service<UpstreamRequest> for Tagged<S>
 where
@@ -163,7 +163,7 @@ where
 /// The response header naming the instance that served it.
 pub const X_GRAY_INSTANCE: HeaderName = HeaderName::from_static("x-gray-instance");
 
-type Endpoint = Tagged<HttpEndpoint<Connector, ReplayBody<Incoming>>>;
+type Endpoint = Tagged<HttpEndpoint<Connector, ReplayBody<ClientBody>>>;
 
 /// The balancer the proxy sends through, retrying where that is safe: one handle (cloned
 /// per request) shared by every connection; it picks in the connection's task, without a
@@ -171,7 +171,7 @@ type Endpoint = Tagged<HttpEndpoint<Connector, ReplayBody<Incoming>>>;
 pub(crate) type Balancer = Retry<InstanceId, Endpoint>;
 
 /// The future of a request sent through [`Balancer`].
-pub(crate) type BalancerCall = RetryFuture<InstanceId, Endpoint, Incoming>;
+pub(crate) type BalancerCall = RetryFuture<InstanceId, Endpoint, ClientBody>;
 
 /// One routed service.
 pub(crate) struct Upstream {
@@ -201,7 +201,7 @@ impl Upstream {
     pub(crate) fn new(
         config: &ServiceConfig,
         instances: ServiceInstances,
-        pool: &HttpEndpoints<Connector, ReplayBody<Incoming>>,
+        pool: &HttpEndpoints<Connector, ReplayBody<ClientBody>>,
         metrics: &Arc<Metrics>,
     ) -> Upstream {
         let service: Arc<str> = config.name.as_str().into();

@@ -23,7 +23,7 @@ use std::{
     pin::Pin,
     sync::{
         Arc, Mutex,
-        atomic::{AtomicBool, Ordering},
+        atomic::{AtomicBool, AtomicU64, Ordering},
     },
     task::{Context, Poll, ready},
     time::{Duration, Instant},
@@ -42,6 +42,8 @@ use tokio::time::Sleep;
 use tower::BoxError;
 use tower_service::Service;
 
+use super::connecting::{Connects, Handoff, Home};
+
 /// How the connections of every instance are kept.
 #[derive(Debug, Clone)]
 pub(crate) struct Settings {
@@ -53,6 +55,8 @@ pub(crate) struct Settings {
     pub(crate) http1: http1::Builder,
     /// The time a request may take until its response head, connecting included.
     pub(crate) response_timeout: Option<Duration>,
+    /// Connects running at once per instance ([`super::connecting`]).
+    pub(crate) max_connects: usize,
 }
 
 // === impl Settings ===
@@ -64,6 +68,7 @@ impl Default for Settings {
             idle_timeout: Duration::from_secs(90),
             http1: http1::Builder::new(),
             response_timeout: None,
+            max_connects: 8,
         }
     }
 }
@@ -78,8 +83,8 @@ pin_project_lite::pin_project! {
     }
 }
 
-/// Sets its flag when dropped.
-struct Released(Arc<AtomicBool>);
+/// Sets its flag when dropped; counts the body's frames (its progress) meanwhile.
+struct Released(Arc<AtomicBool>, Arc<AtomicU64>);
 
 // === impl Released ===
 
@@ -105,7 +110,12 @@ impl<B: Body> Body for Tracked<B> {
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<B::Data>, B::Error>>> {
-        self.project().inner.poll_frame(cx)
+        let this = self.project();
+        let frame = ready!(this.inner.poll_frame(cx));
+        if let Some(Ok(_)) = frame {
+            this.released.1.fetch_add(1, Ordering::Relaxed);
+        }
+        Poll::Ready(frame)
     }
 
     fn is_end_stream(&self) -> bool {
@@ -124,6 +134,9 @@ struct Conn<IO: Read + Write, B: Body + 'static> {
     /// Whether the connection has let go of the last request's body (sent it whole, or
     /// dropped it): only then may it wait idle for the next request.
     body_released: Arc<AtomicBool>,
+    /// Frames of request bodies sent so far: a body still moving holds off the response
+    /// timeout.
+    body_frames: Arc<AtomicU64>,
     /// The driver finished: the connection is closed (or failed).
     ended: bool,
     /// When it was released to the idle list.
@@ -164,6 +177,8 @@ where
 /// The idle connections of one instance.
 pub(crate) struct Pool<IO: Read + Write, B: Body + 'static> {
     idle: Mutex<Vec<Box<Conn<IO, B>>>>,
+    /// Requests waiting for a connection, and the connects that serve them.
+    connects: Connects<Box<Conn<IO, B>>>,
     settings: Arc<Settings>,
 }
 
@@ -173,6 +188,7 @@ impl<IO: Read + Write, B: Body + 'static> Pool<IO, B> {
     pub(crate) fn new(settings: Arc<Settings>) -> Self {
         Pool {
             idle: Mutex::new(Vec::new()),
+            connects: Connects::new(settings.max_connects),
             settings,
         }
     }
@@ -193,18 +209,38 @@ impl<IO: Read + Write, B: Body + 'static> Pool<IO, B> {
         }
     }
 
-    fn put(&self, mut conn: Box<Conn<IO, B>>) {
+    fn put(self: &Arc<Self>, mut conn: Box<Conn<IO, B>>)
+    where
+        IO: Send + 'static,
+        B: Send,
+        B::Data: Send,
+    {
         // A connection still sending its request body (the instance answered early) is
         // closed here: idle, nobody would poll it to send the rest.
         if conn.ended || conn.sender.is_closed() || !conn.body_released.load(Ordering::Acquire) {
             return;
         }
         conn.pool = None;
+        // Requests waiting for a connection come first.
+        let Some(mut conn) = self.connects.offer(conn, self) else {
+            return;
+        };
         conn.idle_since = Instant::now();
         let mut idle = self.lock();
         if idle.len() < self.settings.max_idle {
             idle.push(conn);
         }
+    }
+}
+
+impl<IO, B> Home<Box<Conn<IO, B>>> for Pool<IO, B>
+where
+    IO: Read + Write + Send + 'static,
+    B: Body + Send + 'static,
+    B::Data: Send,
+{
+    fn home(self: Arc<Self>, conn: Box<Conn<IO, B>>) {
+        self.put(conn);
     }
 }
 
@@ -473,11 +509,41 @@ where
             sender,
             driver,
             body_released: Arc::new(AtomicBool::new(true)),
+            body_frames: Arc::new(AtomicU64::new(0)),
             ended: false,
             idle_since: Instant::now(),
             pool: None,
             timer: None,
         }))
+    }
+
+    /// A connection from the instance's [`Connects`], once one is free: from a connect
+    /// (started here if fewer than the cap run), or released by another request.
+    async fn handed(&mut self) -> Result<Option<Box<Conn<IO, B>>>, BoxError> {
+        let waiter = self.pool.connects.wait();
+        if waiter.start {
+            let mut target = self.clone();
+            // Bounded like a request's connect, whether or not the request still waits.
+            let limit = self.pool.settings.response_timeout;
+            tokio::spawn(async move {
+                let pool = target.pool.clone();
+                loop {
+                    let connected = match limit {
+                        Some(after) => tokio::time::timeout(after, target.connect())
+                            .await
+                            .unwrap_or_else(|_| Err(target.timeout(after))),
+                        None => target.connect().await,
+                    };
+                    if !pool.connects.finished(connected, &pool) {
+                        break;
+                    }
+                }
+            });
+        }
+        match waiter.handed.await {
+            Ok(handed) => handed.map(Handoff::take),
+            Err(_) => Err(self.error(Stage::Connect, "the connect task ended")),
+        }
     }
 
     fn timeout(&self, after: Duration) -> BoxError {
@@ -508,17 +574,22 @@ where
                     None => {
                         fresh = true;
                         // Connecting is rare: a timer of its own.
-                        let connected = match deadline {
+                        let handed = match deadline {
                             Some((at, after)) => {
-                                match tokio::time::timeout_at(at, self.connect()).await {
-                                    Ok(connected) => connected,
+                                match tokio::time::timeout_at(at, self.handed()).await {
+                                    Ok(handed) => handed,
                                     Err(_) => return Err(self.timeout(after)),
                                 }
                             }
-                            None => self.connect().await,
+                            None => self.handed().await,
                         };
-                        match connected {
-                            Ok(conn) => break conn,
+                        match handed {
+                            Ok(Some(mut conn)) => {
+                                if poll_fn(|cx| Poll::Ready(conn.usable(cx))).await {
+                                    break conn;
+                                }
+                            }
+                            Ok(None) => {}
                             // Nothing was sent: the request goes back to the caller, as
                             // it came (a retrying balancer sends it elsewhere).
                             Err(e) => {
@@ -538,7 +609,8 @@ where
                 }
             }
             conn.body_released.store(false, Ordering::Release);
-            let released = Released(conn.body_released.clone());
+            let released = Released(conn.body_released.clone(), conn.body_frames.clone());
+            let mut frames_seen = conn.body_frames.load(Ordering::Relaxed);
             let tracked = request.map(|inner| Tracked { inner, released });
             let mut sent = std::pin::pin!(conn.sender.try_send_request(tracked));
             let result = poll_fn(|cx| {
@@ -546,9 +618,20 @@ where
                 if let Poll::Ready(result) = sent.as_mut().poll(cx) {
                     return Poll::Ready(Some(result));
                 }
-                match &mut conn.timer {
-                    Some(timer) if deadline.is_some() => timer.as_mut().poll(cx).map(|()| None),
-                    _ => Poll::Pending,
+                let (Some(timer), Some((_, after))) = (&mut conn.timer, deadline) else {
+                    return Poll::Pending;
+                };
+                loop {
+                    ready!(timer.as_mut().poll(cx));
+                    // A request body still being sent, and moving since the timer was set,
+                    // is bounded by its own limits (the caller's): the wait for the
+                    // answer starts again.
+                    let frames = conn.body_frames.load(Ordering::Relaxed);
+                    if conn.body_released.load(Ordering::Acquire) || frames == frames_seen {
+                        return Poll::Ready(None);
+                    }
+                    frames_seen = frames;
+                    timer.as_mut().reset(tokio::time::Instant::now() + after);
                 }
             })
             .await;

@@ -46,6 +46,34 @@ pub(super) struct File {
     pub(super) idle_timeout_ms: u64,
     #[serde(default = "defaults::max_connections")]
     pub(super) max_connections: usize,
+    #[serde(default = "defaults::request_body_timeout_ms")]
+    pub(super) request_body_timeout_ms: u64,
+    #[serde(default = "defaults::request_body_min_rate")]
+    pub(super) request_body_min_rate: u64,
+    #[serde(default = "defaults::send_timeout_ms")]
+    pub(super) send_timeout_ms: u64,
+    #[serde(default = "defaults::max_in_flight")]
+    pub(super) max_in_flight: usize,
+    #[serde(default)]
+    pub(super) max_in_flight_per_client: u32,
+    #[serde(default = "defaults::max_cancelled_streams_percent")]
+    pub(super) max_cancelled_streams_percent: u32,
+    #[serde(default = "defaults::upstream_buffer_bytes")]
+    pub(super) upstream_buffer_bytes: usize,
+    #[serde(default = "defaults::upstream_max_connects")]
+    pub(super) upstream_max_connects: usize,
+    #[serde(default = "defaults::http2_max_concurrent_streams")]
+    pub(super) http2_max_concurrent_streams: u32,
+    #[serde(default = "defaults::http2_max_send_buf_size")]
+    pub(super) http2_max_send_buf_size: usize,
+    #[serde(default = "defaults::http2_stream_window")]
+    pub(super) http2_stream_window: u32,
+    #[serde(default = "defaults::http2_connection_window")]
+    pub(super) http2_connection_window: u32,
+    #[serde(default = "defaults::http2_max_pending_accept_reset_streams")]
+    pub(super) http2_max_pending_accept_reset_streams: usize,
+    #[serde(default = "defaults::http2_max_local_error_reset_streams")]
+    pub(super) http2_max_local_error_reset_streams: usize,
     #[serde(default = "defaults::metrics_max_lanes")]
     pub(super) metrics_max_lanes: usize,
     #[serde(default)]

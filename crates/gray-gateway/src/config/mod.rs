@@ -90,6 +90,45 @@ pub(crate) mod defaults {
     pub(crate) fn max_connections() -> usize {
         10_000
     }
+    pub(crate) fn request_body_timeout_ms() -> u64 {
+        30_000
+    }
+    pub(crate) fn request_body_min_rate() -> u64 {
+        500
+    }
+    pub(crate) fn send_timeout_ms() -> u64 {
+        60_000
+    }
+    pub(crate) fn max_in_flight() -> usize {
+        4096
+    }
+    pub(crate) fn max_cancelled_streams_percent() -> u32 {
+        50
+    }
+    pub(crate) fn upstream_buffer_bytes() -> usize {
+        64 * 1024
+    }
+    pub(crate) fn upstream_max_connects() -> usize {
+        8
+    }
+    pub(crate) fn http2_max_concurrent_streams() -> u32 {
+        100
+    }
+    pub(crate) fn http2_max_send_buf_size() -> usize {
+        64 * 1024
+    }
+    pub(crate) fn http2_stream_window() -> u32 {
+        256 * 1024
+    }
+    pub(crate) fn http2_connection_window() -> u32 {
+        1024 * 1024
+    }
+    pub(crate) fn http2_max_pending_accept_reset_streams() -> usize {
+        20
+    }
+    pub(crate) fn http2_max_local_error_reset_streams() -> usize {
+        1024
+    }
     pub(crate) fn metrics_max_lanes() -> usize {
         32
     }
@@ -296,6 +335,42 @@ pub struct Limits {
     pub idle_timeout: Option<Duration>,
     /// The most client connections served at once; more wait to be accepted.
     pub max_connections: usize,
+    /// A request body must progress: its next frame within this time, and on average at
+    /// least `request_body_min_rate` bytes a second past it (`None`: no limit).
+    pub request_body_timeout: Option<Duration>,
+    /// The average rate, in bytes a second, a request body keeps up after
+    /// `request_body_timeout` (0: none).
+    pub request_body_min_rate: u64,
+    /// The time a connection's response bodies may make no progress (the client not
+    /// reading) before the connection is closed (`None`: no limit).
+    pub send_timeout: Option<Duration>,
+    /// Requests in flight to upstreams at once, from all clients (0: no cap); more get 503.
+    pub max_in_flight: usize,
+    /// Requests in flight at once from one client IP (0: no cap); more get 429.
+    pub max_in_flight_per_client: u32,
+    /// The share (percent) of a connection's streams, in windows of 100, that its client
+    /// may cancel before their response; more and the connection gets GOAWAY (0: no limit).
+    pub max_cancelled_streams_percent: u32,
+    /// The read buffer of each upstream connection, in bytes: the largest response head,
+    /// and what a response body buffers ahead of a client that does not read.
+    pub upstream_buffer_bytes: usize,
+    /// Connects to one instance running at once.
+    pub upstream_max_connects: usize,
+    /// HTTP/2: streams open at once per connection (`SETTINGS_MAX_CONCURRENT_STREAMS`).
+    pub http2_max_concurrent_streams: u32,
+    /// HTTP/2: response bytes buffered per stream, beyond what the client's window takes.
+    pub http2_max_send_buf_size: usize,
+    /// HTTP/2: the receive window of each stream (request body bytes a client may send
+    /// ahead).
+    pub http2_stream_window: u32,
+    /// HTTP/2: the receive window of each connection.
+    pub http2_connection_window: u32,
+    /// HTTP/2: streams reset by the client before the gateway accepted them, at once,
+    /// before the connection is closed (rapid reset).
+    pub http2_max_pending_accept_reset_streams: usize,
+    /// HTTP/2: streams the gateway resets for the client's protocol errors before it
+    /// closes the connection.
+    pub http2_max_local_error_reset_streams: usize,
 }
 
 impl Default for Limits {
@@ -305,6 +380,21 @@ impl Default for Limits {
             max_header_bytes: defaults::max_header_bytes(),
             idle_timeout: millis(defaults::idle_timeout_ms()),
             max_connections: defaults::max_connections(),
+            request_body_timeout: millis(defaults::request_body_timeout_ms()),
+            request_body_min_rate: defaults::request_body_min_rate(),
+            send_timeout: millis(defaults::send_timeout_ms()),
+            max_in_flight: defaults::max_in_flight(),
+            max_in_flight_per_client: 0,
+            max_cancelled_streams_percent: defaults::max_cancelled_streams_percent(),
+            upstream_buffer_bytes: defaults::upstream_buffer_bytes(),
+            upstream_max_connects: defaults::upstream_max_connects(),
+            http2_max_concurrent_streams: defaults::http2_max_concurrent_streams(),
+            http2_max_send_buf_size: defaults::http2_max_send_buf_size(),
+            http2_stream_window: defaults::http2_stream_window(),
+            http2_connection_window: defaults::http2_connection_window(),
+            http2_max_pending_accept_reset_streams:
+                defaults::http2_max_pending_accept_reset_streams(),
+            http2_max_local_error_reset_streams: defaults::http2_max_local_error_reset_streams(),
         }
     }
 }
@@ -366,6 +456,47 @@ impl Config {
         }
         if raw.max_connections == 0 {
             return Err(err("max_connections", &"expected at least 1"));
+        }
+        if raw.max_cancelled_streams_percent > 100 {
+            return Err(err(
+                "max_cancelled_streams_percent",
+                &format_args!(
+                    "expected 0 to 100, found {}",
+                    raw.max_cancelled_streams_percent
+                ),
+            ));
+        }
+        if raw.upstream_buffer_bytes < MIN_HEADER_BYTES {
+            return Err(err(
+                "upstream_buffer_bytes",
+                &format_args!(
+                    "expected at least {MIN_HEADER_BYTES} (hyper's smallest read buffer), found {}",
+                    raw.upstream_buffer_bytes
+                ),
+            ));
+        }
+        for (field, value) in [
+            ("upstream_max_connects", raw.upstream_max_connects),
+            (
+                "http2_max_concurrent_streams",
+                raw.http2_max_concurrent_streams as usize,
+            ),
+            ("http2_max_send_buf_size", raw.http2_max_send_buf_size),
+        ] {
+            if value == 0 {
+                return Err(err(field, &"expected at least 1"));
+            }
+        }
+        for (field, value) in [
+            ("http2_stream_window", raw.http2_stream_window),
+            ("http2_connection_window", raw.http2_connection_window),
+        ] {
+            if !(65_535..=0x7fff_ffff).contains(&value) {
+                return Err(err(
+                    field,
+                    &format_args!("expected 65535 to 2147483647 (HTTP/2's bounds), found {value}"),
+                ));
+            }
         }
 
         let (discovery, rules) = sources(&doc, &raw, &resolve)?;
@@ -433,6 +564,20 @@ impl Config {
                 max_header_bytes: raw.max_header_bytes,
                 idle_timeout: millis(raw.idle_timeout_ms),
                 max_connections: raw.max_connections,
+                request_body_timeout: millis(raw.request_body_timeout_ms),
+                request_body_min_rate: raw.request_body_min_rate,
+                send_timeout: millis(raw.send_timeout_ms),
+                max_in_flight: raw.max_in_flight,
+                max_in_flight_per_client: raw.max_in_flight_per_client,
+                max_cancelled_streams_percent: raw.max_cancelled_streams_percent,
+                upstream_buffer_bytes: raw.upstream_buffer_bytes,
+                upstream_max_connects: raw.upstream_max_connects,
+                http2_max_concurrent_streams: raw.http2_max_concurrent_streams,
+                http2_max_send_buf_size: raw.http2_max_send_buf_size,
+                http2_stream_window: raw.http2_stream_window,
+                http2_connection_window: raw.http2_connection_window,
+                http2_max_pending_accept_reset_streams: raw.http2_max_pending_accept_reset_streams,
+                http2_max_local_error_reset_streams: raw.http2_max_local_error_reset_streams,
             },
             metrics_max_lanes: raw.metrics_max_lanes,
             seed003_headers: raw.seed003_headers,
