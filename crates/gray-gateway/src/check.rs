@@ -128,6 +128,8 @@ pub async fn check(path: &Path) -> Result<String, BoxError> {
     match &config.rules {
         Rules::File(path) => {
             let live = LiveRules::from_source(&FileSource::new(path), None).await?;
+            // A rollout's rule must be one of them, a sticky-percentage rule.
+            config.check_rollouts(live.load().rules())?;
             let n = live.load().rules().rules().len();
             let _ = writeln!(out, "rules: {}: {n} rule{}", path.display(), plural(n));
         }
@@ -194,6 +196,28 @@ pub async fn check(path: &Path) -> Result<String, BoxError> {
             settings(&PolicyConfig::from(&service.policy))
         );
         let _ = writeln!(out, "    {}", retry(service));
+        if let Some(r) = &service.rollout {
+            let steps: Vec<String> = r.steps.iter().map(f64::to_string).collect();
+            let gates: Vec<String> = r.gates.iter().map(f64::to_string).collect();
+            let _ = writeln!(
+                out,
+                "    rollout: rule `{}`, steps {} %, hold {} ms, min users {}, gates [{}], alpha {}",
+                r.rule,
+                steps.join(", "),
+                r.hold.as_millis(),
+                r.min_users,
+                gates.join(", "),
+                r.alpha,
+            );
+        }
+    }
+    if config.services.iter().any(|s| s.rollout.is_some()) {
+        let _ = writeln!(
+            out,
+            "rollouts: state in {}, a look every {} ms",
+            config.rollouts.state_dir.display(),
+            config.rollouts.interval.as_millis()
+        );
     }
     Ok(out)
 }

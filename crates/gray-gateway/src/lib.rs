@@ -9,6 +9,7 @@ mod drain;
 mod hold;
 mod limits;
 mod proxy;
+pub mod rollout;
 mod serve;
 #[cfg(feature = "tls")]
 mod tls;
@@ -61,7 +62,17 @@ impl Gateway {
     /// Starts the gateway described by `config`: loads the rules and the instances (a
     /// source that cannot be read, or holds an invalid file, is an error here), binds its
     /// listeners (port 0 picks a free one) and serves until [`Gateway::shutdown`].
-    pub async fn start(mut config: Config) -> Result<Gateway, BoxError> {
+    pub async fn start(config: Config) -> Result<Gateway, BoxError> {
+        let store = rollout::store::FileStore::new(&config.rollouts.state_dir);
+        Gateway::start_with_store(config, store).await
+    }
+
+    /// [`Gateway::start`], with the rollouts' states in `store` rather than in local files
+    /// (see [`rollout::store`]).
+    pub async fn start_with_store(
+        mut config: Config,
+        store: Arc<dyn rollout::store::RolloutStore>,
+    ) -> Result<Gateway, BoxError> {
         limits::fit_descriptors(&mut config.limits);
         let mut watches = Vec::new();
         // The certificates first: a file that cannot be used stops the start before
@@ -76,6 +87,8 @@ impl Gateway {
             None => None,
         };
         let rules = start_rules(&config.rules, &mut watches).await?;
+        // A rollout's rule must be a sticky-percentage rule of the rules in force.
+        config.check_rollouts(rules.load().rules())?;
         let (registry, embedded) = start_registry(&config).await?;
 
         let mut http1 = hyper::client::conn::http1::Builder::new();
@@ -110,6 +123,32 @@ impl Gateway {
                 })
                 .collect(),
         ));
+        metrics.register_collector(rollout::LaneDurations(
+            services
+                .values()
+                .map(|upstream: &Upstream| (upstream.name.to_string(), upstream.evidence.clone()))
+                .collect(),
+        ));
+        let mut controllers = BTreeMap::new();
+        for service in &config.services {
+            let (Some(rollout), Some(upstream)) =
+                (&service.rollout, services.get(service.name.as_str()))
+            else {
+                continue;
+            };
+            let controller = rollout::Controller::restore(
+                &service.name,
+                rollout.clone(),
+                rules.clone(),
+                upstream.evidence.clone(),
+                store.clone(),
+                config.rollouts.history,
+            )
+            .await?;
+            controllers.insert(service.name.clone(), controller);
+        }
+        let rollouts = rollout::Rollouts(Arc::new(controllers));
+        metrics.register_collector(rollouts.clone());
         let routes = Arc::new(Routes {
             services,
             timeout: config.upstream_timeout,
@@ -143,9 +182,10 @@ impl Gateway {
         let per_connection = {
             // Only the admin's explanations read the decision: not recorded per request.
             // The balancer reads the stain from the request's extensions: no task-local.
+            // A rollout reads the decision to tell its population (see `rollout`).
             let edge = edge
                 .clone()
-                .with_decision_extension(false)
+                .with_decision_extension(!rollouts.0.is_empty())
                 .with_task_local(false);
             let routes = routes.clone();
             move |peer: SocketAddr| {
@@ -206,6 +246,7 @@ impl Gateway {
                     edge: edge.clone(),
                     metrics,
                     registry: registry.clone(),
+                    rollouts: rollouts.clone(),
                 });
                 let mut stopped = stopped.clone();
                 tasks.push(tokio::spawn(async move {
@@ -221,6 +262,13 @@ impl Gateway {
             }
             None => None,
         };
+        for controller in rollouts.0.values() {
+            tasks.push(tokio::spawn(
+                controller
+                    .clone()
+                    .run(config.rollouts.interval, stopped.clone()),
+            ));
+        }
         tracing::info!(
             listen = ?config.listen.map(|_| addr),
             tls = ?tls_addr,

@@ -36,6 +36,7 @@ use crate::{
     hold::{First, HeldBody, Hold, poll_first},
     limits::{Flight, InFlight, Paced, Refused, SlowBody},
     metrics::Metrics,
+    rollout::Timing,
     upstream::{BalancerCall, Served, Tally, Upstream},
 };
 
@@ -142,9 +143,16 @@ impl Service<Request<Incoming>> for Proxy {
                 serde_json::json!({"error": "unknown service", "service": service}),
             ));
         };
+        let lane = req
+            .extensions()
+            .get::<Stain>()
+            .and_then(|c| c.lane().cloned());
+        // Timed from here; a running rollout reads the path before it is rewritten.
+        let timing = upstream.evidence.start(&req, lane.as_ref());
         match rest {
             Ok(rest) => *req.uri_mut() = Uri::from(rest),
             Err(_) => {
+                timing.done(StatusCode::BAD_REQUEST.as_u16());
                 return ProxyFuture::ready(json(
                     StatusCode::BAD_REQUEST,
                     serde_json::json!({"error": "invalid path"}),
@@ -159,10 +167,6 @@ impl Service<Request<Incoming>> for Proxy {
         if req.headers().contains_key(header::EXPECT) {
             req.headers_mut().remove(header::EXPECT);
         }
-        let lane = req
-            .extensions()
-            .get::<Stain>()
-            .and_then(|c| c.lane().cloned());
         let client = routes
             .in_flight
             .per_client()
@@ -171,7 +175,9 @@ impl Service<Request<Incoming>> for Proxy {
         let flight = match routes.in_flight.enter(client) {
             Ok(flight) => flight,
             Err(refused) => {
-                return ProxyFuture::ready(refuse(routes, upstream, lane, refused, client));
+                let res = refuse(routes, upstream, lane, refused, client);
+                timing.done(res.status().as_u16());
+                return ProxyFuture::ready(res);
             }
         };
         // The endpoint's response timeout bounds the wait for the response head. A service
@@ -190,6 +196,7 @@ impl Service<Request<Incoming>> for Proxy {
                 routes: self.routes.clone(),
                 service: upstream.name.clone(),
                 lane,
+                timing,
                 _flight: flight,
             },
         }
@@ -218,6 +225,7 @@ pin_project_lite::pin_project! {
             routes: Arc<Routes>,
             service: Arc<str>,
             lane: Option<Lane>,
+            timing: Timing,
             // Leaves the in-flight counts with the future.
             _flight: Flight,
         },
@@ -259,6 +267,7 @@ impl Future for ProxyFuture {
                 routes,
                 service,
                 lane,
+                timing,
                 ..
             } => {
                 if hold.is_none() {
@@ -269,6 +278,7 @@ impl Future for ProxyFuture {
                         Ok(served) => served,
                         Err(error) => {
                             let res = failed(routes, service, lane.as_ref(), &*error);
+                            timing.done(res.status().as_u16());
                             routes
                                 .metrics
                                 .answered(service, lane.as_ref(), res.status().as_u16());
@@ -279,11 +289,15 @@ impl Future for ProxyFuture {
                     // Most bodies bring their first frame with the head: nothing is held.
                     match poll_first(response.body_mut(), cx) {
                         Poll::Ready(first) => {
-                            return Poll::Ready(Ok(finish(service, lane, response, tally, first)));
+                            return Poll::Ready(Ok(finish(
+                                service, lane, timing, response, tally, first,
+                            )));
                         }
                         Poll::Pending if routes.head_hold.is_zero() => {
                             let first = First::Nothing;
-                            return Poll::Ready(Ok(finish(service, lane, response, tally, first)));
+                            return Poll::Ready(Ok(finish(
+                                service, lane, timing, response, tally, first,
+                            )));
                         }
                         Poll::Pending => *hold = Some(Hold::new(response, tally, routes.head_hold)),
                     }
@@ -292,7 +306,9 @@ impl Future for ProxyFuture {
                     return Poll::Ready(Ok(polled_after_completion()));
                 };
                 Poll::Ready(Ok(match std::task::ready!(held.poll(cx)) {
-                    Some((first, response, tally)) => finish(service, lane, response, tally, first),
+                    Some((first, response, tally)) => {
+                        finish(service, lane, timing, response, tally, first)
+                    }
                     None => polled_after_completion(),
                 }))
             }
@@ -313,6 +329,7 @@ fn polled_after_completion() -> Response<Body> {
 fn finish(
     service: &Arc<str>,
     lane: &Option<Lane>,
+    timing: &Timing,
     response: Response<ResponseBody>,
     tally: Tally,
     first: First,
@@ -322,6 +339,7 @@ fn finish(
         let lane_label = lane.map_or("baseline", |l| l.as_str());
         let instance = tally.instance().to_owned();
         tally.count(lane, StatusCode::BAD_GATEWAY.as_u16());
+        timing.done(StatusCode::BAD_GATEWAY.as_u16());
         tracing::warn!(service = %service, lane = lane_label, %instance, error = %error, "upstream failed after its response head, before its body: 502");
         return json(
             StatusCode::BAD_GATEWAY,
@@ -333,6 +351,7 @@ fn finish(
         );
     }
     tally.count(lane, response.status().as_u16());
+    timing.done(response.status().as_u16());
     response.map(|rest| Either::Left(HeldBody::new(first, rest)))
 }
 

@@ -30,6 +30,7 @@ use tower::{BoxError, Service, discover::Change};
 use crate::{
     config::ServiceConfig,
     metrics::{EndpointMetrics, Metrics},
+    rollout::ServiceEvidence,
 };
 
 /// What an endpoint knows about itself, shared by the requests it serves and by the clone
@@ -180,6 +181,8 @@ pub(crate) struct Upstream {
     pub(crate) policy: Policy,
     /// The balancer, shared by every connection.
     pub(crate) balancer: Balancer,
+    /// What its requests show, by lane and for a running rollout.
+    pub(crate) evidence: Arc<ServiceEvidence>,
 }
 
 impl std::fmt::Debug for Upstream {
@@ -202,6 +205,7 @@ impl Upstream {
         metrics: &Arc<Metrics>,
     ) -> Upstream {
         let service: Arc<str> = config.name.as_str().into();
+        let evidence = Arc::new(ServiceEvidence::new(metrics.max_lanes()));
         let metrics = metrics.clone();
         let pool = pool.clone();
         let endpoints = instances.discover().map(move |change| {
@@ -239,6 +243,7 @@ impl Upstream {
             name: config.name.as_str().into(),
             policy: config.policy.clone(),
             balancer: Retry::new(balancer),
+            evidence,
         }
     }
 

@@ -138,6 +138,72 @@ fn a_missing_file_is_an_error_too() {
     assert!(err.contains("nope.toml: cannot read it"), "{err}");
 }
 
+#[test]
+fn a_rollout_is_checked_against_the_rules_and_its_keys() {
+    let dir = TempDir::new("check-rollout");
+    let rollout = |table: &str| format!("{CONFIG}\n[services.orders.rollout]\n{table}");
+    // valid: printed with its keys
+    let path = write(
+        &dir,
+        &rollout(
+            "rule = \"10% of users\"\nsteps = [5, 50, 100]\nhold_ms = 3000\nmin_users = 20\nalpha = 0.01\n",
+        ),
+        RULES,
+        INSTANCES,
+    );
+    let (code, out, err) = check(&path);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains("rollout: rule `10% of users`, steps 5, 50, 100 %, hold 3000 ms, min users 20, gates [], alpha 0.01"),
+        "{out}"
+    );
+    assert!(out.contains("rollouts: state in"), "{out}");
+
+    // the rule is not a sticky-percentage rule: file, line and field
+    let path = write(&dir, &rollout("rule = \"testers\"\n"), RULES, INSTANCES);
+    let (code, _, err) = check(&path);
+    assert_eq!(code, 1);
+    let line = rollout("").lines().count() + 1;
+    assert!(
+        err.contains(&format!("gateway.toml:{line}:"))
+            && err.contains("services.orders.rollout.rule"),
+        "{err}"
+    );
+    // no such rule
+    let path = write(&dir, &rollout("rule = \"canary\"\n"), RULES, INSTANCES);
+    let (code, _, err) = check(&path);
+    assert_eq!(code, 1);
+    assert!(
+        err.contains("services.orders.rollout.rule") && err.contains("canary"),
+        "{err}"
+    );
+
+    // a bad key and a bad value, each at its line and field
+    for (table, field) in [
+        (
+            "rule = \"10% of users\"\nhold = 3\n",
+            "services.orders.rollout.hold",
+        ),
+        (
+            "rule = \"10% of users\"\nsteps = [50, 10]\n",
+            "services.orders.rollout.steps",
+        ),
+        (
+            "rule = \"10% of users\"\nalpha = 2.0\n",
+            "services.orders.rollout.alpha",
+        ),
+    ] {
+        let path = write(&dir, &rollout(table), RULES, INSTANCES);
+        let (code, _, err) = check(&path);
+        assert_eq!(code, 1, "{table}");
+        let line = rollout("").lines().count() + 2;
+        assert!(
+            err.contains(&format!("gateway.toml:{line}:")) && err.contains(field),
+            "{table}: {err}"
+        );
+    }
+}
+
 // === [tls] ===
 
 mod tls {

@@ -80,6 +80,16 @@ pub(super) struct File {
     pub(super) seed003_headers: bool,
     #[serde(default)]
     pub(super) services: BTreeMap<String, WithPolicy<ServiceKeys>>,
+    pub(super) rollouts: Option<Rollouts>,
+}
+
+/// The `[rollouts]` table: what every service's rollout shares.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct Rollouts {
+    pub(super) state_dir: Option<PathBuf>,
+    pub(super) interval_ms: Option<u64>,
+    pub(super) history: Option<usize>,
 }
 
 fn yes() -> bool {
@@ -93,6 +103,7 @@ pub(super) struct ServiceKeys {
     pub(super) pick: Option<Pick>,
     pub(super) retry: Option<super::upstream::RetryKeys>,
     pub(super) health_check: Option<super::upstream::HealthKeys>,
+    pub(super) rollout: Option<gray_rollout::RolloutConfig>,
 }
 
 /// The `[tls]` table: a TLS listener (read whatever the features; refused by the checks

@@ -192,6 +192,23 @@ pub struct Config {
     pub seed003_headers: bool,
     /// The routed services, sorted by name.
     pub services: Vec<ServiceConfig>,
+    /// What the services' rollouts share (`[rollouts]`).
+    pub rollouts: RolloutSettings,
+}
+
+/// The `[rollouts]` table: what every service's rollout shares.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct RolloutSettings {
+    /// The folder of the rollouts' state files, `<service>.rollout.json` (`state_dir`;
+    /// default: the configuration file's folder).
+    pub state_dir: PathBuf,
+    /// How often each rollout's controller looks at its evidence (`interval_ms`, default
+    /// 1000).
+    pub interval: Duration,
+    /// How many transitions each rollout keeps, with their evidence, for the admin API
+    /// (`history`, default 32).
+    pub history: usize,
 }
 
 /// One routed service.
@@ -210,6 +227,8 @@ pub struct ServiceConfig {
     pub probe: Probe,
     /// When an instance is ejected, and for how long (`health_check`).
     pub ejection: Ejection,
+    /// Its rollout (`[services.<name>.rollout]`), checked.
+    pub rollout: Option<gray_rollout::RolloutConfig>,
 }
 
 /// Where the instances come from.
@@ -505,7 +524,17 @@ impl Config {
             let retry = upstream::retry(&doc, &name, table.extra.retry.as_ref())?;
             let (probe, ejection) =
                 upstream::health(&doc, &name, table.extra.health_check.as_ref())?;
+            let rollout = match table.extra.rollout {
+                Some(rollout) => {
+                    rollout
+                        .validate()
+                        .map_err(|e| err(&field(&format!("rollout.{}", e.field())), &e))?;
+                    Some(rollout)
+                }
+                None => None,
+            };
             services.push(ServiceConfig {
+                rollout,
                 name,
                 policy,
                 pick: table.extra.pick.unwrap_or_default(),
@@ -553,7 +582,55 @@ impl Config {
             metrics_max_lanes: raw.metrics_max_lanes,
             seed003_headers: raw.seed003_headers,
             services,
+            rollouts: rollout_settings(&doc, raw.rollouts.unwrap_or_default(), base, &resolve)?,
         })
+    }
+}
+
+/// The `[rollouts]` table, checked.
+fn rollout_settings(
+    doc: &Document<'_>,
+    raw: file::Rollouts,
+    base: &Path,
+    resolve: &dyn Fn(PathBuf) -> PathBuf,
+) -> Result<RolloutSettings, ConfigError> {
+    let interval = raw.interval_ms.unwrap_or(1000);
+    if interval == 0 {
+        return Err(doc.error("rollouts.interval_ms", "expected at least 1"));
+    }
+    let history = raw.history.unwrap_or(32);
+    if history == 0 {
+        return Err(doc.error("rollouts.history", "expected at least 1"));
+    }
+    Ok(RolloutSettings {
+        state_dir: raw.state_dir.map_or_else(|| base.to_owned(), resolve),
+        interval: Duration::from_millis(interval),
+        history,
+    })
+}
+
+impl Config {
+    /// An error at `field` of the configuration file (read again to find the field's
+    /// line): for checks that need more than the file, such as a rollout's rule, which
+    /// must be a sticky-percentage rule of the rules.
+    pub fn field_error(&self, field: &str, message: &dyn std::fmt::Display) -> ConfigError {
+        let source = self.source.display().to_string();
+        let text = std::fs::read_to_string(&self.source).unwrap_or_default();
+        Document::new(&text, Format::Toml, &source).error(field, message)
+    }
+
+    /// Checks every service's rollout against `rules`: its rule must be a
+    /// sticky-percentage rule there.
+    pub fn check_rollouts(&self, rules: &gray_rules::RuleSet) -> Result<(), ConfigError> {
+        for service in &self.services {
+            if let Some(rollout) = &service.rollout {
+                if let Err(e) = rules.sticky_rule(&rollout.rule) {
+                    let field = format!("services.{}.rollout.rule", service.name);
+                    return Err(self.field_error(&field, &format_args!("{e}")));
+                }
+            }
+        }
+        Ok(())
     }
 }
 
