@@ -44,6 +44,15 @@
 //! that finds its idle connection closed by the instance is sent again on another one when
 //! it was not sent at all; once written, it is never resent.
 //!
+//! **Connects are capped and cancel-safe.** At most
+//! [`HttpEndpoints::with_max_connects_per_instance`] connects to an instance run at once, each
+//! on a task of its own; requests that find no idle connection wait in order for the
+//! connections they produce, or for one released by another request. A request dropped
+//! while it waits (its client reset the stream) leaves the queue, and the connect finishes
+//! anyway: its connection waits idle for the next request instead of being closed unused.
+//! (Over TLS with [`Protocol::Auto`], an instance that chose HTTP/1.1 is connected to
+//! directly, uncapped.)
+//!
 //! **HTTP/2 connections.** Each endpoint keeps **one** connection, which every request to
 //! the instance shares (multiplexed), driven by a task of its own. A burst of requests to
 //! an instance with no connection opens one, which they all wait for. Requests beyond the
@@ -86,6 +95,7 @@
 //! ```
 
 mod body;
+mod connecting;
 mod error;
 mod h2;
 mod pool;
@@ -227,13 +237,28 @@ impl<C, B> HttpEndpoints<C, B> {
 
     /// Fails a request whose response head has not arrived `timeout` after the endpoint
     /// was called (connecting included) with a [`RequestError`] whose
-    /// [`is_timeout`](RequestError::is_timeout) is true, and closes its connection.
+    /// [`is_timeout`](RequestError::is_timeout) is true, and closes its connection. While
+    /// the request body is still being sent and moving (a frame sent within the last
+    /// `timeout`), the wait starts again: a slow upload is bounded by its body's own
+    /// limits (a proxy's request body timeout), not by the wait for the answer.
     /// Default: no limit. Each connection keeps one timer and moves it from request to
     /// request, which costs an atomic operation per request rather than two visits to
     /// tokio's timer wheel, as wrapping each call in `tokio::time::timeout` does.
     #[must_use]
     pub fn with_response_timeout(mut self, timeout: Duration) -> Self {
         Arc::make_mut(&mut self.settings).response_timeout = Some(timeout);
+        self
+    }
+
+    /// Opens at most `max` connections to an instance at once (default 8; at least 1).
+    /// Requests that find no idle connection wait in order for the connections these
+    /// connects produce, or for one released by another request. A connect goes on when
+    /// the request that started it is dropped (bounded by the response timeout), and its
+    /// connection waits idle for the next request: a client that starts and cancels
+    /// requests costs no more connections than the requests that are sent.
+    #[must_use]
+    pub fn with_max_connects_per_instance(mut self, max: usize) -> Self {
+        Arc::make_mut(&mut self.settings).max_connects = max.max(1);
         self
     }
 

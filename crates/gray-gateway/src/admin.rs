@@ -16,7 +16,8 @@
 //! seconds since the last contact, the etcd revision and cluster ID, the last error) and
 //! the state of the rules (`rules`: generation, rejected versions, last error).
 //!
-//! `GET /metrics` is in the [`metrics`](crate::metrics) module's format.
+//! `GET /metrics` is in the [`metrics`](crate::metrics) module's format. `/rollouts` is
+//! the rollouts' API (see the [crate docs](crate#rollouts)).
 use std::{
     convert::Infallible,
     net::{IpAddr, SocketAddr},
@@ -53,6 +54,8 @@ pub(crate) struct Admin {
     pub(crate) metrics: Arc<Metrics>,
     /// Discovery, for its freshness.
     pub(crate) registry: Registry,
+    /// The rollouts (`/rollouts`).
+    pub(crate) rollouts: crate::rollout::Rollouts,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -66,11 +69,13 @@ struct ExplainRequest {
 
 /// The admin router.
 pub(crate) fn router(admin: Admin) -> Router {
+    let rollouts = crate::rollout::router(admin.rollouts.clone());
     Router::new()
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/metrics", get(metrics))
         .route("/explain", post(explain))
         .with_state(admin)
+        .merge(rollouts)
 }
 
 async fn metrics(State(admin): State<Admin>) -> Response {

@@ -43,7 +43,17 @@ pub async fn check(path: &Path) -> Result<String, BoxError> {
     let config = Config::load(path)?;
     let mut out = String::new();
     let _ = writeln!(out, "{}: the configuration is valid", path.display());
-    let _ = write!(out, "listen {}", config.listen);
+    match config.listen {
+        Some(listen) => {
+            let _ = write!(out, "listen {listen}");
+        }
+        None => {
+            let _ = write!(out, "no plaintext listener");
+        }
+    }
+    if let Some(tls) = &config.tls {
+        let _ = write!(out, ", tls {}", tls.listen);
+    }
     if let Some(admin) = config.admin {
         let _ = write!(out, ", admin {admin} (/explain, /metrics, /healthz)");
     }
@@ -66,6 +76,26 @@ pub async fn check(path: &Path) -> Result<String, BoxError> {
         limits.max_connections,
         config.upstream_timeout.as_millis(),
         config.head_hold.as_millis(),
+    );
+    let cap = |n: usize| {
+        if n == 0 {
+            "off".to_owned()
+        } else {
+            n.to_string()
+        }
+    };
+    let _ = writeln!(
+        out,
+        "client limits: request_body_timeout {} (min rate {} bytes/s), send_timeout {}, max_in_flight {}, per client {}, max_cancelled_streams {}%, http2 streams {}, send buffer {} bytes, upstream connects {} per instance",
+        ms(limits.request_body_timeout),
+        limits.request_body_min_rate,
+        ms(limits.send_timeout),
+        cap(limits.max_in_flight),
+        cap(limits.max_in_flight_per_client as usize),
+        limits.max_cancelled_streams_percent,
+        limits.http2_max_concurrent_streams,
+        limits.http2_max_send_buf_size,
+        limits.upstream_max_connects,
     );
     let cidrs = |list: &gray_rules::CidrList| {
         list.iter()
@@ -91,9 +121,16 @@ pub async fn check(path: &Path) -> Result<String, BoxError> {
         );
     }
 
+    #[cfg(feature = "tls")]
+    if let Some(tls) = &config.tls {
+        tls_summary(&mut out, tls)?;
+    }
+
     match &config.rules {
         Rules::File(path) => {
             let live = LiveRules::from_source(&FileSource::new(path), None).await?;
+            // A rollout's rule must be one of them, a sticky-percentage rule.
+            config.check_rollouts(live.load().rules())?;
             let n = live.load().rules().rules().len();
             let _ = writeln!(out, "rules: {}: {n} rule{}", path.display(), plural(n));
         }
@@ -161,6 +198,28 @@ pub async fn check(path: &Path) -> Result<String, BoxError> {
         );
         let _ = writeln!(out, "    {}", retry(service));
         let _ = writeln!(out, "    {}", transport(service));
+        if let Some(r) = &service.rollout {
+            let steps: Vec<String> = r.steps.iter().map(f64::to_string).collect();
+            let gates: Vec<String> = r.gates.iter().map(f64::to_string).collect();
+            let _ = writeln!(
+                out,
+                "    rollout: rule `{}`, steps {} %, hold {} ms, min users {}, gates [{}], alpha {}",
+                r.rule,
+                steps.join(", "),
+                r.hold.as_millis(),
+                r.min_users,
+                gates.join(", "),
+                r.alpha,
+            );
+        }
+    }
+    if config.services.iter().any(|s| s.rollout.is_some()) {
+        let _ = writeln!(
+            out,
+            "rollouts: state in {}, a look every {} ms",
+            config.rollouts.state_dir.display(),
+            config.rollouts.interval.as_millis()
+        );
     }
     Ok(out)
 }
@@ -188,6 +247,53 @@ fn transport(service: &crate::config::ServiceConfig) -> String {
         "the path forwarded as it came (strip_prefix = false)".to_owned()
     };
     format!("upstream: protocol {}, {tls}, {path}", t.protocol)
+}
+
+/// The `[tls]` table: its files read and checked as the gateway would at start-up.
+#[cfg(feature = "tls")]
+fn tls_summary(out: &mut String, tls: &crate::config::TlsSettings) -> Result<(), BoxError> {
+    use std::time::SystemTime;
+
+    use crate::tls::{Files, Utc, load};
+
+    let loaded = load(tls, &Files::read(tls)?, SystemTime::now())?;
+    let days = loaded.validity.remaining(SystemTime::now()).as_secs() / 86_400;
+    let _ = writeln!(
+        out,
+        "tls: {} (a chain of {}), valid until {} ({days} day{} left), key {}",
+        tls.cert_file.display(),
+        loaded.chain,
+        Utc(loaded.validity.not_after),
+        plural(days as usize),
+        tls.key_file.display(),
+    );
+    let versions = match tls.min_version {
+        crate::config::TlsVersion::Tls13 => "TLS 1.3",
+        _ => "TLS 1.2 and 1.3",
+    };
+    let clients = match (&tls.client_certs, loaded.client_cas) {
+        (Some(client), Some(n)) => format!(
+            "client certificates {} ({}: {n} CA{})",
+            if client.required {
+                "required"
+            } else {
+                "optional"
+            },
+            client.ca_file.display(),
+            plural(n)
+        ),
+        _ => "no client certificates".to_owned(),
+    };
+    let ms = |d: Option<std::time::Duration>| {
+        d.map_or("off".to_owned(), |d| format!("{} ms", d.as_millis()))
+    };
+    let _ = writeln!(
+        out,
+        "     {versions}, ALPN h2 and http/1.1, {clients}, handshake_timeout {}, reload_interval {}",
+        ms(tls.handshake_timeout),
+        ms(tls.reload_interval),
+    );
+    Ok(())
 }
 
 /// `retry: …; health check: …`: how a service's requests are retried and its instances

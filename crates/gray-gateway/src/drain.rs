@@ -17,6 +17,8 @@ use std::{
 };
 
 use hyper_util::server::graceful::GracefulConnection;
+
+use crate::limits::Cancels;
 use tokio::sync::{Notify, futures::OwnedNotified};
 
 #[derive(Debug, Default)]
@@ -30,8 +32,8 @@ struct Shared {
     idle: Notify,
 }
 
-/// The set of connections a shutdown waits for.
-#[derive(Debug, Default)]
+/// The set of connections a shutdown waits for (its clones are the same set).
+#[derive(Debug, Default, Clone)]
 pub(crate) struct Drain {
     shared: Arc<Shared>,
 }
@@ -52,6 +54,7 @@ impl Drain {
             notified: Box::pin(self.shared.close.clone().notified_owned()),
             registered: None,
             shutting_down: false,
+            cancels: None,
         }
     }
 
@@ -77,6 +80,16 @@ pub(crate) struct Watched<C> {
     /// The waker the notification is registered with.
     registered: Option<Waker>,
     shutting_down: bool,
+    /// The connection's own reason to shut down: its client cancels most of its streams.
+    cancels: Option<Arc<Cancels>>,
+}
+
+impl<C> Watched<C> {
+    /// Shuts the connection down as well when `cancels` says so.
+    pub(crate) fn with_cancels(mut self, cancels: Arc<Cancels>) -> Self {
+        self.cancels = Some(cancels);
+        self
+    }
 }
 
 impl<C> std::fmt::Debug for Watched<C> {
@@ -102,8 +115,13 @@ impl<C: GracefulConnection> Future for Watched<C> {
             if fresh {
                 let _ = this.notified.as_mut().poll(cx);
                 this.registered = Some(cx.waker().clone());
+                if let Some(cancels) = &this.cancels {
+                    cancels.register(cx.waker());
+                }
             }
-            if this.shared.closing.load(Ordering::Acquire) {
+            if this.shared.closing.load(Ordering::Acquire)
+                || this.cancels.as_ref().is_some_and(|c| c.goaway())
+            {
                 this.shutting_down = true;
                 this.conn.as_mut().graceful_shutdown();
             }

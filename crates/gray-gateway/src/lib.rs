@@ -8,8 +8,12 @@ mod admin;
 mod drain;
 mod grpc;
 mod hold;
+mod limits;
 mod proxy;
+pub mod rollout;
 mod serve;
+#[cfg(feature = "tls")]
+mod tls;
 mod upstream;
 
 use std::{collections::BTreeMap, net::SocketAddr, path::PathBuf, sync::Arc};
@@ -17,22 +21,25 @@ use std::{collections::BTreeMap, net::SocketAddr, path::PathBuf, sync::Arc};
 use gray_core::{CarrierConfig, Lane};
 use gray_discovery::{Registry, http::HttpEndpoints, source::file::FileSource as InstanceFile};
 use gray_rules::RuleSet;
-use gray_tower::edge::{EdgeLayer, FileSource, LiveRules, TrustedProxies, WatchHandle};
+use gray_tower::edge::{
+    ClientIpResolver, EdgeLayer, FileSource, LiveRules, TrustedProxies, WatchHandle,
+};
 use tokio::{net::TcpListener, sync::watch, task::JoinHandle};
 use tower::{BoxError, Layer};
 
-pub use crate::upstream::X_GRAY_INSTANCE;
 use crate::{
     config::{Config, DEFAULT_INSTANCES, Discovery, Rules},
     metrics::{Freshness, Metrics},
     proxy::{Proxy, Routes},
     upstream::Upstream,
 };
+pub use crate::{limits::raise_nofile_limit, upstream::X_GRAY_INSTANCE};
 
 /// A running gateway: [`Gateway::start`] it, [`Gateway::shutdown`] it.
 #[derive(Debug)]
 pub struct Gateway {
     addr: SocketAddr,
+    tls_addr: Option<SocketAddr>,
     admin: Option<SocketAddr>,
     rules: LiveRules,
     stop: watch::Sender<bool>,
@@ -57,16 +64,43 @@ impl Gateway {
     /// source that cannot be read, or holds an invalid file, is an error here), binds its
     /// listeners (port 0 picks a free one) and serves until [`Gateway::shutdown`].
     pub async fn start(config: Config) -> Result<Gateway, BoxError> {
+        let store = rollout::store::FileStore::new(&config.rollouts.state_dir);
+        Gateway::start_with_store(config, store).await
+    }
+
+    /// [`Gateway::start`], with the rollouts' states in `store` rather than in local files
+    /// (see [`rollout::store`]).
+    pub async fn start_with_store(
+        mut config: Config,
+        store: Arc<dyn rollout::store::RolloutStore>,
+    ) -> Result<Gateway, BoxError> {
+        limits::fit_descriptors(&mut config.limits);
         let mut watches = Vec::new();
+        // The certificates first: a file that cannot be used stops the start before
+        // anything is bound or followed.
+        #[cfg(feature = "tls")]
+        let tls = match &config.tls {
+            Some(settings) => {
+                let (acceptor, watch) = tls::start(settings)?;
+                watches.extend(watch);
+                Some((settings.listen, acceptor))
+            }
+            None => None,
+        };
         let rules = start_rules(&config.rules, &mut watches).await?;
+        // A rollout's rule must be a sticky-percentage rule of the rules in force.
+        config.check_rollouts(rules.load().rules())?;
         let (registry, embedded) = start_registry(&config).await?;
 
         let mut http1 = hyper::client::conn::http1::Builder::new();
         // One buffer and one `send` per message (see `serve`).
         http1.writev(false);
+        // What a response buffers ahead of its client (see `limits`).
+        http1.max_buf_size(config.limits.upstream_buffer_bytes);
         let pool = HttpEndpoints::new()
             .with_http1(http1)
-            .with_response_timeout(config.upstream_timeout);
+            .with_response_timeout(config.upstream_timeout)
+            .with_max_connects_per_instance(config.limits.upstream_max_connects);
         let metrics = Metrics::new(config.metrics_max_lanes);
         metrics.register_collector(Freshness {
             rules: rules.clone(),
@@ -90,11 +124,44 @@ impl Gateway {
                 })
                 .collect(),
         ));
+        metrics.register_collector(rollout::LaneDurations(
+            services
+                .values()
+                .map(|upstream: &Upstream| (upstream.name.to_string(), upstream.evidence.clone()))
+                .collect(),
+        ));
+        let mut controllers = BTreeMap::new();
+        for service in &config.services {
+            let (Some(rollout), Some(upstream)) =
+                (&service.rollout, services.get(service.name.as_str()))
+            else {
+                continue;
+            };
+            let controller = rollout::Controller::restore(
+                &service.name,
+                rollout.clone(),
+                rules.clone(),
+                upstream.evidence.clone(),
+                store.clone(),
+                config.rollouts.history,
+            )
+            .await?;
+            controllers.insert(service.name.clone(), controller);
+        }
+        let rollouts = rollout::Rollouts(Arc::new(controllers));
+        metrics.register_collector(rollouts.clone());
         let routes = Arc::new(Routes {
             services,
             timeout: config.upstream_timeout,
             head_hold: config.head_hold,
             metrics: metrics.clone(),
+            limits: config.limits,
+            in_flight: Arc::new(limits::InFlight::new(
+                config.limits.max_in_flight,
+                config.limits.max_in_flight_per_client,
+            )),
+            clients: ClientIpResolver::new(TrustedProxies::cidrs(config.trusted_proxies.clone()))
+                .with_header(config.forwarded_header),
         });
 
         let mut edge = EdgeLayer::new(rules.clone())
@@ -113,26 +180,60 @@ impl Gateway {
 
         let (stop, stopped) = watch::channel(false);
         let mut tasks = Vec::new();
-        let listener = TcpListener::bind(config.listen)
-            .await
-            .map_err(|e| format!("listen {}: {e}", config.listen))?;
-        let addr = listener.local_addr()?;
         let per_connection = {
             // Only the admin's explanations read the decision: not recorded per request.
             // The balancer reads the stain from the request's extensions: no task-local.
+            // A rollout reads the decision to tell its population (see `rollout`).
             let edge = edge
                 .clone()
-                .with_decision_extension(false)
+                .with_decision_extension(!rollouts.0.is_empty())
                 .with_task_local(false);
             let routes = routes.clone();
-            move |peer: SocketAddr| edge.layer(Proxy::new(routes.clone())).with_peer(peer)
+            move |peer: SocketAddr| {
+                edge.layer(Proxy::new(routes.clone()).with_peer(peer))
+                    .with_peer(peer)
+            }
         };
-        tasks.push(tokio::spawn(serve::serve(
-            listener,
-            per_connection,
-            config.limits,
-            stopped.clone(),
-        )));
+        // One server for both listeners: `max_connections` counts their connections
+        // together.
+        let server = serve::Server::new(config.limits);
+        let addr = match config.listen {
+            Some(listen) => {
+                let listener = bind(listen, "listen").await?;
+                let addr = listener.local_addr()?;
+                tasks.push(tokio::spawn(serve::serve(
+                    server.clone(),
+                    listener,
+                    serve::Plain,
+                    per_connection.clone(),
+                    stopped.clone(),
+                )));
+                Some(addr)
+            }
+            None => None,
+        };
+        #[cfg(feature = "tls")]
+        let tls_addr = match tls {
+            Some((listen, acceptor)) => {
+                let listener = bind(listen, "tls.listen").await?;
+                let addr = listener.local_addr()?;
+                metrics.register_collector(acceptor.metrics());
+                tasks.push(tokio::spawn(serve::serve(
+                    server.clone(),
+                    listener,
+                    acceptor,
+                    per_connection.clone(),
+                    stopped.clone(),
+                )));
+                Some(addr)
+            }
+            None => None,
+        };
+        #[cfg(not(feature = "tls"))]
+        let tls_addr = None;
+        let Some(addr) = addr.or(tls_addr) else {
+            return Err("nothing to listen on: give `listen`, or a `[tls]` table".into());
+        };
 
         let admin = match config.admin {
             Some(admin_addr) => {
@@ -146,6 +247,7 @@ impl Gateway {
                     edge: edge.clone(),
                     metrics,
                     registry: registry.clone(),
+                    rollouts: rollouts.clone(),
                 });
                 let mut stopped = stopped.clone();
                 tasks.push(tokio::spawn(async move {
@@ -161,9 +263,23 @@ impl Gateway {
             }
             None => None,
         };
-        tracing::info!(%addr, admin = ?admin, services = routes.services.len(), "gateway started");
+        for controller in rollouts.0.values() {
+            tasks.push(tokio::spawn(
+                controller
+                    .clone()
+                    .run(config.rollouts.interval, stopped.clone()),
+            ));
+        }
+        tracing::info!(
+            listen = ?config.listen.map(|_| addr),
+            tls = ?tls_addr,
+            admin = ?admin,
+            services = routes.services.len(),
+            "gateway started"
+        );
         Ok(Gateway {
             addr,
+            tls_addr,
             admin,
             rules,
             stop,
@@ -174,10 +290,16 @@ impl Gateway {
         })
     }
 
-    /// The proxy's address.
+    /// The proxy's plaintext address; when only TLS is configured, the TLS listener's.
     #[must_use]
     pub fn addr(&self) -> SocketAddr {
         self.addr
+    }
+
+    /// The TLS listener's address (the `[tls]` table's `listen`), if any.
+    #[must_use]
+    pub fn tls_addr(&self) -> Option<SocketAddr> {
+        self.tls_addr
     }
 
     /// The admin endpoint's address.
@@ -205,6 +327,13 @@ impl Gateway {
             let _ = task.await;
         }
     }
+}
+
+/// Binds the proxy's listener on `addr` (the key `field` gave it).
+async fn bind(addr: SocketAddr, field: &str) -> Result<TcpListener, BoxError> {
+    Ok(TcpListener::bind(addr)
+        .await
+        .map_err(|e| format!("{field} {addr}: {e}"))?)
 }
 
 /// The staining rules: loaded strictly at start, then followed; an invalid version keeps
@@ -244,7 +373,10 @@ async fn start_registry(config: &Config) -> Result<(Registry, Option<TempFile>),
             let path = std::env::temp_dir().join(format!(
                 "gray-gateway-instances-{}-{}.toml",
                 std::process::id(),
-                config.listen.port()
+                config
+                    .listen
+                    .or(config.tls.as_ref().map(|tls| tls.listen))
+                    .map_or(0, |addr| addr.port())
             ));
             std::fs::write(&path, DEFAULT_INSTANCES)?;
             let registry = Registry::start(InstanceFile::new(&path)).await?;

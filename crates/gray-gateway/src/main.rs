@@ -3,6 +3,7 @@
 //! ```text
 //! gray-gateway --config gateway.toml     # run
 //! gray-gateway --check gateway.toml      # validate the configuration and the files it names
+//! gray-gateway rollout status --admin 127.0.0.1:9901 orders   # a rollout, through the admin API
 //! ```
 //!
 //! See the crate docs for what it does and the configuration reference.
@@ -10,20 +11,27 @@
 // A command-line program ends with the status it reports, like `nginx -t`.
 #![allow(clippy::exit)]
 
+mod rollout_cli;
+
 use std::path::PathBuf;
 
 use gray_gateway::{Gateway, config::Config};
 
 const USAGE: &str = "usage: gray-gateway --config <gateway.toml>
-       gray-gateway --check <gateway.toml>   validate it and the files it names, print what would run";
+       gray-gateway --check <gateway.toml>   validate it and the files it names, print what would run
+";
 
 fn usage() -> ! {
-    eprintln!("{USAGE}");
+    eprintln!("{USAGE}{}", rollout_cli::USAGE);
     std::process::exit(2)
 }
 
 fn main() {
-    let mut args = std::env::args().skip(1);
+    let mut args = std::env::args().skip(1).peekable();
+    if args.peek().map(String::as_str) == Some("rollout") {
+        args.next();
+        std::process::exit(rollout_cli::main(args));
+    }
     let mut config_path = None;
     let mut check = false;
     while let Some(arg) = args.next() {
@@ -33,7 +41,7 @@ fn main() {
             }
             "--check" | "-t" => check = true,
             "--help" | "-h" => {
-                println!("{USAGE}");
+                println!("{USAGE}{}", rollout_cli::USAGE);
                 return;
             }
             other if check && config_path.is_none() && !other.starts_with('-') => {
@@ -56,6 +64,7 @@ fn main() {
             tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
         )
         .init();
+    gray_gateway::raise_nofile_limit();
     let config = match Config::load(&config_path) {
         Ok(config) => config,
         Err(e) => {
@@ -78,9 +87,15 @@ fn main() {
             std::process::exit(1)
         }
     };
+    let config_listens_plain = config.listen.is_some();
     let result = runtime.block_on(async {
         let gateway = Gateway::start(config).await?;
-        println!("gateway listening on http://{}", gateway.addr());
+        if config_listens_plain {
+            println!("gateway listening on http://{}", gateway.addr());
+        }
+        if let Some(tls) = gateway.tls_addr() {
+            println!("gateway listening on https://{tls}");
+        }
         if let Some(admin) = gateway.admin_addr() {
             println!("admin on http://{admin} (/explain, /metrics, /healthz)");
         }

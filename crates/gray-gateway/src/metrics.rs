@@ -6,6 +6,10 @@
 //! | `gray_gateway_fallbacks_total` | counter | `service`, `lane`, `subset` |
 //! | `gray_gateway_retries_total` | counter | `service`, `reason`: requests sent again to another instance after a `refused` connection, another `unsent` one, or a `broken` one (idempotent requests) |
 //! | `gray_gateway_retries_refused_total` | counter | `service`: retries the retry budget refused |
+//! | `gray_gateway_request_duration_seconds` | histogram | `service`, `lane`: from routing to the response head (or the gateway's own answer), 1 ms … 10 s |
+//! | `gray_gateway_rollout_transitions_total` | counter | `service`, `from`, `to`, `reason` |
+//! | `gray_gateway_rollout_weight` | gauge | `service`: the percentage its rollout puts on its rule |
+//! | `gray_gateway_rollout_phase` | gauge | `service`, `phase`: 1 for the rollout's phase |
 //! | `gray_gateway_rules_generation` | gauge | the generation of the rule set in force |
 //! | `gray_gateway_rules_rejected` | gauge | rule-set versions rejected since the start |
 //! | `gray_gateway_discovery_connected` | gauge | 1 while discovery's source is reachable and followed |
@@ -136,6 +140,12 @@ impl Metrics {
             lanes: LaneLabels::new(max_lanes),
             instances: Mutex::default(),
         })
+    }
+
+    /// How many lanes get a label value of their own.
+    #[must_use]
+    pub fn max_lanes(&self) -> usize {
+        self.lanes.max
     }
 
     /// Adds metrics computed at each scrape (rules, discovery).
@@ -344,7 +354,9 @@ struct DiscoveryLabels {
     cluster_id: String,
 }
 
-fn gauge<N: prometheus_client::encoding::EncodeGaugeValue + fmt::Debug + Send + Sync + 'static>(
+pub(crate) fn gauge<
+    N: prometheus_client::encoding::EncodeGaugeValue + fmt::Debug + Send + Sync + 'static,
+>(
     encoder: &mut DescriptorEncoder<'_>,
     name: &str,
     help: &str,

@@ -7,7 +7,15 @@
 //! ([`hold`](crate::hold)), strips the response's hop-by-hop headers and maps failures to
 //! a status ([`gray_balance::error::status_of`]).
 
-use std::{collections::BTreeMap, future::Future, pin::Pin, sync::Arc, task::Poll, time::Duration};
+use std::{
+    collections::BTreeMap,
+    future::Future,
+    net::{IpAddr, SocketAddr},
+    pin::Pin,
+    sync::Arc,
+    task::Poll,
+    time::Duration,
+};
 
 use bytes::Bytes;
 use gray_balance::error::status_of;
@@ -22,11 +30,14 @@ use http_body_util::{Either, Full};
 use hyper::body::Incoming;
 use tower::Service;
 
-use gray_tower::edge::hop;
+use gray_tower::edge::{ClientIpResolver, hop};
 
 use crate::{
+    config::Limits,
     hold::{First, HeldBody, Hold, poll_first},
+    limits::{Flight, InFlight, Paced, Refused, SlowBody},
     metrics::Metrics,
+    rollout::Timing,
     upstream::{BalancerCall, Served, Tally, Upstream},
 };
 
@@ -46,17 +57,31 @@ pub(crate) struct Routes {
     pub(crate) head_hold: Duration,
     /// The counters.
     pub(crate) metrics: Arc<Metrics>,
+    /// What a client may cost ([`limits`](crate::limits)).
+    pub(crate) limits: Limits,
+    /// The requests in flight, and their caps.
+    pub(crate) in_flight: Arc<InFlight>,
+    /// Who the client is, for its cap.
+    pub(crate) clients: ClientIpResolver,
 }
 
 /// The proxy service (behind the edge layer). Cheap to clone.
 #[derive(Debug, Clone)]
 pub(crate) struct Proxy {
     routes: Arc<Routes>,
+    /// The connection's peer.
+    peer: Option<IpAddr>,
 }
 
 impl Proxy {
     pub(crate) fn new(routes: Arc<Routes>) -> Self {
-        Proxy { routes }
+        Proxy { routes, peer: None }
+    }
+
+    /// The proxy of a connection from `peer`.
+    pub(crate) fn with_peer(mut self, peer: SocketAddr) -> Self {
+        self.peer = Some(peer.ip());
+        self
     }
 }
 
@@ -132,11 +157,18 @@ impl Service<Request<Incoming>> for Proxy {
                 serde_json::json!({"error": "unknown service", "service": service}),
             ));
         };
+        let lane = req
+            .extensions()
+            .get::<Stain>()
+            .and_then(|c| c.lane().cloned());
+        // Timed from here; a running rollout reads the path before it is rewritten.
+        let timing = upstream.evidence.start(&req, lane.as_ref());
         match rest {
             // `strip_prefix = false` (gRPC's `/package.Service/Method`): the path as it came.
             _ if !upstream.strip_prefix => {}
             Ok(rest) => *req.uri_mut() = Uri::from(rest),
             Err(_) => {
+                timing.done(StatusCode::BAD_REQUEST.as_u16());
                 return ProxyFuture::ready(reply(
                     grpc,
                     StatusCode::BAD_REQUEST,
@@ -158,20 +190,38 @@ impl Service<Request<Incoming>> for Proxy {
             req.headers_mut()
                 .insert(header::TE, HeaderValue::from_static("trailers"));
         }
-        let lane = req
-            .extensions()
-            .get::<Stain>()
-            .and_then(|c| c.lane().cloned());
+        let client = routes
+            .in_flight
+            .per_client()
+            .then(|| routes.clients.resolve(self.peer, req.headers()))
+            .flatten();
+        let flight = match routes.in_flight.enter(client) {
+            Ok(flight) => flight,
+            Err(refused) => {
+                let res = refuse(routes, upstream, lane, refused, client);
+                timing.done(res.status().as_u16());
+                return ProxyFuture::ready(res);
+            }
+        };
         // The endpoint's response timeout bounds the wait for the response head. A service
         // with no instance that fits fails at once (503).
         ProxyFuture {
             state: State::Upstream {
-                call: upstream.balancer.clone().call(req),
+                call: upstream.balancer.clone().call(req.map(|body| {
+                    let limits = &routes.limits;
+                    Paced::new(
+                        body,
+                        limits.request_body_timeout,
+                        limits.request_body_min_rate,
+                    )
+                })),
                 hold: None,
                 routes: self.routes.clone(),
                 service: upstream.name.clone(),
                 lane,
                 grpc,
+                timing,
+                _flight: flight,
             },
         }
     }
@@ -201,6 +251,9 @@ pin_project_lite::pin_project! {
             lane: Option<Lane>,
             // The client speaks gRPC: the gateway's own answers are gRPC statuses.
             grpc: bool,
+            timing: Timing,
+            // Leaves the in-flight counts with the future.
+            _flight: Flight,
         },
     }
 }
@@ -241,6 +294,8 @@ impl Future for ProxyFuture {
                 service,
                 lane,
                 grpc,
+                timing,
+                ..
             } => {
                 if hold.is_none() {
                     let Served {
@@ -251,8 +306,9 @@ impl Future for ProxyFuture {
                         Err(error) => {
                             let (status, res) =
                                 failed(routes, service, lane.as_ref(), *grpc, &*error);
-                            // Counted as the gateway's status, also when a gRPC client
-                            // reads it as a gRPC status in an HTTP 200.
+                            // Timed and counted as the gateway's status, also when a gRPC
+                            // client reads it as a gRPC status in an HTTP 200.
+                            timing.done(status.as_u16());
                             routes
                                 .metrics
                                 .answered(service, lane.as_ref(), status.as_u16());
@@ -264,13 +320,13 @@ impl Future for ProxyFuture {
                     match poll_first(response.body_mut(), cx) {
                         Poll::Ready(first) => {
                             return Poll::Ready(Ok(finish(
-                                service, lane, *grpc, response, tally, first,
+                                service, lane, *grpc, timing, response, tally, first,
                             )));
                         }
                         Poll::Pending if routes.head_hold.is_zero() => {
                             let first = First::Nothing;
                             return Poll::Ready(Ok(finish(
-                                service, lane, *grpc, response, tally, first,
+                                service, lane, *grpc, timing, response, tally, first,
                             )));
                         }
                         Poll::Pending => *hold = Some(Hold::new(response, tally, routes.head_hold)),
@@ -281,7 +337,7 @@ impl Future for ProxyFuture {
                 };
                 Poll::Ready(Ok(match std::task::ready!(held.poll(cx)) {
                     Some((first, response, tally)) => {
-                        finish(service, lane, *grpc, response, tally, first)
+                        finish(service, lane, *grpc, timing, response, tally, first)
                     }
                     None => polled_after_completion(),
                 }))
@@ -304,6 +360,7 @@ fn finish(
     service: &Arc<str>,
     lane: &Option<Lane>,
     grpc: bool,
+    timing: &Timing,
     response: Response<ResponseBody>,
     tally: Tally,
     first: First,
@@ -313,6 +370,7 @@ fn finish(
         let lane_label = lane.map_or("baseline", |l| l.as_str());
         let instance = tally.instance().to_owned();
         tally.count(lane, StatusCode::BAD_GATEWAY.as_u16());
+        timing.done(StatusCode::BAD_GATEWAY.as_u16());
         tracing::warn!(service = %service, lane = lane_label, %instance, error = %error, "upstream failed after its response head, before its body: 502");
         return reply(
             grpc,
@@ -325,7 +383,46 @@ fn finish(
         );
     }
     tally.count(lane, response.status().as_u16());
+    timing.done(response.status().as_u16());
     response.map(|rest| Either::Left(HeldBody::new(first, rest)))
+}
+
+/// The answer to a request over an in-flight cap: 503 (all clients), 429 (its client's).
+fn refuse(
+    routes: &Routes,
+    upstream: &Upstream,
+    lane: Option<Lane>,
+    refused: Refused,
+    client: Option<IpAddr>,
+) -> Response<Body> {
+    let (status, key, cap) = match refused {
+        Refused::Total => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "max_in_flight",
+            routes.limits.max_in_flight,
+        ),
+        Refused::Client => (
+            StatusCode::TOO_MANY_REQUESTS,
+            "max_in_flight_per_client",
+            routes.limits.max_in_flight_per_client as usize,
+        ),
+    };
+    crate::limits::warn(
+        match refused {
+            Refused::Total => crate::limits::Warning::InFlight,
+            Refused::Client => crate::limits::Warning::ClientInFlight,
+        },
+        |suppressed| {
+            tracing::warn!(service = %upstream.name, client = ?client, cap, suppressed, "request refused: {key} reached");
+        },
+    );
+    routes
+        .metrics
+        .answered(&upstream.name, lane.as_ref(), status.as_u16());
+    json(
+        status,
+        serde_json::json!({"error": format!("{key} reached"), "limit": cap, "service": &*upstream.name}),
+    )
 }
 
 /// The first of `error` and its sources that is a `T`.
@@ -352,6 +449,17 @@ fn failed(
     e: &(dyn std::error::Error + Send + Sync + 'static),
 ) -> (StatusCode, Response<Body>) {
     let lane_label = lane.map_or("baseline", |l| l.as_str());
+    if let Some(slow) = find::<SlowBody>(e) {
+        // The client's doing, not the upstream's.
+        tracing::debug!(service = %service, lane = lane_label, error = %slow, "request body too slow");
+        let status = StatusCode::REQUEST_TIMEOUT;
+        let res = reply(
+            grpc,
+            status,
+            serde_json::json!({"error": slow.to_string(), "service": &**service}),
+        );
+        return (status, res);
+    }
     let status = status_of(e);
     match (status, find::<Unroutable>(e)) {
         (StatusCode::SERVICE_UNAVAILABLE, Some(unroutable)) => {

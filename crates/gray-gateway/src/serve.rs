@@ -1,9 +1,11 @@
 //! The accept loop: limits on clients' connections, and graceful shutdown.
 //!
-//! Each accepted TCP connection is served by hyper-util's `auto` connection (HTTP/1.1, or
-//! HTTP/2 with prior knowledge) over the connection's tower service, and watched by the
-//! [`Drain`](crate::drain::Drain): on shutdown, in-flight requests complete and idle
-//! connections close.
+//! Each accepted TCP connection goes through its listener's [`Handshake`] (none for
+//! plaintext, TLS for the `[tls]` listener, in `crate::tls`), then is served by hyper-util's
+//! `auto` connection (HTTP/1.1, or HTTP/2: with prior knowledge, or by ALPN over TLS) over
+//! the connection's tower service, and watched by the [`Drain`](crate::drain::Drain): on
+//! shutdown, in-flight requests complete and idle connections close. Both listeners share
+//! one [`Server`]: its HTTP settings and its count of connections.
 //!
 //! Measured against hyper-util's `GracefulShutdown` and `TowerToHyperService`
 //! (`cargo xtask bench-gateway --targets gateway --instructions`, user-space instructions per
@@ -19,12 +21,16 @@
 //!   accepting while that many are open, so further clients wait in the kernel's listen
 //!   backlog (their TCP handshake completes; nothing is read from them) until one closes.
 //! - **request heads**: a connection must send a complete request head within
-//!   `header_read_timeout` of being accepted, or of the first byte it sends after its
-//!   previous response: else it is closed (slowloris). A head larger than
-//!   `max_header_bytes` gets `431 Request Header Fields Too Large` (HTTP/1.1; HTTP/2 sends
-//!   the limit as `SETTINGS_MAX_HEADER_LIST_SIZE` and resets larger streams).
+//!   `header_read_timeout` of being accepted (its TLS handshake included), or of the first
+//!   byte it sends after its previous response: else it is closed (slowloris). A head
+//!   larger than `max_header_bytes` gets `431 Request Header Fields Too Large` (HTTP/1.1;
+//!   HTTP/2 sends the limit as `SETTINGS_MAX_HEADER_LIST_SIZE` and resets larger streams).
 //! - **idle connections**: a connection with no request in flight (response bodies
 //!   included) and nothing sent for `idle_timeout` is closed.
+//! - **stalled responses**: a connection whose response bodies make no progress for
+//!   `send_timeout` is closed.
+//! - **cancelled streams**: a connection whose client cancels most of its streams before
+//!   their response is shut down gracefully (GOAWAY; [`limits`](crate::limits)).
 //!
 //! The timeouts are enforced by a watchdog task per connection, which looks at the
 //! connection every quarter of the shortest timeout and closes it once its head has been
@@ -61,19 +67,83 @@ use tokio::{
 };
 use tower::Service;
 
-use crate::config::Limits;
+use crate::{config::Limits, limits::Cancels};
 
 /// How long a shutdown waits for the connections to finish before it drops them.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
 
-/// Serves connections from `listener`, each with the service `make` builds for its peer,
-/// until `stopped` is set; then shuts down gracefully.
-pub(crate) async fn serve<M, S, B>(
-    listener: TcpListener,
-    make: M,
+/// What a connection goes through between its accept and HTTP: nothing ([`Plain`]), or a
+/// TLS handshake (`crate::tls::Acceptor`). It runs in the connection's own task, within
+/// the connection's limits: it holds one of the `max_connections` slots, and the
+/// watchdog's head timeout, which starts at the accept, covers it.
+pub(crate) trait Handshake: Send + Sync + 'static {
+    /// The connection once it is ready for HTTP.
+    type Io: AsyncRead + AsyncWrite + Unpin + Send + 'static;
+    /// The handshake in progress.
+    type Future: Future<Output = io::Result<Self::Io>> + Send + 'static;
+
+    /// Starts the handshake of the connection `tcp`.
+    fn handshake(&self, tcp: TcpStream) -> Self::Future;
+}
+
+/// No handshake: HTTP over the TCP connection itself.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Plain;
+
+impl Handshake for Plain {
+    type Io = TcpStream;
+    type Future = std::future::Ready<io::Result<TcpStream>>;
+
+    fn handshake(&self, tcp: TcpStream) -> Self::Future {
+        std::future::ready(Ok(tcp))
+    }
+}
+
+/// What every listener of the proxy shares: the HTTP settings, the limits, and the count
+/// of open connections (`max_connections` counts the plaintext and the TLS ones together).
+#[derive(Debug)]
+pub(crate) struct Server {
+    builder: auto::Builder<TokioExecutor>,
+    permits: Arc<Semaphore>,
     limits: Limits,
+}
+
+impl Server {
+    /// The HTTP settings of every client connection, under `limits`.
+    pub(crate) fn new(limits: Limits) -> Arc<Server> {
+        let mut builder = auto::Builder::new(TokioExecutor::new());
+        builder
+            .http1()
+            // Messages are written with one copy into one buffer and one `send`, rather than
+            // as a vectored write of head and body: cheaper for the small messages that
+            // dominate, at the cost of a copy of large bodies.
+            .writev(false)
+            // The head timeout is this module's (it also starts at a keep-alive connection's
+            // first byte, not when the previous response ends, as hyper's does).
+            .header_read_timeout(None)
+            .max_buf_size(limits.max_header_bytes);
+        builder
+            .http2()
+            .max_header_list_size(u32::try_from(limits.max_header_bytes).unwrap_or(u32::MAX));
+        crate::limits::http2(&mut builder, &limits);
+        Arc::new(Server {
+            builder,
+            permits: Arc::new(Semaphore::new(limits.max_connections)),
+            limits,
+        })
+    }
+}
+
+/// Serves connections from `listener`, each through `handshake`, then with the service
+/// `make` builds for its peer, until `stopped` is set; then shuts down gracefully.
+pub(crate) async fn serve<H, M, S, B>(
+    server: Arc<Server>,
+    listener: TcpListener,
+    handshake: H,
+    make: M,
     mut stopped: watch::Receiver<bool>,
 ) where
+    H: Handshake,
     M: Fn(SocketAddr) -> S,
     S: Service<Request<Incoming>, Response = Response<B>, Error = Infallible>
         + Clone
@@ -85,24 +155,10 @@ pub(crate) async fn serve<M, S, B>(
     B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
 {
     let graceful = crate::drain::Drain::new();
-    let permits = Arc::new(Semaphore::new(limits.max_connections));
-    let mut builder = auto::Builder::new(TokioExecutor::new());
-    builder
-        .http1()
-        // Messages are written with one copy into one buffer and one `send`, rather than
-        // as a vectored write of head and body: cheaper for the small messages that
-        // dominate, at the cost of a copy of large bodies.
-        .writev(false)
-        // The head timeout is this module's (it also starts at a keep-alive connection's
-        // first byte, not when the previous response ends, as hyper's does).
-        .header_read_timeout(None)
-        .max_buf_size(limits.max_header_bytes);
-    builder
-        .http2()
-        .max_header_list_size(u32::try_from(limits.max_header_bytes).unwrap_or(u32::MAX));
+    let limits = server.limits;
     loop {
         let permit = tokio::select! {
-            permit = permits.clone().acquire_owned() => match permit {
+            permit = server.permits.clone().acquire_owned() => match permit {
                 Ok(permit) => permit,
                 Err(_) => break,
             },
@@ -112,7 +168,9 @@ pub(crate) async fn serve<M, S, B>(
             accepted = listener.accept() => match accepted {
                 Ok(accepted) => accepted,
                 Err(e) => {
-                    tracing::warn!(error = %e, "accept failed");
+                    crate::limits::warn(crate::limits::Warning::Accept, |suppressed| {
+                        tracing::warn!(error = %e, suppressed, "accept failed");
+                    });
                     tokio::time::sleep(Duration::from_millis(50)).await;
                     continue;
                 }
@@ -120,22 +178,31 @@ pub(crate) async fn serve<M, S, B>(
             () = until_stopped(&mut stopped) => break,
         };
         let _ = stream.set_nodelay(true);
-        let activity = Arc::new(Activity::new());
+        let activity = Arc::new(Activity::new(&limits));
         let service = Tracked {
             inner: make(peer),
             activity: activity.clone(),
+            peer,
         };
-        let io = TokioIo::new(Watched {
-            io: stream,
-            activity: activity.clone(),
-        });
-        let conn = builder
-            .serve_connection(io, Adapter { service })
-            .into_owned();
-        let conn = graceful.watch(conn);
+        let handshaking = handshake.handshake(stream);
+        let (server, graceful, watched) = (server.clone(), graceful.clone(), activity.clone());
+        let cancels = activity.cancels.clone();
         let task = tokio::spawn(async move {
-            if let Err(e) = conn.await {
-                tracing::debug!(error = %e, %peer, "connection closed with an error");
+            match handshaking.await {
+                Ok(io) => {
+                    let io = TokioIo::new(Watched {
+                        io,
+                        activity: watched,
+                    });
+                    let conn = server
+                        .builder
+                        .serve_connection(io, Adapter { service })
+                        .into_owned();
+                    if let Err(e) = graceful.watch(conn).with_cancels(cancels).await {
+                        tracing::debug!(error = %e, %peer, "connection closed with an error");
+                    }
+                }
+                Err(e) => tracing::debug!(error = %e, %peer, "handshake failed"),
             }
             drop(permit);
         });
@@ -172,15 +239,29 @@ struct Activity {
     /// Bytes arrived while no request was in flight: a request head is being read. A new
     /// connection starts reading its head at once.
     head: AtomicBool,
+    /// Response bodies being sent, and their frames sent so far: what `send_timeout`
+    /// watches.
+    bodies: AtomicUsize,
+    sent: AtomicU64,
+    /// Streams cancelled before their response.
+    cancels: Arc<Cancels>,
 }
 
 impl Activity {
-    fn new() -> Self {
+    fn new(limits: &Limits) -> Self {
         Activity {
             in_flight: AtomicUsize::new(0),
             finished: AtomicU64::new(0),
             head: AtomicBool::new(true),
+            bodies: AtomicUsize::new(0),
+            sent: AtomicU64::new(0),
+            cancels: Arc::new(Cancels::new(limits.max_cancelled_streams_percent)),
         }
+    }
+
+    /// What `send_timeout` compares between ticks: `None` while no response body is sent.
+    fn sending(&self) -> Option<u64> {
+        (self.bodies.load(Ordering::Relaxed) > 0).then(|| self.sent.load(Ordering::Relaxed))
     }
 
     /// Bytes arrived: with no request in flight, they start a request head.
@@ -220,6 +301,8 @@ enum Expired {
     Head,
     /// Idle for too long.
     Idle,
+    /// Response bodies made no progress for too long.
+    Send,
 }
 
 impl std::fmt::Display for Expired {
@@ -227,16 +310,24 @@ impl std::fmt::Display for Expired {
         f.write_str(match self {
             Expired::Head => "no complete request head within header_read_timeout",
             Expired::Idle => "idle for idle_timeout",
+            Expired::Send => "response bodies made no progress for send_timeout",
         })
     }
 }
 
-/// Ends a request's flight when dropped: with its response body, or with its future.
+/// Ends a request's flight when dropped: with its response body (then `true`), or with
+/// its future.
 #[derive(Debug)]
-struct InFlight(Arc<Activity>);
+struct InFlight(Arc<Activity>, bool);
 
 impl Drop for InFlight {
     fn drop(&mut self) {
+        if self.1 {
+            self.0.bodies.fetch_sub(1, Ordering::Relaxed);
+        } else {
+            // The response future was dropped before its response.
+            self.0.cancels.cancelled();
+        }
         self.0.end();
     }
 }
@@ -246,11 +337,15 @@ impl Drop for InFlight {
 /// How often a watchdog looks at its connection: a quarter of the shortest timeout, so a
 /// connection is closed between its timeout and 1.25 times it.
 fn tick(limits: &Limits) -> Option<Duration> {
-    [limits.idle_timeout, limits.header_read_timeout]
-        .into_iter()
-        .flatten()
-        .min()
-        .map(|t| (t / 4).max(Duration::from_millis(1)))
+    [
+        limits.idle_timeout,
+        limits.header_read_timeout,
+        limits.send_timeout,
+    ]
+    .into_iter()
+    .flatten()
+    .min()
+    .map(|t| (t / 4).max(Duration::from_millis(1)))
 }
 
 /// Watches one connection, on a task of its own (the connection's task pays nothing per
@@ -267,10 +362,24 @@ async fn watchdog(activity: Arc<Activity>, conn: AbortHandle, limits: Limits, pe
     // The state seen, and for how long it has been seen unchanged.
     let mut seen = None;
     let mut unchanged = Duration::ZERO;
+    let (mut sending, mut stalled) = (None, Duration::ZERO);
     loop {
         interval.tick().await;
         if conn.is_finished() {
             return;
+        }
+        if let Some(limit) = limits.send_timeout {
+            let now = activity.sending();
+            if now.is_some() && now == sending {
+                stalled += tick;
+                if stalled >= limit {
+                    tracing::debug!(%peer, "connection closed: {}", Expired::Send);
+                    conn.abort();
+                    return;
+                }
+            } else {
+                (sending, stalled) = (now, Duration::ZERO);
+            }
         }
         let now = activity.state();
         if now.is_none() || now != seen {
@@ -294,15 +403,16 @@ async fn watchdog(activity: Arc<Activity>, conn: AbortHandle, limits: Limits, pe
 // === Watched I/O ===
 
 pin_project! {
-    /// A connection's socket, telling its [`Activity`] when bytes arrive.
-    struct Watched {
+    /// A connection (its socket, or its TLS stream), telling its [`Activity`] when bytes
+    /// arrive.
+    struct Watched<I> {
         #[pin]
-        io: TcpStream,
+        io: I,
         activity: Arc<Activity>,
     }
 }
 
-impl AsyncRead for Watched {
+impl<I: AsyncRead> AsyncRead for Watched<I> {
     fn poll_read(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
@@ -318,7 +428,7 @@ impl AsyncRead for Watched {
     }
 }
 
-impl AsyncWrite for Watched {
+impl<I: AsyncWrite> AsyncWrite for Watched<I> {
     fn poll_write(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
@@ -355,6 +465,7 @@ impl AsyncWrite for Watched {
 struct Tracked<S> {
     inner: S,
     activity: Arc<Activity>,
+    peer: SocketAddr,
 }
 
 impl<S, B> Service<Request<Incoming>> for Tracked<S>
@@ -371,9 +482,15 @@ where
 
     fn call(&mut self, req: Request<Incoming>) -> Self::Future {
         self.activity.begin();
+        if self.activity.cancels.begin() {
+            let peer = self.peer;
+            crate::limits::warn(crate::limits::Warning::Cancelling, |suppressed| {
+                tracing::warn!(%peer, suppressed, "GOAWAY: the client cancels most of its streams (max_cancelled_streams_percent)");
+            });
+        }
         TrackedFuture {
             inner: self.inner.call(req),
-            flight: Some(InFlight(self.activity.clone())),
+            flight: Some(InFlight(self.activity.clone(), false)),
         }
     }
 }
@@ -396,7 +513,11 @@ where
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.project();
         let res = ready!(this.inner.poll(cx))?;
-        let flight = this.flight.take();
+        let flight = this.flight.take().map(|mut flight| {
+            flight.0.bodies.fetch_add(1, Ordering::Relaxed);
+            flight.1 = true;
+            flight
+        });
         Poll::Ready(Ok(res.map(|inner| TrackedBody {
             inner,
             _flight: flight,
@@ -422,7 +543,12 @@ impl<B: Body> Body for TrackedBody<B> {
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<B::Data>, B::Error>>> {
-        self.project().inner.poll_frame(cx)
+        let this = self.project();
+        let frame = ready!(this.inner.poll_frame(cx));
+        if let (Some(flight), Some(Ok(_))) = (this._flight.as_ref(), &frame) {
+            flight.0.sent.fetch_add(1, Ordering::Relaxed);
+        }
+        Poll::Ready(frame)
     }
 
     fn is_end_stream(&self) -> bool {

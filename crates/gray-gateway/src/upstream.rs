@@ -11,6 +11,7 @@ use std::{
     task::{Context, Poll},
 };
 
+use crate::limits::ClientBody;
 use futures_util::StreamExt;
 use gray_balance::{
     Balance, BalanceLayer, RecordRouted, Routed,
@@ -23,13 +24,13 @@ use gray_discovery::{
 };
 use gray_policy::Policy;
 use http::{HeaderName, HeaderValue, Request, Response};
-use hyper::body::Incoming;
 use pin_project_lite::pin_project;
 use tower::{BoxError, Service, discover::Change};
 
 use crate::{
     config::ServiceConfig,
     metrics::{EndpointMetrics, Metrics},
+    rollout::ServiceEvidence,
 };
 
 /// What an endpoint knows about itself, shared by the requests it serves and by the clone
@@ -102,7 +103,7 @@ impl Tally {
 }
 
 /// The request an endpoint sends: the client's, its body replayable.
-pub(crate) type UpstreamRequest = Request<ReplayBody<Incoming>>;
+pub(crate) type UpstreamRequest = Request<ReplayBody<ClientBody>>;
 
 impl<S> Service<UpstreamRequest> for Tagged<S>
 where
@@ -187,7 +188,7 @@ fn log_tls_failure(me: &Identity, error: &(dyn std::error::Error + 'static)) {
 /// The response header naming the instance that served it.
 pub const X_GRAY_INSTANCE: HeaderName = HeaderName::from_static("x-gray-instance");
 
-type Endpoint = Tagged<HttpEndpoint<Connector, ReplayBody<Incoming>>>;
+type Endpoint = Tagged<HttpEndpoint<Connector, ReplayBody<ClientBody>>>;
 
 /// The balancer the proxy sends through, retrying where that is safe: one handle (cloned
 /// per request) shared by every connection; it picks in the connection's task, without a
@@ -195,7 +196,7 @@ type Endpoint = Tagged<HttpEndpoint<Connector, ReplayBody<Incoming>>>;
 pub(crate) type Balancer = Retry<InstanceId, Endpoint>;
 
 /// The future of a request sent through [`Balancer`].
-pub(crate) type BalancerCall = RetryFuture<InstanceId, Endpoint, Incoming>;
+pub(crate) type BalancerCall = RetryFuture<InstanceId, Endpoint, ClientBody>;
 
 /// One routed service.
 pub(crate) struct Upstream {
@@ -207,6 +208,8 @@ pub(crate) struct Upstream {
     pub(crate) balancer: Balancer,
     /// Whether the service's name is taken off the path (`strip_prefix`).
     pub(crate) strip_prefix: bool,
+    /// What its requests show, by lane and for a running rollout.
+    pub(crate) evidence: Arc<ServiceEvidence>,
 }
 
 impl std::fmt::Debug for Upstream {
@@ -225,10 +228,11 @@ impl Upstream {
     pub(crate) fn new(
         config: &ServiceConfig,
         instances: ServiceInstances,
-        pool: &HttpEndpoints<Connector, ReplayBody<Incoming>>,
+        pool: &HttpEndpoints<Connector, ReplayBody<ClientBody>>,
         metrics: &Arc<Metrics>,
     ) -> Upstream {
         let service: Arc<str> = config.name.as_str().into();
+        let evidence = Arc::new(ServiceEvidence::new(metrics.max_lanes()));
         let metrics = metrics.clone();
         let transport = &config.transport;
         let pool = pool
@@ -280,6 +284,7 @@ impl Upstream {
             policy: config.policy.clone(),
             balancer: Retry::new(balancer),
             strip_prefix: config.strip_prefix,
+            evidence,
         }
     }
 

@@ -69,6 +69,7 @@ fn a_good_config_exits_0_and_says_what_would_run() {
         "the configuration is valid",
         "listen 127.0.0.1:8080, admin 127.0.0.1:9901",
         "max_connections 100",
+        "client limits: request_body_timeout 30000 ms (min rate 500 bytes/s), send_timeout 60000 ms, max_in_flight 4096, per client off",
         "carriers: lane x-gray-lane, route x-gray-info",
         "rules.toml: 2 rules",
         "instances.yaml",
@@ -137,4 +138,218 @@ fn a_missing_file_is_an_error_too() {
     let (code, _, err) = check(&dir.path().join("nope.toml"));
     assert_eq!(code, 1);
     assert!(err.contains("nope.toml: cannot read it"), "{err}");
+}
+
+#[test]
+fn a_rollout_is_checked_against_the_rules_and_its_keys() {
+    let dir = TempDir::new("check-rollout");
+    let rollout = |table: &str| format!("{CONFIG}\n[services.orders.rollout]\n{table}");
+    // valid: printed with its keys
+    let path = write(
+        &dir,
+        &rollout(
+            "rule = \"10% of users\"\nsteps = [5, 50, 100]\nhold_ms = 3000\nmin_users = 20\nalpha = 0.01\n",
+        ),
+        RULES,
+        INSTANCES,
+    );
+    let (code, out, err) = check(&path);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains("rollout: rule `10% of users`, steps 5, 50, 100 %, hold 3000 ms, min users 20, gates [], alpha 0.01"),
+        "{out}"
+    );
+    assert!(out.contains("rollouts: state in"), "{out}");
+
+    // the rule is not a sticky-percentage rule: file, line and field
+    let path = write(&dir, &rollout("rule = \"testers\"\n"), RULES, INSTANCES);
+    let (code, _, err) = check(&path);
+    assert_eq!(code, 1);
+    let line = rollout("").lines().count() + 1;
+    assert!(
+        err.contains(&format!("gateway.toml:{line}:"))
+            && err.contains("services.orders.rollout.rule"),
+        "{err}"
+    );
+    // no such rule
+    let path = write(&dir, &rollout("rule = \"canary\"\n"), RULES, INSTANCES);
+    let (code, _, err) = check(&path);
+    assert_eq!(code, 1);
+    assert!(
+        err.contains("services.orders.rollout.rule") && err.contains("canary"),
+        "{err}"
+    );
+
+    // a bad key and a bad value, each at its line and field
+    for (table, field) in [
+        (
+            "rule = \"10% of users\"\nhold = 3\n",
+            "services.orders.rollout.hold",
+        ),
+        (
+            "rule = \"10% of users\"\nsteps = [50, 10]\n",
+            "services.orders.rollout.steps",
+        ),
+        (
+            "rule = \"10% of users\"\nalpha = 2.0\n",
+            "services.orders.rollout.alpha",
+        ),
+    ] {
+        let path = write(&dir, &rollout(table), RULES, INSTANCES);
+        let (code, _, err) = check(&path);
+        assert_eq!(code, 1, "{table}");
+        let line = rollout("").lines().count() + 2;
+        assert!(
+            err.contains(&format!("gateway.toml:{line}:")) && err.contains(field),
+            "{table}: {err}"
+        );
+    }
+}
+
+// === [tls] ===
+
+mod tls {
+    use std::time::{Duration, SystemTime};
+
+    use gray_test_support::{
+        TempDir,
+        tls::{Ca, Leaf},
+    };
+
+    use super::{INSTANCES, RULES, check, write};
+
+    const DAY: Duration = Duration::from_secs(86_400);
+
+    /// `CONFIG` with a `[tls]` table over `cert.pem` and `key.pem` (and `extra` keys).
+    fn config(extra: &str) -> String {
+        format!(
+            "listen = \"127.0.0.1:8080\"\nrules = \"rules.toml\"\ninstances = \"instances.yaml\"\n\n[tls]\nlisten = \"127.0.0.1:8443\"\ncert_file = \"cert.pem\"\nkey_file = \"key.pem\"\n{extra}\n[services.orders]\n"
+        )
+    }
+
+    #[test]
+    fn a_good_pair_is_described() {
+        let dir = TempDir::new("check-tls-good");
+        let ca = Ca::new("check CA");
+        let now = SystemTime::now();
+        let server = ca.issue(
+            &Leaf::server(&["localhost"]).with_validity(now - DAY, now + 30 * DAY + DAY / 2),
+        );
+        std::fs::write(dir.path().join("cert.pem"), server.chain_pem()).unwrap();
+        std::fs::write(dir.path().join("key.pem"), server.key_pem()).unwrap();
+        ca.write(dir.path(), "clients");
+        let path = write(
+            &dir,
+            &config("client_ca_file = \"clients.pem\"\nclient_auth = \"optional\"\n"),
+            RULES,
+            INSTANCES,
+        );
+        let (code, out, err) = check(&path);
+        assert_eq!(code, 0, "{out}{err}");
+        for expected in [
+            "listen 127.0.0.1:8080, tls 127.0.0.1:8443",
+            "cert.pem (a chain of 2), valid until ",
+            "(30 days left)",
+            "TLS 1.2 and 1.3, ALPN h2 and http/1.1, client certificates optional (",
+            "clients.pem: 1 CA)",
+        ] {
+            assert!(out.contains(expected), "`{expected}` in:\n{out}");
+        }
+    }
+
+    #[test]
+    fn each_unusable_file_exits_non_zero_naming_it_and_why() {
+        let ca = Ca::new("check CA");
+        let good = ca.issue(&Leaf::server(&["localhost"]));
+        let other = ca.issue(&Leaf::server(&["localhost"]));
+        let now = SystemTime::now();
+        let expired =
+            ca.issue(&Leaf::server(&["localhost"]).with_validity(now - 30 * DAY, now - DAY));
+        let early =
+            ca.issue(&Leaf::server(&["localhost"]).with_validity(now + DAY, now + 30 * DAY));
+        for (what, cert, key, expected) in [
+            (
+                "a key of another certificate",
+                Some(good.cert_pem().to_owned()),
+                Some(other.key_pem().to_owned()),
+                "tls.key_file",
+            ),
+            (
+                "an expired certificate",
+                Some(expired.cert_pem().to_owned()),
+                Some(expired.key_pem().to_owned()),
+                "cert.pem: the certificate expired on ",
+            ),
+            (
+                "a certificate not valid yet",
+                Some(early.cert_pem().to_owned()),
+                Some(early.key_pem().to_owned()),
+                "cert.pem: the certificate is not valid yet: valid from ",
+            ),
+            (
+                "a missing certificate",
+                None,
+                Some(good.key_pem().to_owned()),
+                "cert.pem: cannot read it",
+            ),
+            (
+                "a certificate that is not PEM",
+                Some("just some text\n".to_owned()),
+                Some(good.key_pem().to_owned()),
+                "cert.pem: not PEM, or nothing usable in it: expected a `-----BEGIN CERTIFICATE-----` block",
+            ),
+            (
+                "a key that is not PEM",
+                Some(good.cert_pem().to_owned()),
+                Some(good.cert_pem().to_owned()),
+                "key.pem: not PEM, or nothing usable in it: expected a `-----BEGIN PRIVATE KEY-----` block",
+            ),
+        ] {
+            let dir = TempDir::new("check-tls-bad");
+            if let Some(cert) = cert {
+                std::fs::write(dir.path().join("cert.pem"), cert).unwrap();
+            }
+            if let Some(key) = key {
+                std::fs::write(dir.path().join("key.pem"), key).unwrap();
+            }
+            let (code, out, err) = check(&write(&dir, &config(""), RULES, INSTANCES));
+            assert_eq!(code, 1, "{what}: {out}{err}");
+            assert!(err.contains(expected), "{what}: `{expected}` in:\n{err}");
+            if what.starts_with("a key of another") {
+                assert!(
+                    err.contains(
+                        "key.pem: the private key does not match the certificate (the first of "
+                    ),
+                    "{what}: {err}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn the_table_is_strict() {
+        let dir = TempDir::new("check-tls-keys");
+        for (what, extra, expected) in [
+            (
+                "an unknown key",
+                "min_versoin = \"1.3\"\n",
+                "field `tls.min_versoin`: unknown field",
+            ),
+            (
+                "client_auth without a CA",
+                "client_auth = \"required\"\n",
+                "tls.client_auth",
+            ),
+            (
+                "a version that does not exist",
+                "min_version = \"1.1\"\n",
+                "tls.min_version",
+            ),
+        ] {
+            let (code, out, err) = check(&write(&dir, &config(extra), RULES, INSTANCES));
+            assert_eq!(code, 1, "{what}: {out}{err}");
+            assert!(err.contains("gateway.toml:"), "{what}: {err}");
+            assert!(err.contains(expected), "{what}: `{expected}` in:\n{err}");
+        }
+    }
 }

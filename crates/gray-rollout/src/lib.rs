@@ -4,6 +4,8 @@
 pub mod evidence;
 pub mod histogram;
 pub mod kill;
+#[cfg(feature = "tower")]
+pub mod lanes;
 pub mod machine;
 mod millis;
 pub mod sequential;

@@ -9,6 +9,7 @@ mod hash;
 pub mod path;
 mod request;
 mod split;
+pub mod sticky;
 
 use std::{collections::HashMap, sync::Arc};
 
@@ -27,6 +28,7 @@ pub use self::{
     error::{Problem, RulesError},
     hash::{BUCKETS, Dice, sticky_bucket, sticky_split_arm},
     request::{RequestView, canonical_ip, percent_decode},
+    sticky::{StickyArm, StickyRule, StickyRuleError},
 };
 use self::{
     condition::{Condition, header_name},

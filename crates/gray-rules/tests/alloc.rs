@@ -38,3 +38,32 @@ fn sticky_decisions_allocate_nothing() {
         }
     }
 }
+
+/// A rollout asks, per request, where it stands to its sticky-percentage rule: no
+/// allocation either.
+#[test]
+fn a_sticky_arm_allocates_nothing() {
+    let rules = RuleSet::parse(
+        r#"{"rules":[{"name":"canary","when":{"path":{"prefix":"/checkout"},"sticky":{"by":{"header":"x-user-id"},"percent":30}},"lane":"gray"}]}"#,
+        Format::Json,
+        "alloc",
+    )
+    .expect("valid rules");
+    let canary = rules
+        .sticky_rule("canary")
+        .expect("a sticky-percentage rule");
+    let uri = Uri::from_static("/checkout");
+    let mut headers = HeaderMap::new();
+    let mut users = 0;
+    for i in 0..100 {
+        headers.insert(
+            "x-user-id",
+            HeaderValue::from_str(&format!("user-{i}")).unwrap(),
+        );
+        let view = RequestView::new(&uri, &headers);
+        let (arm, n) = measure(|| canary.arm(&view));
+        assert_eq!(n, 0, "user-{i}");
+        users += usize::from(arm.user().is_some());
+    }
+    assert_eq!(users, 100);
+}

@@ -16,7 +16,7 @@ use std::{
 
 use super::{
     Result,
-    kinds::{Kind, Launch, Setup, Upstreams},
+    kinds::{Kind, Launch, Setup, Tls, Upstreams},
     options::Options,
     probe,
     settings::Settings,
@@ -266,13 +266,18 @@ pub(crate) struct Target {
     pub(crate) kind: &'static dyn Kind,
     pub(crate) program: PathBuf,
     pub(crate) listen: SocketAddr,
+    /// Its TLS listener, for the kinds that terminate TLS (wrk loads it).
+    pub(crate) tls: Option<SocketAddr>,
     launch: Launch,
 }
 
 impl Target {
     /// What wrk loads.
     pub(crate) fn url(&self) -> String {
-        format!("http://{}/svc/bench", self.listen)
+        match self.tls {
+            Some(tls) => format!("https://{tls}/svc/bench"),
+            None => format!("http://{}/svc/bench", self.listen),
+        }
     }
 }
 
@@ -308,11 +313,18 @@ impl<'a> Bench<'a> {
             probe_timeout: Duration::from_secs(if slow { 10 } else { 2 }),
             startup: Duration::from_secs(if slow { 60 } else { 10 }),
         };
-        fs::write(&bench.lua, wrk::MIXED_LUA)
+        fs::write(&bench.lua, wrk::mixed_lua(settings.new_connections))
             .map_err(|e| format!("cannot write {}: {e}", bench.lua.display()))?;
+        let (cert, key) = (
+            bench.dir.join("tls-cert.pem"),
+            bench.dir.join("tls-key.pem"),
+        );
+        if options.targets.iter().any(|t| t.kind.tls()) {
+            certificate(&cert, &key)?;
+        }
 
-        // Four upstreams, then a listener and an admin port per target.
-        let ports = free_ports(4 + 2 * options.targets.len())?;
+        // Four upstreams, then a listener, an admin port and a TLS port per target.
+        let ports = free_ports(4 + 3 * options.targets.len())?;
         let upstreams = Upstreams::new([ports[0], ports[1], ports[2], ports[3]]);
         bench.start_upstreams(&builds.upstream, &upstreams)?;
 
@@ -321,12 +333,18 @@ impl<'a> Bench<'a> {
             fs::create_dir(&own)
                 .and_then(|()| fs::set_permissions(&own, fs::Permissions::from_mode(0o755)))
                 .map_err(|e| format!("cannot create {}: {e}", own.display()))?;
-            let listen = ports[4 + 2 * i];
+            let listen = ports[4 + 3 * i];
+            let tls = spec.kind.tls().then_some(ports[6 + 3 * i]);
             let launch = spec.kind.configure(&Setup {
                 program,
                 dir: &own,
                 listen,
-                admin: ports[5 + 2 * i],
+                admin: ports[5 + 3 * i],
+                tls: tls.map(|listen| Tls {
+                    listen,
+                    cert: &cert,
+                    key: &key,
+                }),
                 upstreams: &upstreams,
                 one_process: options.mode.one_process(),
                 settings,
@@ -336,6 +354,7 @@ impl<'a> Bench<'a> {
                 kind: spec.kind,
                 program: program.clone(),
                 listen,
+                tls,
                 launch,
             });
         }
@@ -436,7 +455,29 @@ impl<'a> Bench<'a> {
             "gray-",
             &stained,
             timeout,
-        )
+        )?;
+        if let Some(tls) = t.tls {
+            let cert = self.dir.join("tls-cert.pem");
+            probe::check_tls_lane(
+                &t.label,
+                tls,
+                &cert,
+                "tls, no header",
+                "base-",
+                &[],
+                timeout,
+            )?;
+            probe::check_tls_lane(
+                &t.label,
+                tls,
+                &cert,
+                "tls, x-gray-lane: gray",
+                "gray-",
+                &stained,
+                timeout,
+            )?;
+        }
+        Ok(())
     }
 
     /// Starts every target normally, waits for each, checks its routing, and warms each up
@@ -515,6 +556,39 @@ impl<'a> Bench<'a> {
             .filter_map(|r| Some((labels.iter().position(|l| *l == r)?, r)))
             .collect()
     }
+}
+
+/// Writes the run's TLS certificate and key (a self-signed ECDSA P-256 certificate for
+/// 127.0.0.1 and `localhost`, valid two days: what every TLS target serves) with the
+/// `openssl` command.
+fn certificate(cert: &Path, key: &Path) -> Result<()> {
+    let output = Command::new("openssl")
+        .args([
+            "req",
+            "-x509",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:prime256v1",
+        ])
+        .args(["-nodes", "-days", "2", "-subj", "/CN=localhost"])
+        .args(["-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1"])
+        .arg("-keyout")
+        .arg(key)
+        .arg("-out")
+        .arg(cert)
+        .output()
+        .map_err(|e| format!("cannot run openssl (Debian: `apt-get install openssl`): {e}"))?;
+    if !output.status.success() {
+        return Err(format!(
+            "openssl could not make the TLS certificate ({}):\n{}",
+            output.status,
+            String::from_utf8_lossy(&output.stderr)
+        ));
+    }
+    // nginx's workers run as `nobody`; the key is read by the master, but keep it readable.
+    fs::set_permissions(key, fs::Permissions::from_mode(0o644))
+        .map_err(|e| format!("cannot chmod {}: {e}", key.display()))
 }
 
 /// `n` distinct free loopback ports: bound together while chosen so that none repeats, then

@@ -5,6 +5,8 @@
 //! cargo xtask bench-gateway                                    # CPU per request (5 rounds of 5 s)
 //! cargo xtask bench-gateway --rounds 3 --duration 3            # the same as ROUNDS=3 DURATION=3
 //! cargo xtask bench-gateway --syscalls                         # system calls and context switches per request
+//! cargo xtask bench-gateway --targets nginx-tls,gateway-tls --refs nginx-tls   # TLS keep-alive
+//! cargo xtask bench-gateway --idle-memory --targets nginx-tls,gateway-tls      # memory per idle connection
 //! PROFILE=profiling cargo xtask bench-gateway --instructions   # instructions per request, by function and crate
 //! BIN_BEFORE=/tmp/gray-gateway.before cargo xtask bench-gateway --targets gateway#before,gateway,bare
 //! ```
@@ -76,17 +78,20 @@
 //! per idle connection, say, is `start_all`, opening the connections, and `VmRSS` of
 //! `serving_pids` before and after.
 //!
+//! ## TLS
+//!
+//! `nginx-tls` and `gateway-tls` ([`kinds::Kind::tls`]) serve the run's certificate (made
+//! with `openssl` when a TLS target runs) on a [`kinds::Tls`] listener of their own, beside
+//! their plaintext `listen`, which still serves the start-up checks; the routing is also
+//! checked over TLS with curl ([`probe::check_tls_lane`]) and wrk loads the `https` URL.
+//! `NEW_CONNECTIONS=1` sends `Connection: close` with every request: a full handshake per
+//! request. `--idle-memory` measures memory per idle keep-alive connection on both
+//! listeners.
+//!
 //! ## Where the planned additions go
 //!
-//! - TLS termination (the gateway against nginx with the same certificate and cipher): a
-//!   kind per TLS target whose template names a certificate the bench writes into the run's
-//!   directory; [`harness::Target::url`] gives wrk its `https` URL, and the routing probe
-//!   ([`probe::get`], plain HTTP/1.1 on std) needs a TLS client (curl with `--cacert`, or
-//!   one in bench-support). The full-handshake cost is a mode whose load opens a connection
-//!   per request.
 //! - HTTP/2 upstreams: an HTTP/2 listener in bench-support's `upstream`, and the protocol in
 //!   [`kinds::Upstreams`], which the templates read.
-//! - Memory per idle keep-alive connection (8,000, plaintext and TLS): a mode, as above.
 //! - The cost of recording evidence: a second value of the gateway's kind with recording
 //!   on, compared with `gateway` in one interleaved run.
 

@@ -184,7 +184,7 @@ pub(crate) fn help() -> String {
         "\nTargets (--targets, comma-separated, in the order they run; default {DEFAULT_TARGETS}):"
     );
     for kind in kinds::KINDS {
-        push_entry(&mut out, kind.name(), kind.about(), 11);
+        push_entry(&mut out, kind.name(), kind.about(), 12);
     }
     out.push_str(
         "A Rust target may name a cargo profile, `gateway@release`, to compare builds in one\n\
@@ -359,7 +359,7 @@ mod tests {
         let help = help();
         for kind in kinds::KINDS {
             assert!(
-                help.contains(&format!("\n  {:11}  ", kind.name())),
+                help.contains(&format!("\n  {:12}  ", kind.name())),
                 "{}",
                 kind.name()
             );

@@ -166,6 +166,68 @@ pub(crate) fn check_lane(
     Ok(())
 }
 
+/// Checks one lane of a TLS listener with curl (`--cacert cert`), as [`check_lane`] does
+/// over plaintext: 4 requests, each answered 200 by an instance whose id starts with
+/// `instance_prefix`, the upstream seeing the path without `/svc`.
+pub(crate) fn check_tls_lane(
+    label: &str,
+    addr: SocketAddr,
+    cert: &std::path::Path,
+    what: &str,
+    instance_prefix: &str,
+    headers: &[(&str, &str)],
+    timeout: Duration,
+) -> Result<()> {
+    let url = format!("https://{addr}{CHECK_PATH}");
+    let mut served = Vec::new();
+    for _ in 0..4 {
+        let mut curl = std::process::Command::new("curl");
+        curl.args([
+            "--silent",
+            "--show-error",
+            "--noproxy",
+            "*",
+            "--output",
+            "/dev/null",
+        ])
+        .arg("--cacert")
+        .arg(cert)
+        .arg("--max-time")
+        .arg(timeout.as_secs().max(1).to_string())
+        .args([
+            "--write-out",
+            "%{http_code} %header{x-instance} %header{x-seen-path}",
+        ]);
+        for (name, value) in headers {
+            curl.arg("--header").arg(format!("{name}: {value}"));
+        }
+        let output = curl
+            .arg(&url)
+            .output()
+            .map_err(|e| format!("{label}, {what}: cannot run curl: {e}"))?;
+        let out = String::from_utf8_lossy(&output.stdout);
+        let mut fields = out.split(' ');
+        let (status, instance, path) = (fields.next(), fields.next(), fields.next());
+        if !output.status.success() || status != Some("200") {
+            return Err(format!(
+                "{label}, {what}: GET {url}: `{out}` ({}) {}",
+                output.status,
+                String::from_utf8_lossy(&output.stderr)
+            ));
+        }
+        let instance = instance.unwrap_or("-");
+        if !instance.starts_with(instance_prefix) || path != Some(SEEN_PATH) {
+            return Err(format!(
+                "{label}, {what}: served by `{instance}` seeing `{}`, expected {instance_prefix}* seeing {SEEN_PATH}",
+                path.unwrap_or("-")
+            ));
+        }
+        served.push(instance.to_owned());
+    }
+    println!("  {label:<16} {what:<20} -> {}", served.join(" "));
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use std::{net::TcpListener, thread};

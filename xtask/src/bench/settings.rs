@@ -42,6 +42,13 @@ const SETTINGS: &[Spec] = &[
         about: "wrk connections (one wrk thread)",
     },
     Spec {
+        env: "NEW_CONNECTIONS",
+        value: "0|1",
+        default: "0",
+        about: "1: every request on a new connection (wrk sends `Connection: close`): with the\n\
+                TLS targets, a full handshake per request",
+    },
+    Spec {
         env: "PROXY_CPU",
         value: "CPU",
         default: "0",
@@ -115,6 +122,12 @@ const SETTINGS: &[Spec] = &[
         about: "--syscalls: seconds of the measured wrk run per target",
     },
     Spec {
+        env: "IDLE_CONNECTIONS",
+        value: "N",
+        default: "8000",
+        about: "--idle-memory: idle keep-alive connections opened per listener",
+    },
+    Spec {
         env: "SYS_TOP",
         value: "N",
         default: "8",
@@ -129,6 +142,8 @@ pub(crate) struct Settings {
     pub(crate) duration: u64,
     pub(crate) warmup: u64,
     pub(crate) connections: u64,
+    /// Every request on a new connection.
+    pub(crate) new_connections: bool,
     pub(crate) proxy_cpu: u64,
     pub(crate) load_cpu: u64,
     pub(crate) profile: String,
@@ -143,6 +158,7 @@ pub(crate) struct Settings {
     pub(crate) ins_top: usize,
     pub(crate) sys_duration: u64,
     pub(crate) sys_top: usize,
+    pub(crate) idle_connections: u64,
 }
 
 // === impl Settings ===
@@ -190,6 +206,11 @@ impl Settings {
             duration: number("DURATION", 1)?,
             warmup: number("WARMUP", 0)?,
             connections: number("CONNECTIONS", 1)?,
+            new_connections: match get("NEW_CONNECTIONS").as_str() {
+                "0" => false,
+                "1" => true,
+                other => return Err(format!("NEW_CONNECTIONS must be 0 or 1, got `{other}`")),
+            },
             proxy_cpu: number("PROXY_CPU", 0)?,
             load_cpu: number("LOAD_CPU", 0)?,
             profile,
@@ -203,6 +224,7 @@ impl Settings {
             ins_top: number("INS_TOP", 0)? as usize,
             sys_duration: number("SYS_DURATION", 1)?,
             sys_top: number("SYS_TOP", 0)? as usize,
+            idle_connections: number("IDLE_CONNECTIONS", 1)?,
         })
     }
 }

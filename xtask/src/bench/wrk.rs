@@ -11,8 +11,8 @@ pub(crate) const MIXED_LUA: &str = r#"-- Every other request carries `x-gray-lan
 local n = 0
 local plain, stained
 init = function(args)
-    plain = wrk.format("GET", "/svc/bench")
-    stained = wrk.format("GET", "/svc/bench", { ["x-gray-lane"] = "gray" })
+    plain = wrk.format("GET", "/svc/bench", { EXTRA_HEADERS })
+    stained = wrk.format("GET", "/svc/bench", { ["x-gray-lane"] = "gray", EXTRA_HEADERS })
 end
 request = function()
     n = n + 1
@@ -27,6 +27,19 @@ done = function(summary, latency, requests)
         latency:percentile(50), latency:percentile(99)))
 end
 "#;
+
+/// [`MIXED_LUA`] with `Connection: close` on every request when `new_connections` (wrk
+/// then opens a new connection for each).
+pub(crate) fn mixed_lua(new_connections: bool) -> String {
+    MIXED_LUA.replace(
+        "EXTRA_HEADERS",
+        if new_connections {
+            r#"["connection"] = "close""#
+        } else {
+            ""
+        },
+    )
+}
 
 /// What one wrk run did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

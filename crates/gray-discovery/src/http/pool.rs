@@ -22,9 +22,9 @@ use std::{
     pin::Pin,
     sync::{
         Arc, Mutex,
-        atomic::{AtomicBool, Ordering},
+        atomic::{AtomicBool, AtomicU64, Ordering},
     },
-    task::{Context, Poll},
+    task::{Context, Poll, ready},
     time::{Duration, Instant},
 };
 
@@ -43,6 +43,7 @@ use tokio::time::Sleep;
 use tower::BoxError;
 use tower_service::Service;
 
+use super::connecting::{Connects, Home};
 pub(crate) use super::settings::Settings;
 use super::{
     Protocol,
@@ -62,8 +63,8 @@ pin_project_lite::pin_project! {
     }
 }
 
-/// Sets its flag when dropped.
-struct Released(Arc<AtomicBool>);
+/// Sets its flag when dropped; counts the body's frames (its progress) meanwhile.
+struct Released(Arc<AtomicBool>, Arc<AtomicU64>);
 
 // === impl Released ===
 
@@ -89,7 +90,12 @@ impl<B: Body> Body for Tracked<B> {
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<B::Data>, B::Error>>> {
-        self.project().inner.poll_frame(cx)
+        let this = self.project();
+        let frame = ready!(this.inner.poll_frame(cx));
+        if let Some(Ok(_)) = frame {
+            this.released.1.fetch_add(1, Ordering::Relaxed);
+        }
+        Poll::Ready(frame)
     }
 
     fn is_end_stream(&self) -> bool {
@@ -108,6 +114,9 @@ pub(crate) struct Conn<IO: Read + Write + Unpin, B: Body + 'static> {
     /// Whether the connection has let go of the last request's body (sent it whole, or
     /// dropped it): only then may it wait idle for the next request.
     body_released: Arc<AtomicBool>,
+    /// Frames of request bodies sent so far: a body still moving holds off the response
+    /// timeout.
+    body_frames: Arc<AtomicU64>,
     /// The driver finished: the connection is closed (or failed).
     ended: bool,
     /// When it was released to the idle list.
@@ -139,6 +148,7 @@ where
             sender,
             driver,
             body_released: Arc::new(AtomicBool::new(true)),
+            body_frames: Arc::new(AtomicU64::new(0)),
             ended: false,
             idle_since: Instant::now(),
             pool: None,
@@ -165,6 +175,8 @@ where
 /// The idle connections of one instance.
 pub(crate) struct Pool<IO: Read + Write + Unpin, B: Body + 'static> {
     idle: Mutex<Vec<Box<Conn<IO, B>>>>,
+    /// Requests waiting for a connection, and the connects that serve them.
+    connects: Connects<Box<Conn<IO, B>>>,
     pub(crate) settings: Arc<Settings>,
 }
 
@@ -174,6 +186,7 @@ impl<IO: Read + Write + Unpin, B: Body + 'static> Pool<IO, B> {
     pub(crate) fn new(settings: Arc<Settings>) -> Self {
         Pool {
             idle: Mutex::new(Vec::new()),
+            connects: Connects::new(settings.max_connects),
             settings,
         }
     }
@@ -194,18 +207,38 @@ impl<IO: Read + Write + Unpin, B: Body + 'static> Pool<IO, B> {
         }
     }
 
-    pub(crate) fn put(&self, mut conn: Box<Conn<IO, B>>) {
+    pub(crate) fn put(self: &Arc<Self>, mut conn: Box<Conn<IO, B>>)
+    where
+        IO: Send + 'static,
+        B: Send,
+        B::Data: Send,
+    {
         // A connection still sending its request body (the instance answered early) is
         // closed here: idle, nobody would poll it to send the rest.
         if conn.ended || conn.sender.is_closed() || !conn.body_released.load(Ordering::Acquire) {
             return;
         }
         conn.pool = None;
+        // Requests waiting for a connection come first.
+        let Some(mut conn) = self.connects.offer(conn, self) else {
+            return;
+        };
         conn.idle_since = Instant::now();
         let mut idle = self.lock();
         if idle.len() < self.settings.max_idle {
             idle.push(conn);
         }
+    }
+}
+
+impl<IO, B> Home<Box<Conn<IO, B>>> for Pool<IO, B>
+where
+    IO: Read + Write + Unpin + Send + 'static,
+    B: Body + Send + 'static,
+    B::Data: Send,
+{
+    fn home(self: Arc<Self>, conn: Box<Conn<IO, B>>) {
+        self.put(conn);
     }
 }
 
@@ -403,6 +436,48 @@ where
         Box::new(RequestError::new(stage, self.uri.clone(), source))
     }
 
+    /// A new HTTP/1 connection (what the capped connects of [`Connects`] open).
+    async fn connect_h1(&mut self) -> Result<Box<Conn<IO, B>>, BoxError> {
+        let (io, _) = open(self.connector.clone(), &self.uri, &self.secure).await?;
+        Conn::handshake(io, &self.pool.settings)
+            .await
+            .map_err(|e| self.error(Stage::Handshake, e))
+    }
+
+    /// A connection for a request that found no idle one: from the instance's
+    /// [`Connects`], once one is free (a connect started here if fewer than the cap run,
+    /// or a connection released by another request); over TLS with ALPN to choose
+    /// ([`Mode::Alpn`]), a connection of its own, which may turn out to speak HTTP/2.
+    async fn handed(&mut self) -> Result<Option<Opened<IO, B>>, BoxError> {
+        if self.mode == Mode::Alpn {
+            return self.connect().await.map(Some);
+        }
+        let waiter = self.pool.connects.wait();
+        if waiter.start {
+            let mut target = self.clone();
+            // Bounded like a request's connect, whether or not the request still waits.
+            let limit = self.pool.settings.response_timeout;
+            tokio::spawn(async move {
+                let pool = target.pool.clone();
+                loop {
+                    let connected = match limit {
+                        Some(after) => tokio::time::timeout(after, target.connect_h1())
+                            .await
+                            .unwrap_or_else(|_| Err(target.timeout(after))),
+                        None => target.connect_h1().await,
+                    };
+                    if !pool.connects.finished(connected, &pool) {
+                        break;
+                    }
+                }
+            });
+        }
+        match waiter.handed.await {
+            Ok(handed) => handed.map(|h| h.take().map(Opened::Http1)),
+            Err(_) => Err(self.error(Stage::Connect, "the connect task ended")),
+        }
+    }
+
     async fn connect(&mut self) -> Result<Opened<IO, B>, BoxError> {
         let (io, h2) = open(self.connector.clone(), &self.uri, &self.secure).await?;
         if h2 && self.mode == Mode::Alpn {
@@ -448,23 +523,28 @@ where
                     None => {
                         fresh = true;
                         // Connecting is rare: a timer of its own.
-                        let connected = match deadline {
+                        let handed = match deadline {
                             Some((at, after)) => {
-                                match tokio::time::timeout_at(at, self.connect()).await {
-                                    Ok(connected) => connected,
+                                match tokio::time::timeout_at(at, self.handed()).await {
+                                    Ok(handed) => handed,
                                     Err(_) => return Err(self.timeout(after)),
                                 }
                             }
-                            None => self.connect().await,
+                            None => self.handed().await,
                         };
-                        match connected {
-                            Ok(Opened::Http1(conn)) => break conn,
-                            Ok(Opened::Http2) => {
+                        match handed {
+                            Ok(Some(Opened::Http1(mut conn))) => {
+                                if poll_fn(|cx| Poll::Ready(conn.usable(cx))).await {
+                                    break conn;
+                                }
+                            }
+                            Ok(Some(Opened::Http2)) => {
                                 if added_host {
                                     request.headers_mut().remove(HOST);
                                 }
                                 return self.run_h2(request, deadline).await;
                             }
+                            Ok(None) => {}
                             // Nothing was sent: the request goes back to the caller, as
                             // it came (a retrying balancer sends it elsewhere).
                             Err(e) => {
@@ -484,7 +564,8 @@ where
                 }
             }
             conn.body_released.store(false, Ordering::Release);
-            let released = Released(conn.body_released.clone());
+            let released = Released(conn.body_released.clone(), conn.body_frames.clone());
+            let mut frames_seen = conn.body_frames.load(Ordering::Relaxed);
             let tracked = request.map(|inner| Tracked { inner, released });
             let mut sent = std::pin::pin!(conn.sender.try_send_request(tracked));
             let result = poll_fn(|cx| {
@@ -492,9 +573,20 @@ where
                 if let Poll::Ready(result) = sent.as_mut().poll(cx) {
                     return Poll::Ready(Some(result));
                 }
-                match &mut conn.timer {
-                    Some(timer) if deadline.is_some() => timer.as_mut().poll(cx).map(|()| None),
-                    _ => Poll::Pending,
+                let (Some(timer), Some((_, after))) = (&mut conn.timer, deadline) else {
+                    return Poll::Pending;
+                };
+                loop {
+                    ready!(timer.as_mut().poll(cx));
+                    // A request body still being sent, and moving since the timer was set,
+                    // is bounded by its own limits (the caller's): the wait for the
+                    // answer starts again.
+                    let frames = conn.body_frames.load(Ordering::Relaxed);
+                    if conn.body_released.load(Ordering::Acquire) || frames == frames_seen {
+                        return Poll::Ready(None);
+                    }
+                    frames_seen = frames;
+                    timer.as_mut().reset(tokio::time::Instant::now() + after);
                 }
             })
             .await;

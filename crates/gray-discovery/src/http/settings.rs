@@ -23,6 +23,8 @@ pub(crate) struct Settings {
     pub(crate) protocol: Protocol,
     /// The time a request may take until its response head, connecting included.
     pub(crate) response_timeout: Option<Duration>,
+    /// Connects running at once per instance ([`super::connecting`]).
+    pub(crate) max_connects: usize,
     /// TLS as given, and ready for the protocol.
     #[cfg(feature = "tls")]
     pub(crate) tls: Option<(super::Tls, super::tls::Prepared)>,
@@ -44,6 +46,7 @@ impl Default for Settings {
             },
             protocol: Protocol::Http1,
             response_timeout: None,
+            max_connects: 8,
             #[cfg(feature = "tls")]
             tls: None,
         }

@@ -6,6 +6,8 @@ use gray_balance::Pick;
 use gray_core::CarrierConfig;
 use gray_policy::WithPolicy;
 use gray_tower::edge::ForwardedHeader;
+
+use super::TlsVersion;
 use serde::Deserialize;
 
 use super::defaults;
@@ -13,7 +15,7 @@ use super::defaults;
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(super) struct File {
-    pub(super) listen: SocketAddr,
+    pub(super) listen: Option<SocketAddr>,
     pub(super) admin: Option<SocketAddr>,
     #[serde(default)]
     pub(super) workers: usize,
@@ -31,6 +33,7 @@ pub(super) struct File {
     pub(super) rules: Option<PathBuf>,
     pub(super) instances: Option<PathBuf>,
     pub(super) etcd: Option<Etcd>,
+    pub(super) tls: Option<Tls>,
     #[serde(default = "defaults::upstream_timeout_ms")]
     pub(super) upstream_timeout_ms: u64,
     #[serde(default = "defaults::head_hold_ms")]
@@ -43,12 +46,50 @@ pub(super) struct File {
     pub(super) idle_timeout_ms: u64,
     #[serde(default = "defaults::max_connections")]
     pub(super) max_connections: usize,
+    #[serde(default = "defaults::request_body_timeout_ms")]
+    pub(super) request_body_timeout_ms: u64,
+    #[serde(default = "defaults::request_body_min_rate")]
+    pub(super) request_body_min_rate: u64,
+    #[serde(default = "defaults::send_timeout_ms")]
+    pub(super) send_timeout_ms: u64,
+    #[serde(default = "defaults::max_in_flight")]
+    pub(super) max_in_flight: usize,
+    #[serde(default)]
+    pub(super) max_in_flight_per_client: u32,
+    #[serde(default = "defaults::max_cancelled_streams_percent")]
+    pub(super) max_cancelled_streams_percent: u32,
+    #[serde(default = "defaults::upstream_buffer_bytes")]
+    pub(super) upstream_buffer_bytes: usize,
+    #[serde(default = "defaults::upstream_max_connects")]
+    pub(super) upstream_max_connects: usize,
+    #[serde(default = "defaults::http2_max_concurrent_streams")]
+    pub(super) http2_max_concurrent_streams: u32,
+    #[serde(default = "defaults::http2_max_send_buf_size")]
+    pub(super) http2_max_send_buf_size: usize,
+    #[serde(default = "defaults::http2_stream_window")]
+    pub(super) http2_stream_window: u32,
+    #[serde(default = "defaults::http2_connection_window")]
+    pub(super) http2_connection_window: u32,
+    #[serde(default = "defaults::http2_max_pending_accept_reset_streams")]
+    pub(super) http2_max_pending_accept_reset_streams: usize,
+    #[serde(default = "defaults::http2_max_local_error_reset_streams")]
+    pub(super) http2_max_local_error_reset_streams: usize,
     #[serde(default = "defaults::metrics_max_lanes")]
     pub(super) metrics_max_lanes: usize,
     #[serde(default)]
     pub(super) seed003_headers: bool,
     #[serde(default)]
     pub(super) services: BTreeMap<String, WithPolicy<ServiceKeys>>,
+    pub(super) rollouts: Option<Rollouts>,
+}
+
+/// The `[rollouts]` table: what every service's rollout shares.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct Rollouts {
+    pub(super) state_dir: Option<PathBuf>,
+    pub(super) interval_ms: Option<u64>,
+    pub(super) history: Option<usize>,
 }
 
 fn yes() -> bool {
@@ -65,6 +106,33 @@ pub(super) struct ServiceKeys {
     pub(super) protocol: Option<super::transport::ProtocolKey>,
     pub(super) tls: Option<super::transport::TlsKeys>,
     pub(super) strip_prefix: Option<bool>,
+    pub(super) rollout: Option<gray_rollout::RolloutConfig>,
+}
+
+/// The `[tls]` table: a TLS listener (read whatever the features; refused by the checks
+/// without the `tls` feature).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct Tls {
+    pub(super) listen: SocketAddr,
+    pub(super) cert_file: PathBuf,
+    pub(super) key_file: PathBuf,
+    pub(super) client_ca_file: Option<PathBuf>,
+    pub(super) client_auth: Option<ClientAuth>,
+    #[serde(default)]
+    pub(super) min_version: TlsVersion,
+    #[serde(default = "defaults::handshake_timeout_ms")]
+    pub(super) handshake_timeout_ms: u64,
+    #[serde(default = "defaults::tls_reload_interval_ms")]
+    pub(super) reload_interval_ms: u64,
+}
+
+/// `client_auth`: whether a client must present a certificate.
+#[derive(Debug, Clone, Copy, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub(super) enum ClientAuth {
+    Required,
+    Optional,
 }
 
 /// The `[etcd]` table: etcd's client settings (gray-source's `EtcdConfig`, flattened) and

@@ -93,8 +93,53 @@ pub(crate) mod defaults {
     pub(crate) fn max_connections() -> usize {
         10_000
     }
+    pub(crate) fn request_body_timeout_ms() -> u64 {
+        30_000
+    }
+    pub(crate) fn request_body_min_rate() -> u64 {
+        500
+    }
+    pub(crate) fn send_timeout_ms() -> u64 {
+        60_000
+    }
+    pub(crate) fn max_in_flight() -> usize {
+        4096
+    }
+    pub(crate) fn max_cancelled_streams_percent() -> u32 {
+        50
+    }
+    pub(crate) fn upstream_buffer_bytes() -> usize {
+        64 * 1024
+    }
+    pub(crate) fn upstream_max_connects() -> usize {
+        8
+    }
+    pub(crate) fn http2_max_concurrent_streams() -> u32 {
+        100
+    }
+    pub(crate) fn http2_max_send_buf_size() -> usize {
+        64 * 1024
+    }
+    pub(crate) fn http2_stream_window() -> u32 {
+        256 * 1024
+    }
+    pub(crate) fn http2_connection_window() -> u32 {
+        1024 * 1024
+    }
+    pub(crate) fn http2_max_pending_accept_reset_streams() -> usize {
+        20
+    }
+    pub(crate) fn http2_max_local_error_reset_streams() -> usize {
+        1024
+    }
     pub(crate) fn metrics_max_lanes() -> usize {
         32
+    }
+    pub(crate) fn handshake_timeout_ms() -> u64 {
+        10_000
+    }
+    pub(crate) fn tls_reload_interval_ms() -> u64 {
+        1_000
     }
     #[cfg(feature = "etcd")]
     pub(crate) fn etcd_prefix() -> String {
@@ -111,8 +156,10 @@ const MIN_HEADER_BYTES: usize = 8 * 1024;
 pub struct Config {
     /// The file it was read from.
     pub source: PathBuf,
-    /// The proxy's address.
-    pub listen: SocketAddr,
+    /// The proxy's plaintext address; `None` when only [`tls`](Config::tls) listens.
+    pub listen: Option<SocketAddr>,
+    /// The proxy's TLS listener (the `[tls]` table), if any.
+    pub tls: Option<TlsSettings>,
     /// The admin endpoint's address, if any.
     pub admin: Option<SocketAddr>,
     /// Runtime worker threads (0: one per core; 1: tokio's current-thread scheduler).
@@ -148,6 +195,23 @@ pub struct Config {
     pub seed003_headers: bool,
     /// The routed services, sorted by name.
     pub services: Vec<ServiceConfig>,
+    /// What the services' rollouts share (`[rollouts]`).
+    pub rollouts: RolloutSettings,
+}
+
+/// The `[rollouts]` table: what every service's rollout shares.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct RolloutSettings {
+    /// The folder of the rollouts' state files, `<service>.rollout.json` (`state_dir`;
+    /// default: the configuration file's folder).
+    pub state_dir: PathBuf,
+    /// How often each rollout's controller looks at its evidence (`interval_ms`, default
+    /// 1000).
+    pub interval: Duration,
+    /// How many transitions each rollout keeps, with their evidence, for the admin API
+    /// (`history`, default 32).
+    pub history: usize,
 }
 
 /// One routed service.
@@ -172,6 +236,8 @@ pub struct ServiceConfig {
     /// (`strip_prefix`, default `true`); `false` for gRPC services, whose path
     /// (`/{package.Service}/{Method}`) starts with the name the service is routed by.
     pub strip_prefix: bool,
+    /// Its rollout (`[services.<name>.rollout]`), checked.
+    pub rollout: Option<gray_rollout::RolloutConfig>,
 }
 
 /// Where the instances come from.
@@ -211,6 +277,61 @@ pub struct EtcdSettings {
     pub prefix: String,
 }
 
+/// The `[tls]` table: a listener that terminates TLS; see the [crate docs](crate#tls).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct TlsSettings {
+    /// Its address.
+    pub listen: SocketAddr,
+    /// The certificate chain (PEM): the server's certificate first, then its
+    /// intermediates.
+    pub cert_file: PathBuf,
+    /// The certificate's private key (PEM: PKCS#8, PKCS#1 or SEC1).
+    pub key_file: PathBuf,
+    /// Client certificates, if they are asked for.
+    pub client_certs: Option<ClientCerts>,
+    /// The oldest protocol version accepted.
+    pub min_version: TlsVersion,
+    /// The time a client has to complete its handshake, from the accept (`None`: no
+    /// limit beyond `header_read_timeout`).
+    pub handshake_timeout: Option<Duration>,
+    /// How often the files are looked at for a new version (`None`: never reloaded).
+    pub reload_interval: Option<Duration>,
+}
+
+/// Client-certificate verification (`client_ca_file`, `client_auth`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ClientCerts {
+    /// The CA certificates (PEM) a client's certificate must chain to.
+    pub ca_file: PathBuf,
+    /// Whether a client without a certificate is refused (`client_auth = "required"`, the
+    /// default) or served (`"optional"`; a certificate it presents must still verify).
+    pub required: bool,
+}
+
+/// A TLS protocol version (`min_version = "1.2"` or `"1.3"`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Deserialize)]
+#[non_exhaustive]
+pub enum TlsVersion {
+    /// TLS 1.2 (and 1.3).
+    #[default]
+    #[serde(rename = "1.2")]
+    Tls12,
+    /// TLS 1.3 only.
+    #[serde(rename = "1.3")]
+    Tls13,
+}
+
+impl std::fmt::Display for TlsVersion {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            TlsVersion::Tls12 => "1.2",
+            TlsVersion::Tls13 => "1.3",
+        })
+    }
+}
+
 /// Limits on clients' connections; see the [crate docs](crate#limits).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
@@ -223,6 +344,42 @@ pub struct Limits {
     pub idle_timeout: Option<Duration>,
     /// The most client connections served at once; more wait to be accepted.
     pub max_connections: usize,
+    /// A request body must progress: its next frame within this time, and on average at
+    /// least `request_body_min_rate` bytes a second past it (`None`: no limit).
+    pub request_body_timeout: Option<Duration>,
+    /// The average rate, in bytes a second, a request body keeps up after
+    /// `request_body_timeout` (0: none).
+    pub request_body_min_rate: u64,
+    /// The time a connection's response bodies may make no progress (the client not
+    /// reading) before the connection is closed (`None`: no limit).
+    pub send_timeout: Option<Duration>,
+    /// Requests in flight to upstreams at once, from all clients (0: no cap); more get 503.
+    pub max_in_flight: usize,
+    /// Requests in flight at once from one client IP (0: no cap); more get 429.
+    pub max_in_flight_per_client: u32,
+    /// The share (percent) of a connection's streams, in windows of 100, that its client
+    /// may cancel before their response; more and the connection gets GOAWAY (0: no limit).
+    pub max_cancelled_streams_percent: u32,
+    /// The read buffer of each upstream connection, in bytes: the largest response head,
+    /// and what a response body buffers ahead of a client that does not read.
+    pub upstream_buffer_bytes: usize,
+    /// Connects to one instance running at once.
+    pub upstream_max_connects: usize,
+    /// HTTP/2: streams open at once per connection (`SETTINGS_MAX_CONCURRENT_STREAMS`).
+    pub http2_max_concurrent_streams: u32,
+    /// HTTP/2: response bytes buffered per stream, beyond what the client's window takes.
+    pub http2_max_send_buf_size: usize,
+    /// HTTP/2: the receive window of each stream (request body bytes a client may send
+    /// ahead).
+    pub http2_stream_window: u32,
+    /// HTTP/2: the receive window of each connection.
+    pub http2_connection_window: u32,
+    /// HTTP/2: streams reset by the client before the gateway accepted them, at once,
+    /// before the connection is closed (rapid reset).
+    pub http2_max_pending_accept_reset_streams: usize,
+    /// HTTP/2: streams the gateway resets for the client's protocol errors before it
+    /// closes the connection.
+    pub http2_max_local_error_reset_streams: usize,
 }
 
 impl Default for Limits {
@@ -232,6 +389,21 @@ impl Default for Limits {
             max_header_bytes: defaults::max_header_bytes(),
             idle_timeout: millis(defaults::idle_timeout_ms()),
             max_connections: defaults::max_connections(),
+            request_body_timeout: millis(defaults::request_body_timeout_ms()),
+            request_body_min_rate: defaults::request_body_min_rate(),
+            send_timeout: millis(defaults::send_timeout_ms()),
+            max_in_flight: defaults::max_in_flight(),
+            max_in_flight_per_client: 0,
+            max_cancelled_streams_percent: defaults::max_cancelled_streams_percent(),
+            upstream_buffer_bytes: defaults::upstream_buffer_bytes(),
+            upstream_max_connects: defaults::upstream_max_connects(),
+            http2_max_concurrent_streams: defaults::http2_max_concurrent_streams(),
+            http2_max_send_buf_size: defaults::http2_max_send_buf_size(),
+            http2_stream_window: defaults::http2_stream_window(),
+            http2_connection_window: defaults::http2_connection_window(),
+            http2_max_pending_accept_reset_streams:
+                defaults::http2_max_pending_accept_reset_streams(),
+            http2_max_local_error_reset_streams: defaults::http2_max_local_error_reset_streams(),
         }
     }
 }
@@ -294,8 +466,50 @@ impl Config {
         if raw.max_connections == 0 {
             return Err(err("max_connections", &"expected at least 1"));
         }
+        if raw.max_cancelled_streams_percent > 100 {
+            return Err(err(
+                "max_cancelled_streams_percent",
+                &format_args!(
+                    "expected 0 to 100, found {}",
+                    raw.max_cancelled_streams_percent
+                ),
+            ));
+        }
+        if raw.upstream_buffer_bytes < MIN_HEADER_BYTES {
+            return Err(err(
+                "upstream_buffer_bytes",
+                &format_args!(
+                    "expected at least {MIN_HEADER_BYTES} (hyper's smallest read buffer), found {}",
+                    raw.upstream_buffer_bytes
+                ),
+            ));
+        }
+        for (field, value) in [
+            ("upstream_max_connects", raw.upstream_max_connects),
+            (
+                "http2_max_concurrent_streams",
+                raw.http2_max_concurrent_streams as usize,
+            ),
+            ("http2_max_send_buf_size", raw.http2_max_send_buf_size),
+        ] {
+            if value == 0 {
+                return Err(err(field, &"expected at least 1"));
+            }
+        }
+        for (field, value) in [
+            ("http2_stream_window", raw.http2_stream_window),
+            ("http2_connection_window", raw.http2_connection_window),
+        ] {
+            if !(65_535..=0x7fff_ffff).contains(&value) {
+                return Err(err(
+                    field,
+                    &format_args!("expected 65535 to 2147483647 (HTTP/2's bounds), found {value}"),
+                ));
+            }
+        }
 
         let (discovery, rules) = sources(&doc, &raw, &resolve)?;
+        let tls = tls(&doc, &raw, &resolve)?;
 
         if raw.services.is_empty() {
             return Err(err(
@@ -339,7 +553,17 @@ impl Config {
                       speak TLS (its `tls` table): use `kind = \"connect\"`",
                 ));
             }
+            let rollout = match table.extra.rollout {
+                Some(rollout) => {
+                    rollout
+                        .validate()
+                        .map_err(|e| err(&field(&format!("rollout.{}", e.field())), &e))?;
+                    Some(rollout)
+                }
+                None => None,
+            };
             services.push(ServiceConfig {
+                rollout,
                 name,
                 transport,
                 strip_prefix: table.extra.strip_prefix.unwrap_or(true),
@@ -353,6 +577,7 @@ impl Config {
         Ok(Config {
             source: path.to_owned(),
             listen: raw.listen,
+            tls,
             admin: raw.admin,
             workers: raw.workers,
             trusted_clients,
@@ -370,11 +595,73 @@ impl Config {
                 max_header_bytes: raw.max_header_bytes,
                 idle_timeout: millis(raw.idle_timeout_ms),
                 max_connections: raw.max_connections,
+                request_body_timeout: millis(raw.request_body_timeout_ms),
+                request_body_min_rate: raw.request_body_min_rate,
+                send_timeout: millis(raw.send_timeout_ms),
+                max_in_flight: raw.max_in_flight,
+                max_in_flight_per_client: raw.max_in_flight_per_client,
+                max_cancelled_streams_percent: raw.max_cancelled_streams_percent,
+                upstream_buffer_bytes: raw.upstream_buffer_bytes,
+                upstream_max_connects: raw.upstream_max_connects,
+                http2_max_concurrent_streams: raw.http2_max_concurrent_streams,
+                http2_max_send_buf_size: raw.http2_max_send_buf_size,
+                http2_stream_window: raw.http2_stream_window,
+                http2_connection_window: raw.http2_connection_window,
+                http2_max_pending_accept_reset_streams: raw.http2_max_pending_accept_reset_streams,
+                http2_max_local_error_reset_streams: raw.http2_max_local_error_reset_streams,
             },
             metrics_max_lanes: raw.metrics_max_lanes,
             seed003_headers: raw.seed003_headers,
             services,
+            rollouts: rollout_settings(&doc, raw.rollouts.unwrap_or_default(), base, &resolve)?,
         })
+    }
+}
+
+/// The `[rollouts]` table, checked.
+fn rollout_settings(
+    doc: &Document<'_>,
+    raw: file::Rollouts,
+    base: &Path,
+    resolve: &dyn Fn(PathBuf) -> PathBuf,
+) -> Result<RolloutSettings, ConfigError> {
+    let interval = raw.interval_ms.unwrap_or(1000);
+    if interval == 0 {
+        return Err(doc.error("rollouts.interval_ms", "expected at least 1"));
+    }
+    let history = raw.history.unwrap_or(32);
+    if history == 0 {
+        return Err(doc.error("rollouts.history", "expected at least 1"));
+    }
+    Ok(RolloutSettings {
+        state_dir: raw.state_dir.map_or_else(|| base.to_owned(), resolve),
+        interval: Duration::from_millis(interval),
+        history,
+    })
+}
+
+impl Config {
+    /// An error at `field` of the configuration file (read again to find the field's
+    /// line): for checks that need more than the file, such as a rollout's rule, which
+    /// must be a sticky-percentage rule of the rules.
+    pub fn field_error(&self, field: &str, message: &dyn std::fmt::Display) -> ConfigError {
+        let source = self.source.display().to_string();
+        let text = std::fs::read_to_string(&self.source).unwrap_or_default();
+        Document::new(&text, Format::Toml, &source).error(field, message)
+    }
+
+    /// Checks every service's rollout against `rules`: its rule must be a
+    /// sticky-percentage rule there.
+    pub fn check_rollouts(&self, rules: &gray_rules::RuleSet) -> Result<(), ConfigError> {
+        for service in &self.services {
+            if let Some(rollout) = &service.rollout {
+                if let Err(e) = rules.sticky_rule(&rollout.rule) {
+                    let field = format!("services.{}.rollout.rule", service.name);
+                    return Err(self.field_error(&field, &format_args!("{e}")));
+                }
+            }
+        }
+        Ok(())
     }
 }
 
@@ -473,6 +760,56 @@ fn needs_feature(
              was built without (cargo build -p gray-gateway --features {feature})"
         ),
     ))
+}
+
+/// The `[tls]` table, and whether something listens at all.
+fn tls(
+    doc: &Document<'_>,
+    raw: &file::File,
+    resolve: &dyn Fn(PathBuf) -> PathBuf,
+) -> Result<Option<TlsSettings>, ConfigError> {
+    let Some(table) = &raw.tls else {
+        if raw.listen.is_none() {
+            return Err(doc.error(
+                "listen",
+                "missing field `listen`: the proxy needs `listen`, or a `[tls]` table with its own `listen`, or both",
+            ));
+        }
+        return Ok(None);
+    };
+    needs_feature(doc, "tls", "tls", cfg!(feature = "tls"))?;
+    // Port 0 picks a free port for each: the same address twice is fine then.
+    if raw.listen == Some(table.listen) && table.listen.port() != 0 {
+        return Err(doc.error(
+            "tls.listen",
+            format_args!(
+                "{} is `listen` too: the plaintext and the TLS listeners need addresses of their own",
+                table.listen
+            ),
+        ));
+    }
+    let client_certs = match (&table.client_ca_file, table.client_auth) {
+        (Some(ca), auth) => Some(ClientCerts {
+            ca_file: resolve(ca.clone()),
+            required: !matches!(auth, Some(file::ClientAuth::Optional)),
+        }),
+        (None, Some(_)) => {
+            return Err(doc.error(
+                "tls.client_auth",
+                "needs `client_ca_file`: the CA certificates client certificates are verified with",
+            ));
+        }
+        (None, None) => None,
+    };
+    Ok(Some(TlsSettings {
+        listen: table.listen,
+        cert_file: resolve(table.cert_file.clone()),
+        key_file: resolve(table.key_file.clone()),
+        client_certs,
+        min_version: table.min_version,
+        handshake_timeout: millis(table.handshake_timeout_ms),
+        reload_interval: millis(table.reload_interval_ms),
+    }))
 }
 
 /// Where the instances and the rules come from.

@@ -311,3 +311,39 @@ fn upstream_protocol_and_tls() {
     }
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[test]
+fn client_limits_parse_and_their_mistakes_name_their_field() {
+    let cfg = parse(
+        "listen = \"127.0.0.1:1\"\nrequest_body_timeout_ms = 0\nsend_timeout_ms = 5000\n\
+         max_in_flight_per_client = 64\nhttp2_max_concurrent_streams = 10\n\
+         http2_stream_window = 65535\nupstream_max_connects = 2\n[services.a]\n",
+    )
+    .unwrap();
+    assert_eq!(cfg.limits.request_body_timeout, None);
+    assert_eq!(cfg.limits.send_timeout, Some(Duration::from_secs(5)));
+    assert_eq!(cfg.limits.max_in_flight_per_client, 64);
+    assert_eq!(cfg.limits.http2_max_concurrent_streams, 10);
+    assert_eq!(cfg.limits.http2_stream_window, 65_535);
+    assert_eq!(cfg.limits.upstream_max_connects, 2);
+    for (key, field) in [
+        ("http2_stream_window = 1024", "http2_stream_window"),
+        (
+            "http2_connection_window = 2147483648",
+            "http2_connection_window",
+        ),
+        (
+            "http2_max_concurrent_streams = 0",
+            "http2_max_concurrent_streams",
+        ),
+        ("upstream_max_connects = 0", "upstream_max_connects"),
+        ("upstream_buffer_bytes = 100", "upstream_buffer_bytes"),
+        (
+            "max_cancelled_streams_percent = 101",
+            "max_cancelled_streams_percent",
+        ),
+    ] {
+        let e = parse(&format!("listen = \"127.0.0.1:1\"\n{key}\n[services.a]\n")).unwrap_err();
+        assert_eq!((e.line(), e.field()), (Some(2), Some(field)), "{e}");
+    }
+}

@@ -113,6 +113,11 @@ use tokio::sync::watch;
 
 use super::error::RuleSourceError;
 
+mod overrides;
+
+pub use overrides::PercentOverride;
+use overrides::Writer;
+
 /// One accepted rule-set version.
 #[derive(Debug)]
 pub struct RulesSnapshot {
@@ -161,8 +166,9 @@ pub struct RulesStatus {
 
 struct Shared {
     current: ArcSwap<RulesSnapshot>,
-    // Serializes writers so generations are handed out in store order.
-    write: Mutex<()>,
+    // Serializes writers so generations are handed out in store order; holds the
+    // percentage overrides and the rules as their source gave them.
+    write: Mutex<Writer>,
     next_generation: AtomicU64,
     rejected: AtomicU64,
     status: watch::Sender<RulesStatus>,
@@ -237,7 +243,7 @@ impl LiveRules {
                     revision,
                     content,
                 }),
-                write: Mutex::new(()),
+                write: Mutex::new(Writer::default()),
                 next_generation: AtomicU64::new(2),
                 rejected: AtomicU64::new(0),
                 status: watch::Sender::new(status),
@@ -264,11 +270,26 @@ impl LiveRules {
     }
 
     fn put(&self, rules: RuleSet, revision: Revision, content: Option<u64>) -> u64 {
-        let _writer = self
-            .shared
+        let mut writer = self.writer();
+        let rules = writer.loaded(rules);
+        self.store(&writer, rules, revision, content)
+    }
+
+    fn writer(&self) -> std::sync::MutexGuard<'_, Writer> {
+        self.shared
             .write
             .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Puts `rules` in force under the writer's lock (`_writer`); returns the generation.
+    fn store(
+        &self,
+        _writer: &Writer,
+        rules: RuleSet,
+        revision: Revision,
+        content: Option<u64>,
+    ) -> u64 {
         let generation = self.shared.next_generation.fetch_add(1, Ordering::Relaxed);
         self.shared.current.store(Arc::new(RulesSnapshot {
             rules,

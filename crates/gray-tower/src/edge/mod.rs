@@ -18,13 +18,13 @@ pub use self::{
     error::RuleSourceError,
     future::EdgeFuture,
     layer::EdgeLayer,
-    live::{LiveRules, Revision, RulesGuard, RulesSnapshot, RulesStatus},
+    live::{LiveRules, PercentOverride, Revision, RulesGuard, RulesSnapshot, RulesStatus},
     service::{DecidedBy, Edge, EdgeDecision, RawUri},
 };
 /// What an edge is configured with, from the crates that define it: the rule set and its
 /// formats and CIDR lists (gray-rules), and path normalisation.
 #[doc(no_inline)]
-pub use gray_rules::{CidrList, Format, RuleSet, RulesError, path};
+pub use gray_rules::{CidrList, Format, RuleSet, RulesError, StickyArm, StickyRuleError, path};
 /// The former name of [`RulesSnapshot`].
 #[deprecated(
     since = "0.3.0",

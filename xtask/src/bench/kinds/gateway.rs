@@ -1,8 +1,9 @@
 //! The gray gateway (`GATEWAY_PACKAGE`'s binary `GATEWAY_BIN_NAME`), one worker, its
 //! features on: a rules file evaluated for every request, then the trusted client's stain;
 //! stripping, `X-Forwarded-For`, metrics, timeouts, admin. It picks round-robin within the
-//! lane, as the others do. `gateway-h2c` speaks HTTP/2 to the upstreams (the upstream
-//! binary answers both).
+//! lane, as the others do. `gateway-tls` also terminates TLS (the `[tls]` table, with the
+//! run's certificate); `gateway-h2c` speaks HTTP/2 to the upstreams (the upstream binary
+//! answers both).
 
 use super::{Kind, Launch, Program, Setup, render, write};
 use crate::bench::{Result, settings::Settings};
@@ -40,7 +41,7 @@ instances = "{instances}"
 # stain of a trusted client (wrk, 127.0.0.1) decides, as nginx's and HAProxy's routing do.
 rules = "{rules}"
 workers = 1
-
+{tls}
 # Round-robin within the lane's instances: the algorithm of nginx's upstream blocks.
 [services.svc]
 fallback = "baseline"
@@ -48,19 +49,28 @@ pick = "round-robin"
 {protocol}
 "#;
 
-/// The `gateway` and `gateway-h2c` targets: the same gateway speaking another HTTP version
-/// to the upstreams.
+/// The `[tls]` table of `gateway-tls`.
+const TLS: &str = r#"
+[tls]
+listen = "{listen}"
+cert_file = "{cert}"
+key_file = "{key}"
+"#;
+
+/// The `gateway`, `gateway-tls` and `gateway-h2c` targets.
 #[derive(Debug)]
 pub(crate) struct Gateway {
     name: &'static str,
+    tls: bool,
     /// The services' `protocol`.
     protocol: &'static str,
     about: &'static str,
 }
 
 impl Gateway {
-    pub(crate) const HTTP1: Gateway = Gateway {
+    pub(crate) const PLAIN: Gateway = Gateway {
         name: "gateway",
+        tls: false,
         protocol: "http1",
         about: "the gray gateway (GATEWAY_PACKAGE's binary GATEWAY_BIN_NAME), one worker, its\n\
                 features on (a rules file evaluated for every request, then the trusted\n\
@@ -68,18 +78,30 @@ impl Gateway {
                 picking round-robin within the lane as the others do; HTTP/1.1 keep-alive\n\
                 connections to the upstreams",
     };
-
+    pub(crate) const TLS: Gateway = Gateway {
+        name: "gateway-tls",
+        tls: true,
+        protocol: "http1",
+        about: "the gateway as `gateway`, also terminating TLS (a `[tls]` table with the\n\
+                run's certificate): wrk loads the TLS listener",
+    };
     pub(crate) const H2C: Gateway = Gateway {
         name: "gateway-h2c",
+        tls: false,
         protocol: "h2c",
-        about: "the same gateway speaking HTTP/2 in cleartext to the upstreams (`protocol =\n\
-                \"h2c\"`: one multiplexed connection per upstream, driven by a task of its own)",
+        about: "the gateway as `gateway`, speaking HTTP/2 in cleartext to the upstreams\n\
+                (`protocol = \"h2c\"`: one multiplexed connection per upstream, driven by a\n\
+                task of its own)",
     };
 }
 
 impl Kind for Gateway {
     fn name(&self) -> &'static str {
         self.name
+    }
+
+    fn tls(&self) -> bool {
+        self.tls
     }
 
     fn about(&self) -> &'static str {
@@ -112,6 +134,20 @@ impl Kind for Gateway {
                 match self.protocol {
                     "http1" => String::new(),
                     other => format!("protocol = \"{other}\""),
+                },
+            ),
+            (
+                "tls",
+                match setup.tls {
+                    Some(tls) => render(
+                        TLS,
+                        &[
+                            ("listen", tls.listen.to_string()),
+                            ("cert", tls.cert.display().to_string()),
+                            ("key", tls.key.display().to_string()),
+                        ],
+                    )?,
+                    None => String::new(),
                 },
             ),
         ];

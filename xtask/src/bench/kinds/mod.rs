@@ -22,9 +22,11 @@ mod nginx;
 
 /// Every kind of target, in `--help` order.
 pub(crate) static KINDS: &[&dyn Kind] = &[
-    &nginx::Nginx,
+    &nginx::Nginx::PLAIN,
     &haproxy::Haproxy,
-    &gateway::Gateway::HTTP1,
+    &gateway::Gateway::PLAIN,
+    &nginx::Nginx::TLS,
+    &gateway::Gateway::TLS,
     &gateway::Gateway::H2C,
     &bare::Bare::LEGACY,
     &bare::Bare::GRAY,
@@ -49,6 +51,12 @@ pub(crate) trait Kind: Sync + fmt::Debug {
     /// Writes its configuration into `setup.dir`, checks it with the program where the
     /// program can, and says how to start it.
     fn configure(&self, setup: &Setup<'_>) -> Result<Launch>;
+
+    /// Whether it terminates TLS: it is then given a [`Tls`] listener, which wrk loads (its
+    /// plaintext `listen` still serves the start-up and routing checks).
+    fn tls(&self) -> bool {
+        false
+    }
 
     /// The processes whose CPU time counts, `pid` being the one the bench started.
     fn cpu_pids(&self, pid: u32) -> Vec<u32> {
@@ -89,10 +97,21 @@ pub(crate) struct Setup<'a> {
     pub(crate) listen: SocketAddr,
     /// A second port of its own (the gateway's admin listener).
     pub(crate) admin: SocketAddr,
+    /// Its TLS listener, when the kind terminates TLS.
+    pub(crate) tls: Option<Tls<'a>>,
     pub(crate) upstreams: &'a Upstreams,
     /// It must run as one process (callgrind follows the process it starts).
     pub(crate) one_process: bool,
     pub(crate) settings: &'a Settings,
+}
+
+/// A TLS listener: its address, and the run's certificate and key (PEM; the same for every
+/// TLS target: a self-signed ECDSA P-256 certificate).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Tls<'a> {
+    pub(crate) listen: SocketAddr,
+    pub(crate) cert: &'a Path,
+    pub(crate) key: &'a Path,
 }
 
 /// How to start a configured target.

@@ -1,5 +1,7 @@
 //! nginx, one worker: `map $http_x_gray_lane` chooses an upstream block per lane, keep-alive
-//! to the upstreams, `/svc` stripped by a rewrite.
+//! to the upstreams, `/svc` stripped by a rewrite; `nginx-tls` also terminates TLS (TLS 1.2
+//! and 1.3, ALPN h2 and http/1.1, stateless session tickets: nginx's defaults, as the
+//! gateway's).
 
 use std::ffi::OsString;
 
@@ -11,11 +13,12 @@ use crate::bench::{Result, procfs, settings::Settings};
 const TEMPLATE: &str = r#"daemon off;
 master_process {master};
 worker_processes 1;
+worker_rlimit_nofile 20000;
 pid {prefix}/nginx.pid;
 error_log {prefix}/error.log warn;
 
 events {
-    worker_connections 4096;
+    worker_connections 16384;
 }
 
 http {
@@ -48,7 +51,7 @@ http {
 
     server {
         listen {listen};
-
+{tls}
         location /svc/ {
             # proxy_pass with a variable takes no URI part: strip /svc with a rewrite.
             rewrite ^/svc(/.*)$ $1 break;
@@ -60,18 +63,41 @@ http {
 }
 "#;
 
-/// The `nginx` target.
+/// The TLS listener of `nginx-tls`, in the server block.
+const TLS: &str = "        listen {listen} ssl http2;
+        ssl_certificate {cert};
+        ssl_certificate_key {key};
+        ssl_protocols TLSv1.2 TLSv1.3;
+";
+
+/// The `nginx` and `nginx-tls` targets.
 #[derive(Debug)]
-pub(crate) struct Nginx;
+pub(crate) struct Nginx {
+    tls: bool,
+}
+
+impl Nginx {
+    pub(crate) const PLAIN: Nginx = Nginx { tls: false };
+    pub(crate) const TLS: Nginx = Nginx { tls: true };
+}
 
 impl Kind for Nginx {
     fn name(&self) -> &'static str {
-        "nginx"
+        if self.tls { "nginx-tls" } else { "nginx" }
     }
 
     fn about(&self) -> &'static str {
-        "nginx, one worker, `map $http_x_gray_lane` choosing an upstream block per lane,\n\
-         keep-alive to the upstreams, /svc stripped by a rewrite"
+        if self.tls {
+            "nginx as `nginx`, also terminating TLS (the run's certificate; TLS 1.2 and 1.3,\n\
+             ALPN h2 and http/1.1): wrk loads the TLS listener"
+        } else {
+            "nginx, one worker, `map $http_x_gray_lane` choosing an upstream block per lane,\n\
+             keep-alive to the upstreams, /svc stripped by a rewrite"
+        }
+    }
+
+    fn tls(&self) -> bool {
+        self.tls
     }
 
     fn program(&self, _: &Settings) -> Program {
@@ -89,6 +115,18 @@ impl Kind for Nginx {
             ("prefix", prefix),
             ("listen", setup.listen.to_string()),
         ];
+        let tls = match setup.tls {
+            Some(tls) => render(
+                TLS,
+                &[
+                    ("listen", tls.listen.to_string()),
+                    ("cert", tls.cert.display().to_string()),
+                    ("key", tls.key.display().to_string()),
+                ],
+            )?,
+            None => String::new(),
+        };
+        values.push(("tls", tls));
         values.extend(setup.upstreams.values());
         let config = setup.dir.join("nginx.conf");
         write(&config, &render(TEMPLATE, &values)?)?;

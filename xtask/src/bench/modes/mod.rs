@@ -7,12 +7,17 @@ use super::{Result, harness::Bench, tools::Tool};
 
 mod callgrind;
 mod cpu;
+mod idle;
 mod instructions;
 mod syscalls;
 
 /// Every mode; the first is the default (no flag).
-pub(crate) static MODES: &[&dyn Mode] =
-    &[&cpu::Cpu, &instructions::Instructions, &syscalls::Syscalls];
+pub(crate) static MODES: &[&dyn Mode] = &[
+    &cpu::Cpu,
+    &instructions::Instructions,
+    &syscalls::Syscalls,
+    &idle::IdleMemory,
+];
 
 /// A way of measuring the targets.
 pub(crate) trait Mode: Sync + fmt::Debug {
