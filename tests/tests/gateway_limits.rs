@@ -1,5 +1,6 @@
 //! Limits on the gateway's clients (issue 13): slow request heads, idle keep-alive
-//! connections, oversized heads and the connection cap, on real loopback connections.
+//! connections, oversized heads, the connection cap and the cap of requests in flight to
+//! one instance, on real loopback connections.
 //! Timeouts are short here (1 to 2 s: long enough that a loaded machine never cuts a
 //! client that sends at once); nothing asserts a time beyond "before a generous deadline",
 //! and nothing waits for a fixed time.
@@ -16,8 +17,13 @@ use tokio::{
 };
 
 async fn start(limits: &str) -> (Gateway, TempDir, Server) {
-    let dir = TempDir::new("gateway-limits");
     let upstream = serve(Router::new().fallback(any(|| async { "ok" }))).await;
+    start_with(limits, upstream).await
+}
+
+/// A gateway with `limits` routing `svc` to its one instance, `upstream`.
+async fn start_with(limits: &str, upstream: Server) -> (Gateway, TempDir, Server) {
+    let dir = TempDir::new("gateway-limits");
     std::fs::write(
         dir.path().join("instances.toml"),
         format!(
@@ -187,5 +193,75 @@ async fn connections_past_the_cap_wait_until_one_closes() {
         .unwrap();
     assert_eq!(status, 200);
     drop(second);
+    gateway.shutdown().await;
+}
+
+/// `max_in_flight_per_instance`: with its one instance holding two requests, a third gets
+/// 503 at once, naming the limit, and is never sent to it; once one is answered, the next
+/// request is served.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_instance_at_its_in_flight_cap_is_sent_nothing_more() {
+    let (arrived_tx, mut arrived) = tokio::sync::mpsc::unbounded_channel::<()>();
+    let release = std::sync::Arc::new(tokio::sync::Semaphore::new(0));
+    let held = {
+        let release = release.clone();
+        serve(Router::new().fallback(any(move || {
+            let (arrived, release) = (arrived_tx.clone(), release.clone());
+            async move {
+                let _ = arrived.send(());
+                release.acquire().await.unwrap().forget();
+                "ok"
+            }
+        })))
+        .await
+    };
+    let (gateway, _dir, _upstream) = start_with("max_in_flight_per_instance = 2", held).await;
+    let url = format!("http://{}/svc/x", gateway.addr());
+    let client = gray_tests::reqwest_client();
+    let get = |client: reqwest::Client, url: String| {
+        tokio::spawn(async move { client.get(url).send().await.unwrap().status().as_u16() })
+    };
+    let first = get(client.clone(), url.clone());
+    let second = get(client.clone(), url.clone());
+    for _ in 0..2 {
+        tokio::time::timeout(WAIT, arrived.recv())
+            .await
+            .expect("the instance holds two requests")
+            .unwrap();
+    }
+    let third = client.get(&url).send().await.unwrap();
+    assert_eq!(third.status(), 503);
+    let body = third.text().await.unwrap();
+    assert!(
+        body.contains("at its limit of 2 requests in flight"),
+        "{body}"
+    );
+    assert!(
+        arrived.try_recv().is_err(),
+        "the refused request reached the instance"
+    );
+    // One answer frees a place.
+    release.add_permits(1);
+    let done = tokio::time::timeout(WAIT, async {
+        loop {
+            if first.is_finished() || second.is_finished() {
+                return;
+            }
+            tokio::task::yield_now().await;
+        }
+    });
+    done.await.expect("one held request is answered");
+    let fourth = get(client.clone(), url.clone());
+    tokio::time::timeout(WAIT, arrived.recv())
+        .await
+        .expect("the next request reaches the instance")
+        .unwrap();
+    release.add_permits(2);
+    for call in [first, second, fourth] {
+        assert_eq!(
+            tokio::time::timeout(WAIT, call).await.unwrap().unwrap(),
+            200
+        );
+    }
     gateway.shutdown().await;
 }

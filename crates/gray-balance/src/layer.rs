@@ -98,6 +98,20 @@ impl BalanceLayer {
         self
     }
 
+    /// Passes over an endpoint with `limit` requests in flight (nginx's `max_conns`; 0, the
+    /// default: no limit): the pick takes another ready endpoint of the same subset, and
+    /// when every one is at the limit the request fails at once with
+    /// [`Unroutable`](crate::error::Unroutable) (reason `Saturated`; a gateway answers
+    /// 503). A saturated subset does not fall back to another: the overflow of a lane is
+    /// not sent to baseline. The count is read when picking, so concurrent picks may each
+    /// take an endpoint's last place: the limit can be passed by the number of callers
+    /// picking at that moment.
+    #[must_use]
+    pub fn with_max_pending(mut self, limit: u32) -> Self {
+        self.config.router.max_pending = limit;
+        self
+    }
+
     /// Records on the requests `record` selects how they were routed
     /// ([`Routed`](crate::Routed), in the request extensions for `http::Request`), so the
     /// endpoint service or a layer around it can report the subset and whether a fallback

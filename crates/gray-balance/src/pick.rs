@@ -167,6 +167,8 @@ pub(crate) struct Router {
     rtt_decay_ns: Option<f64>,
     /// The strategy's `probes()`.
     probes: bool,
+    /// Requests in flight at which an endpoint is passed over (0: no limit).
+    pub(crate) max_pending: u32,
     pub(crate) record: RecordRouted,
     /// The balancer's clock; set when the balancer is built.
     pub(crate) clock: Clock,
@@ -238,6 +240,7 @@ impl Router {
             rtt_decay_ns: rtt_decay_ns(&chooser),
             probes: chooser.probes(),
             chooser,
+            max_pending: 0,
             record: RecordRouted::Never,
             clock: Clock::new(),
         }
@@ -317,6 +320,15 @@ impl Router {
                 present: route.counts.present,
             };
             return Err(self.policy.unroutable(&self.service, key, &miss));
+        };
+        let slot = match self.max_pending {
+            0 => slot,
+            limit if slot.entry.meter.pending() < limit => slot,
+            limit => unsaturated(&ready, n, limit).ok_or_else(|| {
+                route_event!(self, key, subset = %route.subset, limit, "saturated");
+                self.policy
+                    .saturated(&self.service, key, route.subset, limit)
+            })?,
         };
         route_event!(
             self,
@@ -437,4 +449,13 @@ impl<K: Send + Sync, S: Send + Sync> Picked<K, S> {
         self.ticket.finish(Completion::Failed(failure));
         failure
     }
+}
+
+/// The first ready endpoint, from a random place, with fewer than `limit` requests in
+/// flight: the rare path of a pick whose choice is saturated.
+fn unsaturated<'s, K, S>(ready: &Ready<'s, K, S>, n: usize, limit: u32) -> Option<&'s Slot<K, S>> {
+    let start = gray_core::rand::Rng::new().index(n.max(1));
+    (0..n)
+        .filter_map(|i| ready.slot((start + i) % n))
+        .find(|slot| slot.entry.meter.pending() < limit)
 }

@@ -86,12 +86,13 @@ pub async fn check(path: &Path) -> Result<String, BoxError> {
     };
     let _ = writeln!(
         out,
-        "client limits: request_body_timeout {} (min rate {} bytes/s), send_timeout {}, max_in_flight {}, per client {}, max_cancelled_streams {}%, http2 streams {}, send buffer {} bytes, upstream connects {} per instance",
+        "client limits: request_body_timeout {} (min rate {} bytes/s), send_timeout {}, max_in_flight {}, per client {}, per instance {}, max_cancelled_streams {}%, http2 streams {}, send buffer {} bytes, upstream connects {} per instance",
         ms(limits.request_body_timeout),
         limits.request_body_min_rate,
         ms(limits.send_timeout),
         cap(limits.max_in_flight),
         cap(limits.max_in_flight_per_client as usize),
+        cap(limits.max_in_flight_per_instance as usize),
         limits.max_cancelled_streams_percent,
         limits.http2_max_concurrent_streams,
         limits.http2_max_send_buf_size,

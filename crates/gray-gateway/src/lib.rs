@@ -110,7 +110,13 @@ impl Gateway {
         for service in &config.services {
             services.insert(
                 service.name.clone().into_boxed_str(),
-                Upstream::new(service, registry.service(&service.name)?, &pool, &metrics),
+                Upstream::new(
+                    service,
+                    registry.service(&service.name)?,
+                    &pool,
+                    &metrics,
+                    config.limits.max_in_flight_per_instance,
+                ),
             );
         }
         metrics.register_collector(metrics::RetryCounts(

@@ -222,7 +222,8 @@ impl std::fmt::Debug for Upstream {
 }
 
 impl Upstream {
-    /// Builds the balancer for `config` over `instances`, with connections from `pool`,
+    /// Builds the balancer for `config` over `instances`, with connections from `pool` and at
+    /// most `max_in_flight_per_instance` requests in flight per instance (0: no cap),
     /// and spawns its background task (it follows the registry whether or not requests
     /// flow).
     pub(crate) fn new(
@@ -230,6 +231,7 @@ impl Upstream {
         instances: ServiceInstances,
         pool: &HttpEndpoints<Connector, ReplayBody<ClientBody>>,
         metrics: &Arc<Metrics>,
+        max_in_flight_per_instance: u32,
     ) -> Upstream {
         let service: Arc<str> = config.name.as_str().into();
         let evidence = Arc::new(ServiceEvidence::new(metrics.max_lanes()));
@@ -278,6 +280,7 @@ impl Upstream {
             .with_retry(config.retry.clone())
             .with_probe(config.probe.clone())
             .with_ejection(config.ejection)
+            .with_max_pending(max_in_flight_per_instance)
             .build(endpoints);
         Upstream {
             name: config.name.as_str().into(),

@@ -39,6 +39,16 @@ pub enum UnroutableReason {
         /// How many instances it has.
         present: usize,
     },
+    /// Every ready instance of `subset` has `limit` requests in flight already (the
+    /// balancer's [`with_max_pending`]); a saturated subset does not fall back.
+    ///
+    /// [`with_max_pending`]: https://docs.rs/gray-balance/latest/gray_balance/struct.BalanceLayer.html#method.with_max_pending
+    Saturated {
+        /// The subset.
+        subset: OwnedSubset,
+        /// The limit per instance.
+        limit: u32,
+    },
 }
 
 impl Unroutable {
@@ -86,6 +96,12 @@ impl fmt::Display for Unroutable {
             UnroutableReason::Unready { subset, present } => write!(
                 f,
                 "no instance of `{}` is ready for the request: {subset} has {present}, none ready,",
+                self.service
+            )?,
+            UnroutableReason::Saturated { subset, limit } => write!(
+                f,
+                "every instance of `{}` that may serve the request is at its limit of {limit} \
+                 requests in flight: {subset},",
                 self.service
             )?,
         }

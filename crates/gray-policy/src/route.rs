@@ -259,6 +259,24 @@ impl Policy {
             },
         }
     }
+
+    /// The error for a request whose walk ended at `subset`, every ready instance of which
+    /// has `limit` requests in flight already.
+    #[must_use]
+    pub fn saturated(
+        &self,
+        service: &str,
+        key: &Key<'_>,
+        subset: Subset<'_>,
+        limit: u32,
+    ) -> Unroutable {
+        let mut unroutable = self.unroutable(service, key, &Miss::NoMatch);
+        unroutable.reason = UnroutableReason::Saturated {
+            subset: subset.to_owned(),
+            limit,
+        };
+        unroutable
+    }
 }
 
 /// What an instance's labels mean to a [`Policy`]: its lane and the versions it serves

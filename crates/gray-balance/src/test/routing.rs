@@ -295,3 +295,49 @@ async fn routed_is_recorded_only_when_asked() {
         }
     }
 }
+
+#[tokio::test(start_paused = true)]
+async fn an_endpoint_at_its_limit_is_passed_over_and_a_saturated_subset_fails_at_once() {
+    let h = Harness::new(BalanceLayer::new("svc-b", Policy::seed_000()).with_max_pending(1));
+    let mut b1 = h.add("b1", &[]);
+    let mut b2 = h.add("b2", &[]);
+    let mut g1 = h.add("g1", &[("gray", "true")]);
+    for handle in [&mut b1, &mut b2, &mut g1] {
+        handle.allow(10);
+    }
+    settle(|| h.balance.len() == 3).await;
+    // Two baseline requests in flight: one on each baseline endpoint, whichever the pick
+    // chose first (the second pick passes over it).
+    let first = tokio::spawn(send(h.balance.clone(), base_req()));
+    let second = tokio::spawn(send(h.balance.clone(), base_req()));
+    let on_b1 = next(&mut b1).await;
+    let on_b2 = next(&mut b2).await;
+    // A third: both are at their limit, and the subset does not fall back to gray.
+    let err = unroutable(h.call(base_req()).await.unwrap_err());
+    assert!(
+        matches!(err.reason(), UnroutableReason::Saturated { limit: 1, .. }),
+        "{err}"
+    );
+    assert!(
+        err.to_string()
+            .contains("at its limit of 1 requests in flight"),
+        "{err}"
+    );
+    // Gray is another subset, with its own place.
+    let gray = tokio::spawn(send(h.balance.clone(), gray_req()));
+    next(&mut g1).await.send_response("g1");
+    assert_eq!(gray.await.unwrap().unwrap(), "g1");
+    // An answer frees its endpoint's place: the next request takes it.
+    on_b1.send_response("b1");
+    settle(|| first.is_finished() || second.is_finished()).await;
+    let third = tokio::spawn(send(h.balance.clone(), base_req()));
+    next(&mut b1).await.send_response("b1");
+    assert_eq!(third.await.unwrap().unwrap(), "b1");
+    on_b2.send_response("b2");
+    let mut answers = [
+        first.await.unwrap().unwrap(),
+        second.await.unwrap().unwrap(),
+    ];
+    answers.sort_unstable();
+    assert_eq!(answers, ["b1", "b2"]);
+}

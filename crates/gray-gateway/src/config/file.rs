@@ -56,6 +56,8 @@ pub(super) struct File {
     pub(super) max_in_flight: usize,
     #[serde(default)]
     pub(super) max_in_flight_per_client: u32,
+    #[serde(default)]
+    pub(super) max_in_flight_per_instance: u32,
     #[serde(default = "defaults::max_cancelled_streams_percent")]
     pub(super) max_cancelled_streams_percent: u32,
     #[serde(default = "defaults::upstream_buffer_bytes")]

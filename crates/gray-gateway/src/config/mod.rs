@@ -357,6 +357,9 @@ pub struct Limits {
     pub max_in_flight: usize,
     /// Requests in flight at once from one client IP (0: no cap); more get 429.
     pub max_in_flight_per_client: u32,
+    /// Requests in flight at once to one instance (0: no cap): the balancer passes over an
+    /// instance at the cap, and when every one that fits is at it, the request gets 503.
+    pub max_in_flight_per_instance: u32,
     /// The share (percent) of a connection's streams, in windows of 100, that its client
     /// may cancel before their response; more and the connection gets GOAWAY (0: no limit).
     pub max_cancelled_streams_percent: u32,
@@ -394,6 +397,7 @@ impl Default for Limits {
             send_timeout: millis(defaults::send_timeout_ms()),
             max_in_flight: defaults::max_in_flight(),
             max_in_flight_per_client: 0,
+            max_in_flight_per_instance: 0,
             max_cancelled_streams_percent: defaults::max_cancelled_streams_percent(),
             upstream_buffer_bytes: defaults::upstream_buffer_bytes(),
             upstream_max_connects: defaults::upstream_max_connects(),
@@ -600,6 +604,7 @@ impl Config {
                 send_timeout: millis(raw.send_timeout_ms),
                 max_in_flight: raw.max_in_flight,
                 max_in_flight_per_client: raw.max_in_flight_per_client,
+                max_in_flight_per_instance: raw.max_in_flight_per_instance,
                 max_cancelled_streams_percent: raw.max_cancelled_streams_percent,
                 upstream_buffer_bytes: raw.upstream_buffer_bytes,
                 upstream_max_connects: raw.upstream_max_connects,
