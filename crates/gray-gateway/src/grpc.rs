@@ -11,8 +11,9 @@
 //! |---|---|
 //! | 400 (invalid path) | `INTERNAL` (13) |
 //! | 404 (no or unknown service) | `UNIMPLEMENTED` (12) |
+//! | 429 (`max_in_flight_per_client` reached) | `UNAVAILABLE` (14) |
 //! | 502 (the instance failed) | `UNAVAILABLE` (14) |
-//! | 503 (no instance fits the stain) | `UNAVAILABLE` (14), the reason as the message |
+//! | 503 (no instance fits the stain, or an in-flight cap reached) | `UNAVAILABLE` (14), the reason as the message |
 //! | 504 (no response head in `upstream_timeout_ms`) | `DEADLINE_EXCEEDED` (4) |
 //! | anything else | `UNKNOWN` (2) |
 
@@ -36,7 +37,7 @@ pub(crate) fn code(status: StatusCode) -> u8 {
     match status.as_u16() {
         400 => 13,
         404 => 12,
-        502 | 503 => 14,
+        429 | 502 | 503 => 14,
         504 => 4,
         _ => 2,
     }
@@ -92,6 +93,7 @@ mod tests {
         assert_eq!(res.headers()["grpc-status"], "14");
         assert_eq!(res.headers()["grpc-message"], "no instance: 100%25 %C3%A9");
         assert_eq!(code(StatusCode::GATEWAY_TIMEOUT), 4);
+        assert_eq!(code(StatusCode::TOO_MANY_REQUESTS), 14);
         assert_eq!(code(StatusCode::NOT_FOUND), 12);
         assert_eq!(code(StatusCode::BAD_REQUEST), 13);
         assert_eq!(code(StatusCode::INTERNAL_SERVER_ERROR), 2);

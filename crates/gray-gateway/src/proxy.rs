@@ -198,8 +198,8 @@ impl Service<Request<Incoming>> for Proxy {
         let flight = match routes.in_flight.enter(client) {
             Ok(flight) => flight,
             Err(refused) => {
-                let res = refuse(routes, upstream, lane, refused, client);
-                timing.done(res.status().as_u16());
+                let (status, res) = refuse(routes, upstream, lane, grpc, refused, client);
+                timing.done(status.as_u16());
                 return ProxyFuture::ready(res);
             }
         };
@@ -392,9 +392,10 @@ fn refuse(
     routes: &Routes,
     upstream: &Upstream,
     lane: Option<Lane>,
+    grpc: bool,
     refused: Refused,
     client: Option<IpAddr>,
-) -> Response<Body> {
+) -> (StatusCode, Response<Body>) {
     let (status, key, cap) = match refused {
         Refused::Total => (
             StatusCode::SERVICE_UNAVAILABLE,
@@ -419,10 +420,12 @@ fn refuse(
     routes
         .metrics
         .answered(&upstream.name, lane.as_ref(), status.as_u16());
-    json(
+    let res = reply(
+        grpc,
         status,
         serde_json::json!({"error": format!("{key} reached"), "limit": cap, "service": &*upstream.name}),
-    )
+    );
+    (status, res)
 }
 
 /// The first of `error` and its sources that is a `T`.
