@@ -17,6 +17,12 @@ pub mod route;
 pub mod proto {
     tonic::include_proto!("chain");
 
+    /// The unary and streaming calls of the gRPC gateway tests (`proto/greeter.proto`).
+    #[allow(missing_docs, unreachable_pub, clippy::all, clippy::must_use_candidate)]
+    pub mod greeter {
+        tonic::include_proto!("greeter");
+    }
+
     /// gRPC's health checking protocol (`proto/health.proto`).
     #[allow(missing_docs, unreachable_pub, clippy::all, clippy::must_use_candidate)]
     pub mod health {

@@ -112,6 +112,7 @@
 //! | feature | default | what it adds |
 //! |---|---|---|
 //! | `hyper-util` | no | [`health::classify`] also reads hyper-util client errors that `is_connect()` (unsent) and hyper's "connection closed before message completed" (broken) |
+//! | `rustls` | no | [`health::classify`] also reads a `rustls::Error` (a failed TLS handshake), bare or inside an `io::Error`, as a connection error (broken) |
 //! | `grpc-health` | no | `health::Probe::grpc`: re-admission through `grpc.health.v1.Health/Check` (hyper's HTTP/2 client) |
 //! | `reqwest` | no | `reqwest::RouteMiddleware`: `http://<service>/…` with reqwest goes to an instance picked by the stain, retried where safe (implies `hyper-util`) |
 //!

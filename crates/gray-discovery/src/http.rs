@@ -1,17 +1,39 @@
 //! From instances to endpoints (feature `http`): each [`Instance`] becomes an
 //! [`HttpEndpoint`], a `tower::Service<http::Request<B>>` that sends requests to the
-//! instance over HTTP/1.1 keep-alive connections, and that is [`Labelled`] so a
-//! label-aware balancer can choose it.
+//! instance over HTTP/1.1 keep-alive connections or one HTTP/2 connection, in cleartext or
+//! over TLS (feature `tls`), and that is [`Labelled`] so a label-aware balancer can choose
+//! it.
 //!
-//! [`HttpEndpoints`] holds the connector and the pool settings, and is a
+//! [`HttpEndpoints`] holds the connector and the connection settings, and is a
 //! [`MakeEndpoint`]: `registry.service("orders")?.endpoints(endpoints)`
 //! is the discover stream of a registry's service as endpoints, and
-//! [`HttpEndpoints::discover`] maps any discover stream of instances. An endpoint sends the request's path and query (`/` when it has none) to its
-//! instance, whatever scheme and authority the request URI names; it keeps the request's
-//! `Host` header, or sets the instance's authority when there is none; it speaks HTTP/1.1
-//! to the instance whatever version the request arrived in.
+//! [`HttpEndpoints::discover`] maps any discover stream of instances. An endpoint sends the
+//! request's path and query (`/` when it has none) to its instance, whatever scheme and
+//! authority the request URI names; it keeps the request's `Host` header (over HTTP/2, as
+//! the `:authority`), or uses the instance's authority when there is none; it speaks the
+//! endpoints' [`Protocol`] to the instance whatever version the request arrived in.
+//! Bodies stream both ways, trailers included (gRPC's `grpc-status` is one).
 //!
-//! **Connections.** Each endpoint keeps its own idle connections (up to
+//! **Protocols** ([`HttpEndpoints::with_protocol`]):
+//!
+//! | [`Protocol`] | cleartext | TLS (ALPN offered) |
+//! |---|---|---|
+//! | `Http1` (default) | HTTP/1.1 | HTTP/1.1 (`http/1.1`) |
+//! | `Http2` | HTTP/2 with prior knowledge (h2c) | HTTP/2 (`h2`) |
+//! | `Auto` | HTTP/1.1: there is no ALPN to ask | what the instance chose (`h2`, `http/1.1`) |
+//!
+//! **TLS** (feature `tls`, [`HttpEndpoints::with_tls`]): instances whose address is
+//! `https://host:port` are reached over TLS, with the rustls configuration of a [`Tls`]
+//! (or every instance, [`Tls::with_every_instance`]); the certificate is checked against
+//! the address's host, or a name of your choice. A failed handshake (an untrusted or
+//! expired certificate, a name it is not valid for, a client certificate the instance
+//! refused) fails the request with a [`RequestError`] whose
+//! [`is_tls`](RequestError::is_tls) is true, holding rustls's error as its source: a
+//! balancer's passive health (gray-balance's `is_connection_error`, feature `rustls`)
+//! counts it as a connection failure. An `https://` instance with no [`Tls`] given fails
+//! every request with an error that says so: it is never spoken to in cleartext.
+//!
+//! **HTTP/1 connections.** Each endpoint keeps its own idle connections (up to
 //! [`HttpEndpoints::with_max_idle_per_instance`], each for at most
 //! [`HttpEndpoints::with_idle_timeout`]). A request takes the most recent idle connection that
 //! is still open, or opens one; its future drives the connection until the response head
@@ -28,6 +50,16 @@
 //! connections they produce, or for one released by another request. A request dropped
 //! while it waits (its client reset the stream) leaves the queue, and the connect finishes
 //! anyway: its connection waits idle for the next request instead of being closed unused.
+//! (Over TLS with [`Protocol::Auto`], an instance that chose HTTP/1.1 is connected to
+//! directly, uncapped.)
+//!
+//! **HTTP/2 connections.** Each endpoint keeps **one** connection, which every request to
+//! the instance shares (multiplexed), driven by a task of its own. A burst of requests to
+//! an instance with no connection opens one, which they all wait for. Requests beyond the
+//! instance's `SETTINGS_MAX_CONCURRENT_STREAMS` wait on that connection for a stream to
+//! end: no second connection is opened. A closed connection is replaced by the next
+//! request. [`HttpEndpoints::with_http2`] sets the connection's options (windows, frame
+//! size, keep-alive pings).
 //!
 //! **No request depends on other traffic.** An instance may answer before it has read the
 //! whole request body (an early 413 or 200, then close). When such a response ends while
@@ -41,12 +73,15 @@
 //! use bytes::Bytes;
 //! use futures_util::StreamExt;
 //! use gray_core::{Labelled, Labels};
-//! use gray_discovery::{Instance, Registry, http::HttpEndpoints};
+//! use gray_discovery::{Instance, Registry, http::{HttpEndpoints, Protocol}};
 //! use http_body_util::Full;
 //! use tower::discover::Change;
 //!
 //! # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
-//! let endpoints = HttpEndpoints::<_, Full<Bytes>>::new().with_max_idle_per_instance(32);
+//! let endpoints = HttpEndpoints::<_, Full<Bytes>>::new()
+//!     .with_max_idle_per_instance(32)
+//!     .with_protocol(Protocol::Http2);
+//! assert_eq!(endpoints.protocol(), Protocol::Http2);
 //! let registry = Registry::from_static([(
 //!     "orders",
 //!     [Instance::new("a".parse()?, "127.0.0.1:8081".parse()?, Labels::from_iter([("gray", "true")]))],
@@ -59,8 +94,16 @@
 //! # }).unwrap();
 //! ```
 
+mod body;
 mod connecting;
+mod error;
+mod h2;
 mod pool;
+mod protocol;
+mod settings;
+#[cfg(feature = "tls")]
+mod tls;
+mod transport;
 
 use std::{
     fmt,
@@ -72,7 +115,7 @@ use std::{
 
 use gray_core::{Labelled, Labels, Origin};
 use http::{
-    HeaderValue, Request, Uri,
+    Request, Uri,
     uri::{Authority, PathAndQuery, Scheme},
 };
 use http_body::Body;
@@ -84,8 +127,17 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use tower::BoxError;
 use tower_service::Service;
 
-pub use self::pool::{EndpointFuture, RequestError, ResponseBody};
-use self::pool::{Pool, Settings, Shared, Target};
+#[cfg(feature = "tls")]
+pub use self::tls::Tls;
+pub use self::{body::ResponseBody, error::RequestError, pool::EndpointFuture, protocol::Protocol};
+use self::{
+    pool::{Settings, Shared, Target},
+    transport::Secure,
+};
+/// The rustls this crate is built with (feature `tls`): build a [`Tls`]'s `ClientConfig`
+/// with it.
+#[cfg(feature = "tls")]
+pub use rustls;
 
 /// The former name of [`EndpointFuture`].
 #[deprecated(
@@ -124,6 +176,7 @@ impl<C: Clone, B> Clone for HttpEndpoints<C, B> {
 impl<C, B> fmt::Debug for HttpEndpoints<C, B> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("HttpEndpoints")
+            .field("protocol", &self.settings.protocol)
             .field("max_idle_per_instance", &self.settings.max_idle)
             .field("idle_timeout", &self.settings.idle_timeout)
             .finish_non_exhaustive()
@@ -131,12 +184,14 @@ impl<C, B> fmt::Debug for HttpEndpoints<C, B> {
 }
 
 impl<B> HttpEndpoints<HttpConnector, B> {
-    /// Plain-HTTP endpoints over TCP with `TCP_NODELAY` set (requests and responses are
-    /// small and latency-bound), 256 idle connections per instance at most, each kept 90 s.
+    /// Endpoints over TCP with `TCP_NODELAY` set (requests and responses are small and
+    /// latency-bound), HTTP/1.1, 256 idle connections per instance at most, each kept 90 s.
     #[must_use]
     pub fn new() -> Self {
         let mut connector = HttpConnector::new();
         connector.set_nodelay(true);
+        // `https://` instances get TCP from it too: TLS is layered by the endpoint.
+        connector.enforce_http(false);
         Self::with_connector(connector)
     }
 }
@@ -152,9 +207,9 @@ impl<C, B> HttpEndpoints<C, B> {
     /// `scheme://authority/` of the instance and yields the connection's IO (any
     /// `hyper::rt::Read + Write`, such as `hyper_util::rt::TokioIo<tokio::net::UnixStream>`).
     /// The workspace tests a connector that maps each instance's authority to a Unix
-    /// socket, behind a balancer (`tests/tests/unix_socket.rs`); a TLS connector has the
-    /// same shape but no test here yet. Requests are still sent as plain HTTP/1.1 over
-    /// whatever the connector yields.
+    /// socket, behind a balancer (`tests/tests/unix_socket.rs`). TLS is not the
+    /// connector's job: [`with_tls`](Self::with_tls) runs it over whatever the connector
+    /// yields, and so learns what ALPN chose.
     pub fn with_connector(connector: C) -> Self {
         HttpEndpoints {
             connector,
@@ -213,29 +268,84 @@ impl<C, B> HttpEndpoints<C, B> {
         Arc::make_mut(&mut self.settings).http1 = builder;
         self
     }
+
+    /// The HTTP/2 options of new connections (flow-control windows, frame and header
+    /// sizes, keep-alive pings: a builder made with `hyper_util::rt::TokioExecutor`; the
+    /// default one has `hyper_util::rt::TokioTimer` as its timer, which keep-alive needs).
+    #[must_use]
+    pub fn with_http2(
+        mut self,
+        builder: hyper::client::conn::http2::Builder<hyper_util::rt::TokioExecutor>,
+    ) -> Self {
+        Arc::make_mut(&mut self.settings).http2 = builder;
+        self
+    }
+
+    /// Speaks `protocol` to the instances (default [`Protocol::Http1`]); see the
+    /// [module docs](self#protocols).
+    #[must_use]
+    pub fn with_protocol(mut self, protocol: Protocol) -> Self {
+        let settings = Arc::make_mut(&mut self.settings);
+        settings.protocol = protocol;
+        #[cfg(feature = "tls")]
+        if let Some((tls, prepared)) = &mut settings.tls {
+            *prepared = tls.prepare(protocol);
+        }
+        self
+    }
+
+    /// The protocol spoken to the instances.
+    #[must_use]
+    pub fn protocol(&self) -> Protocol {
+        self.settings.protocol
+    }
+
+    /// Reaches the `https://` instances (or every instance, [`Tls::with_every_instance`])
+    /// over TLS (feature `tls`); see the [module docs](self).
+    #[cfg(feature = "tls")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "tls")))]
+    #[must_use]
+    pub fn with_tls(mut self, tls: Tls) -> Self {
+        let settings = Arc::make_mut(&mut self.settings);
+        let prepared = tls.prepare(settings.protocol);
+        settings.tls = Some((tls, prepared));
+        self
+    }
+
+    /// How the instance at `address` is reached: plain, TLS, or refused (an `https://`
+    /// instance without TLS settings).
+    fn secure(&self, address: &crate::Address) -> Secure {
+        let https = address.scheme() == &Scheme::HTTPS;
+        #[cfg(feature = "tls")]
+        if let Some((_, prepared)) = &self.settings.tls {
+            return prepared.secure(address.authority(), https);
+        }
+        if !https {
+            return Secure::Plain;
+        }
+        Secure::Refused(Arc::from(if cfg!(feature = "tls") {
+            "the instance's address is `https://`, and these endpoints have no TLS settings \
+             (HttpEndpoints::with_tls)"
+        } else {
+            "the instance's address is `https://`, and gray-discovery was built without its \
+             `tls` feature"
+        }))
+    }
 }
 
 impl<C, B> HttpEndpoints<C, B>
 where
     C: Service<Uri> + Clone,
-    C::Response: Read + Write,
+    C::Response: Read + Write + Unpin,
     B: Body + 'static,
 {
     /// The endpoint of `instance`, with its own idle connections.
     pub fn endpoint(&self, instance: Instance) -> HttpEndpoint<C, B> {
         let address = instance.address();
-        let uri = address.uri();
-        let host = HeaderValue::from_str(address.authority().as_str())
-            .unwrap_or_else(|_| unreachable!("an authority is a valid header value"));
+        let secure = self.secure(address);
+        let shared = Shared::new(self.settings.clone(), address.uri(), secure);
         HttpEndpoint {
-            target: Target::new(
-                self.connector.clone(),
-                Shared {
-                    pool: Arc::new(Pool::new(self.settings.clone())),
-                    uri,
-                    host,
-                },
-            ),
+            target: Target::new(self.connector.clone(), shared),
             instance,
         }
     }
@@ -244,7 +354,7 @@ where
 impl<C, B> MakeEndpoint for HttpEndpoints<C, B>
 where
     C: Service<Uri> + Clone,
-    C::Response: Read + Write,
+    C::Response: Read + Write + Unpin,
     B: Body + 'static,
 {
     type Service = HttpEndpoint<C, B>;
@@ -268,7 +378,7 @@ impl<C: Clone, B> HttpEndpoints<C, B> {
 pub struct HttpEndpoint<C = Connector, B = Incoming>
 where
     C: Service<Uri>,
-    C::Response: Read + Write,
+    C::Response: Read + Write + Unpin,
     B: Body + 'static,
 {
     target: Target<C, C::Response, B>,
@@ -278,7 +388,7 @@ where
 impl<C, B> Clone for HttpEndpoint<C, B>
 where
     C: Service<Uri> + Clone,
-    C::Response: Read + Write,
+    C::Response: Read + Write + Unpin,
     B: Body + 'static,
 {
     fn clone(&self) -> Self {
@@ -292,7 +402,7 @@ where
 impl<C, B> fmt::Debug for HttpEndpoint<C, B>
 where
     C: Service<Uri>,
-    C::Response: Read + Write,
+    C::Response: Read + Write + Unpin,
     B: Body + 'static,
 {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -305,7 +415,7 @@ where
 impl<C, B> HttpEndpoint<C, B>
 where
     C: Service<Uri>,
-    C::Response: Read + Write,
+    C::Response: Read + Write + Unpin,
     B: Body + 'static,
 {
     /// The instance this endpoint sends to.
@@ -317,7 +427,7 @@ where
 impl<C, B> Labelled for HttpEndpoint<C, B>
 where
     C: Service<Uri>,
-    C::Response: Read + Write,
+    C::Response: Read + Write + Unpin,
     B: Body + 'static,
 {
     fn labels(&self) -> &Labels {
@@ -334,7 +444,7 @@ where
 impl<C, B> Origin for HttpEndpoint<C, B>
 where
     C: Service<Uri>,
-    C::Response: Read + Write,
+    C::Response: Read + Write + Unpin,
     B: Body + 'static,
 {
     fn scheme(&self) -> &Scheme {

@@ -5,7 +5,8 @@
 //! names (each error names its file, line and field), and returns a summary: the listen
 //! and admin addresses, the limits, the carriers, where rules and instances come from with
 //! how many there are, and each service with its instances, its effective policy (every
-//! setting spelled out, the preset's included), its retries and its health check. An
+//! setting spelled out, the preset's included), its retries and its health check, and how
+//! its instances are reached (protocol, TLS). An
 //! `[etcd]` table is checked as a table
 //! only: etcd is not contacted, so its keys are neither read nor counted.
 //!
@@ -197,6 +198,7 @@ pub async fn check(path: &Path) -> Result<String, BoxError> {
             settings(&PolicyConfig::from(&service.policy))
         );
         let _ = writeln!(out, "    {}", retry(service));
+        let _ = writeln!(out, "    {}", transport(service));
         if let Some(r) = &service.rollout {
             let steps: Vec<String> = r.steps.iter().map(f64::to_string).collect();
             let gates: Vec<String> = r.gates.iter().map(f64::to_string).collect();
@@ -221,6 +223,31 @@ pub async fn check(path: &Path) -> Result<String, BoxError> {
         );
     }
     Ok(out)
+}
+
+/// `upstream: …`: the HTTP version and TLS of a service's instances.
+fn transport(service: &crate::config::ServiceConfig) -> String {
+    let t = &service.transport;
+    let tls = match (&t.tls, t.insecure) {
+        (None, _) => "TLS for `https://` instances (system roots)".to_owned(),
+        (Some(_), true) => {
+            "TLS to every instance, certificates NOT verified (insecure_skip_verify)".to_owned()
+        }
+        (Some(tls), false) => format!(
+            "TLS to every instance{}",
+            if tls.config().client_auth_cert_resolver.has_certs() {
+                ", with a client certificate"
+            } else {
+                ""
+            }
+        ),
+    };
+    let path = if service.strip_prefix {
+        format!("/{}/x forwarded as /x", service.name)
+    } else {
+        "the path forwarded as it came (strip_prefix = false)".to_owned()
+    };
+    format!("upstream: protocol {}, {tls}, {path}", t.protocol)
 }
 
 /// The `[tls]` table: its files read and checked as the gateway would at start-up.

@@ -6,6 +6,7 @@ pub mod metrics;
 
 mod admin;
 mod drain;
+mod grpc;
 mod hold;
 mod limits;
 mod proxy;

@@ -1,4 +1,5 @@
-//! The proxy: `/{service}/rest` goes to an instance of `service` as `/rest`.
+//! The proxy: `/{service}/rest` goes to an instance of `service` as `/rest` (or as it came,
+//! with the service's `strip_prefix = false`: gRPC's `/{package.Service}/{Method}`).
 //!
 //! It runs behind the edge layer, which has done everything else a request needs before it
 //! is routed (hop-by-hop headers, the stain, the path and its 400s, `X-Forwarded-For`): the
@@ -94,6 +95,16 @@ fn json(status: StatusCode, value: serde_json::Value) -> Response<Body> {
     res
 }
 
+/// The gateway's own answer: JSON, or a gRPC status to a gRPC request (its `error` as
+/// the message).
+fn reply(grpc: bool, status: StatusCode, value: serde_json::Value) -> Response<Body> {
+    if grpc {
+        let message = value["error"].as_str().unwrap_or_default();
+        return crate::grpc::status(status, message);
+    }
+    json(status, value)
+}
+
 /// Splits `/service/rest?q` into `service` and `/rest?q` (`/service?q` into `service`
 /// and `/?q`).
 fn split(uri: &Uri) -> Option<(&str, Result<PathAndQuery, InvalidUri>)> {
@@ -131,14 +142,17 @@ impl Service<Request<Incoming>> for Proxy {
     /// path names no known service.
     fn call(&mut self, mut req: Request<Incoming>) -> ProxyFuture {
         let routes = &*self.routes;
+        let grpc = crate::grpc::is_grpc(req.headers());
         let Some((service, rest)) = split(req.uri()) else {
-            return ProxyFuture::ready(json(
+            return ProxyFuture::ready(reply(
+                grpc,
                 StatusCode::NOT_FOUND,
                 serde_json::json!({"error": "no service in the path; expected /{service}/…"}),
             ));
         };
         let Some(upstream) = routes.services.get(service) else {
-            return ProxyFuture::ready(json(
+            return ProxyFuture::ready(reply(
+                grpc,
                 StatusCode::NOT_FOUND,
                 serde_json::json!({"error": "unknown service", "service": service}),
             ));
@@ -150,10 +164,13 @@ impl Service<Request<Incoming>> for Proxy {
         // Timed from here; a running rollout reads the path before it is rewritten.
         let timing = upstream.evidence.start(&req, lane.as_ref());
         match rest {
+            // `strip_prefix = false` (gRPC's `/package.Service/Method`): the path as it came.
+            _ if !upstream.strip_prefix => {}
             Ok(rest) => *req.uri_mut() = Uri::from(rest),
             Err(_) => {
                 timing.done(StatusCode::BAD_REQUEST.as_u16());
-                return ProxyFuture::ready(json(
+                return ProxyFuture::ready(reply(
+                    grpc,
                     StatusCode::BAD_REQUEST,
                     serde_json::json!({"error": "invalid path"}),
                 ));
@@ -167,6 +184,12 @@ impl Service<Request<Incoming>> for Proxy {
         if req.headers().contains_key(header::EXPECT) {
             req.headers_mut().remove(header::EXPECT);
         }
+        // `TE` is hop-by-hop, so the edge removed the client's; gRPC servers expect
+        // `te: trailers` (the one value HTTP/2 allows), which says trailers are read.
+        if grpc {
+            req.headers_mut()
+                .insert(header::TE, HeaderValue::from_static("trailers"));
+        }
         let client = routes
             .in_flight
             .per_client()
@@ -175,8 +198,8 @@ impl Service<Request<Incoming>> for Proxy {
         let flight = match routes.in_flight.enter(client) {
             Ok(flight) => flight,
             Err(refused) => {
-                let res = refuse(routes, upstream, lane, refused, client);
-                timing.done(res.status().as_u16());
+                let (status, res) = refuse(routes, upstream, lane, grpc, refused, client);
+                timing.done(status.as_u16());
                 return ProxyFuture::ready(res);
             }
         };
@@ -196,6 +219,7 @@ impl Service<Request<Incoming>> for Proxy {
                 routes: self.routes.clone(),
                 service: upstream.name.clone(),
                 lane,
+                grpc,
                 timing,
                 _flight: flight,
             },
@@ -225,6 +249,8 @@ pin_project_lite::pin_project! {
             routes: Arc<Routes>,
             service: Arc<str>,
             lane: Option<Lane>,
+            // The client speaks gRPC: the gateway's own answers are gRPC statuses.
+            grpc: bool,
             timing: Timing,
             // Leaves the in-flight counts with the future.
             _flight: Flight,
@@ -267,6 +293,7 @@ impl Future for ProxyFuture {
                 routes,
                 service,
                 lane,
+                grpc,
                 timing,
                 ..
             } => {
@@ -277,11 +304,14 @@ impl Future for ProxyFuture {
                     } = match std::task::ready!(call.poll(cx)) {
                         Ok(served) => served,
                         Err(error) => {
-                            let res = failed(routes, service, lane.as_ref(), &*error);
-                            timing.done(res.status().as_u16());
+                            let (status, res) =
+                                failed(routes, service, lane.as_ref(), *grpc, &*error);
+                            // Timed and counted as the gateway's status, also when a gRPC
+                            // client reads it as a gRPC status in an HTTP 200.
+                            timing.done(status.as_u16());
                             routes
                                 .metrics
-                                .answered(service, lane.as_ref(), res.status().as_u16());
+                                .answered(service, lane.as_ref(), status.as_u16());
                             return Poll::Ready(Ok(res));
                         }
                     };
@@ -290,13 +320,13 @@ impl Future for ProxyFuture {
                     match poll_first(response.body_mut(), cx) {
                         Poll::Ready(first) => {
                             return Poll::Ready(Ok(finish(
-                                service, lane, timing, response, tally, first,
+                                service, lane, *grpc, timing, response, tally, first,
                             )));
                         }
                         Poll::Pending if routes.head_hold.is_zero() => {
                             let first = First::Nothing;
                             return Poll::Ready(Ok(finish(
-                                service, lane, timing, response, tally, first,
+                                service, lane, *grpc, timing, response, tally, first,
                             )));
                         }
                         Poll::Pending => *hold = Some(Hold::new(response, tally, routes.head_hold)),
@@ -307,7 +337,7 @@ impl Future for ProxyFuture {
                 };
                 Poll::Ready(Ok(match std::task::ready!(held.poll(cx)) {
                     Some((first, response, tally)) => {
-                        finish(service, lane, timing, response, tally, first)
+                        finish(service, lane, *grpc, timing, response, tally, first)
                     }
                     None => polled_after_completion(),
                 }))
@@ -329,6 +359,7 @@ fn polled_after_completion() -> Response<Body> {
 fn finish(
     service: &Arc<str>,
     lane: &Option<Lane>,
+    grpc: bool,
     timing: &Timing,
     response: Response<ResponseBody>,
     tally: Tally,
@@ -341,7 +372,8 @@ fn finish(
         tally.count(lane, StatusCode::BAD_GATEWAY.as_u16());
         timing.done(StatusCode::BAD_GATEWAY.as_u16());
         tracing::warn!(service = %service, lane = lane_label, %instance, error = %error, "upstream failed after its response head, before its body: 502");
-        return json(
+        return reply(
+            grpc,
             StatusCode::BAD_GATEWAY,
             serde_json::json!({
                 "error": format!("the upstream's response body failed before its first byte: {error}"),
@@ -360,9 +392,10 @@ fn refuse(
     routes: &Routes,
     upstream: &Upstream,
     lane: Option<Lane>,
+    grpc: bool,
     refused: Refused,
     client: Option<IpAddr>,
-) -> Response<Body> {
+) -> (StatusCode, Response<Body>) {
     let (status, key, cap) = match refused {
         Refused::Total => (
             StatusCode::SERVICE_UNAVAILABLE,
@@ -387,10 +420,12 @@ fn refuse(
     routes
         .metrics
         .answered(&upstream.name, lane.as_ref(), status.as_u16());
-    json(
+    let res = reply(
+        grpc,
         status,
         serde_json::json!({"error": format!("{key} reached"), "limit": cap, "service": &*upstream.name}),
-    )
+    );
+    (status, res)
 }
 
 /// The first of `error` and its sources that is a `T`.
@@ -413,22 +448,27 @@ fn failed(
     routes: &Routes,
     service: &Arc<str>,
     lane: Option<&Lane>,
+    grpc: bool,
     e: &(dyn std::error::Error + Send + Sync + 'static),
-) -> Response<Body> {
+) -> (StatusCode, Response<Body>) {
     let lane_label = lane.map_or("baseline", |l| l.as_str());
     if let Some(slow) = find::<SlowBody>(e) {
         // The client's doing, not the upstream's.
         tracing::debug!(service = %service, lane = lane_label, error = %slow, "request body too slow");
-        return json(
-            StatusCode::REQUEST_TIMEOUT,
+        let status = StatusCode::REQUEST_TIMEOUT;
+        let res = reply(
+            grpc,
+            status,
             serde_json::json!({"error": slow.to_string(), "service": &**service}),
         );
+        return (status, res);
     }
     let status = status_of(e);
     match (status, find::<Unroutable>(e)) {
         (StatusCode::SERVICE_UNAVAILABLE, Some(unroutable)) => {
             tracing::info!(service = %service, lane = lane_label, error = %unroutable, "unroutable");
-            json(
+            let res = reply(
+                grpc,
                 status,
                 serde_json::json!({
                     "error": unroutable.to_string(),
@@ -437,21 +477,27 @@ fn failed(
                     "policy": unroutable.policy(),
                     "detail": unroutable,
                 }),
-            )
+            );
+            (status, res)
         }
         (StatusCode::GATEWAY_TIMEOUT, _) => {
             tracing::warn!(service = %service, lane = lane_label, error = %e, "upstream timed out");
-            json(
+            let res = reply(
+                grpc,
                 status,
                 serde_json::json!({"error": "upstream timed out", "detail": e.to_string(), "service": &**service, "timeout_ms": routes.timeout.as_millis() as u64}),
-            )
+            );
+            (status, res)
         }
         _ => {
             tracing::warn!(service = %service, lane = lane_label, error = %e, "upstream failed");
-            json(
-                StatusCode::BAD_GATEWAY,
+            let status = StatusCode::BAD_GATEWAY;
+            let res = reply(
+                grpc,
+                status,
                 serde_json::json!({"error": e.to_string(), "service": &**service}),
-            )
+            );
+            (status, res)
         }
     }
 }

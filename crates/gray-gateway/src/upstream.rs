@@ -20,7 +20,7 @@ use gray_balance::{
 use gray_core::{Labelled, Labels, Lane, Origin};
 use gray_discovery::{
     Instance, InstanceId, ServiceInstances,
-    http::{Connector, HttpEndpoint, HttpEndpoints, ResponseBody},
+    http::{Connector, HttpEndpoint, HttpEndpoints, RequestError, ResponseBody},
 };
 use gray_policy::Policy;
 use http::{HeaderName, HeaderValue, Request, Response};
@@ -144,7 +144,15 @@ where
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.project();
         // An error is counted by the proxy, which turns it into a 502.
-        let mut response = std::task::ready!(this.inner.poll(cx))?;
+        let mut response = match std::task::ready!(this.inner.poll(cx)) {
+            Ok(response) => response,
+            Err(e) => {
+                if let Some((me, _)) = this.done.as_ref() {
+                    log_tls_failure(me, &*e);
+                }
+                return Poll::Ready(Err(e));
+            }
+        };
         let Some((me, routed)) = this.done.take() else {
             return Poll::Ready(Err("response future polled after completion".into()));
         };
@@ -157,6 +165,23 @@ where
             response,
             tally: Tally { me, routed },
         }))
+    }
+}
+
+/// Logs a failed TLS handshake with the instance `me`: a configuration to fix (a CA, a
+/// name, a certificate), named with the instance and the reason. The request may still be
+/// served by another instance (it was not sent), and the failure counts towards the
+/// instance's ejection.
+fn log_tls_failure(me: &Identity, error: &(dyn std::error::Error + 'static)) {
+    let mut cause = Some(error);
+    while let Some(e) = cause {
+        if let Some(failed) = e.downcast_ref::<RequestError>() {
+            if failed.is_tls() {
+                tracing::warn!(service = %me.service, instance = %me.id, error = %failed, "TLS handshake with the instance failed");
+            }
+            return;
+        }
+        cause = e.source();
     }
 }
 
@@ -181,6 +206,8 @@ pub(crate) struct Upstream {
     pub(crate) policy: Policy,
     /// The balancer, shared by every connection.
     pub(crate) balancer: Balancer,
+    /// Whether the service's name is taken off the path (`strip_prefix`).
+    pub(crate) strip_prefix: bool,
     /// What its requests show, by lane and for a running rollout.
     pub(crate) evidence: Arc<ServiceEvidence>,
 }
@@ -209,7 +236,20 @@ impl Upstream {
         let service: Arc<str> = config.name.as_str().into();
         let evidence = Arc::new(ServiceEvidence::new(metrics.max_lanes()));
         let metrics = metrics.clone();
-        let pool = pool.clone();
+        let transport = &config.transport;
+        let pool = pool
+            .clone()
+            .with_protocol(transport.protocol)
+            .with_tls(match &transport.tls {
+                Some(tls) => tls.clone(),
+                None => crate::config::system_tls(),
+            });
+        if transport.insecure {
+            tracing::warn!(
+                service = %service,
+                "services.{service}.tls.insecure_skip_verify = true: the instances' certificates are NOT checked; anyone on the path can impersonate them"
+            );
+        }
         let endpoints = instances.discover().map(move |change| {
             change.map(|change| match change {
                 Change::Insert(id, instance) => {
@@ -246,6 +286,7 @@ impl Upstream {
             name: config.name.as_str().into(),
             policy: config.policy.clone(),
             balancer: Retry::new(balancer),
+            strip_prefix: config.strip_prefix,
             evidence,
         }
     }

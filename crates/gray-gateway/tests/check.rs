@@ -81,6 +81,8 @@ fn a_good_config_exits_0_and_says_what_would_run() {
         // Retries and health checks, the defaults spelled out.
         "retry up to 2 times within 20 % of 10 s + 10/s, after a broken connection for GET HEAD OPTIONS TRACE PUT DELETE, bodies up to 65536 bytes",
         "eject after 5 connection errors (a refusal: at once), probe connect within 1000 ms, first after 1000 ms, up to 60000 ms",
+        // How the instances are reached, the defaults spelled out.
+        "upstream: protocol http1, TLS for `https://` instances (system roots), /orders/x forwarded as /x",
     ] {
         assert!(out.contains(expected), "`{expected}` in:\n{out}");
     }

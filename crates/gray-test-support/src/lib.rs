@@ -14,6 +14,8 @@
 //!   that refuses connections for as long as the test holds it;
 //! - `tls` (feature `tls`, which `etcd` includes): a CA and the server and client
 //!   certificates it issues (`rcgen`), with a chosen validity, written to files;
+//! - `https` (feature `https`): HTTP upstreams that speak HTTP/1.1 and HTTP/2, in
+//!   cleartext or over TLS (optionally requiring a client certificate);
 //! - [`configmap`] (Unix): a directory mounted the way Kubernetes mounts a ConfigMap, whose
 //!   updates swap a `..data` symlink;
 //! - [`TempDir`] and [`WAIT`], the bound of every wait in the real-network tests.
@@ -23,6 +25,8 @@ pub mod alloc;
 pub mod configmap;
 #[cfg(feature = "etcd")]
 pub mod etcd;
+#[cfg(feature = "https")]
+pub mod https;
 #[cfg(feature = "logs")]
 pub mod logs;
 #[cfg(feature = "net")]

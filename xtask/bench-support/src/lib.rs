@@ -7,8 +7,11 @@ use std::{convert::Infallible, future::Future, process::ExitCode, time::Duration
 use bytes::Bytes;
 use http::{HeaderName, HeaderValue, Request, Response};
 use http_body_util::Full;
-use hyper::{body::Incoming, server::conn::http1, service::service_fn};
-use hyper_util::rt::TokioIo;
+use hyper::{body::Incoming, service::service_fn};
+use hyper_util::{
+    rt::{TokioExecutor, TokioIo},
+    server::conn::auto,
+};
 use tokio::net::TcpListener;
 
 /// The lane header the benchmark's clients send.
@@ -108,7 +111,8 @@ pub async fn serve_upstream(listener: TcpListener, id: HeaderValue) {
         });
         tokio::spawn(async move {
             // Clients resetting connections is normal at the end of a load round.
-            let _ = http1::Builder::new()
+            // HTTP/1.1, or HTTP/2 by prior knowledge (h2c): the gateway's `protocol = "h2c"`.
+            let _ = auto::Builder::new(TokioExecutor::new())
                 .serve_connection(TokioIo::new(stream), service)
                 .await;
         });

@@ -217,7 +217,7 @@ pub(crate) fn help() -> String {
 fn push_entry(out: &mut String, name: &str, about: &str, width: usize) {
     let mut lines = about.lines();
     let first = lines.next().unwrap_or("");
-    if name.chars().count() >= width {
+    if name.chars().count() > width {
         let _ = writeln!(out, "  {name}\n  {:width$}  {first}", "");
     } else {
         let _ = writeln!(out, "  {name:width$}  {first}");

@@ -66,8 +66,14 @@ pub type Classifier = fn(&(dyn Error + 'static)) -> Failure;
 ///   [`Failure::Unsent`];
 /// - an `io::Error` of kind `ConnectionReset`, `ConnectionAborted`, `BrokenPipe`,
 ///   `NotConnected` or `UnexpectedEof`, or (feature `hyper-util`) a hyper error that
-///   `is_incomplete_message()` (the connection closed before the response):
-///   [`Failure::Broken`];
+///   `is_incomplete_message()` (the connection closed before the response), or (feature
+///   `rustls`) a `rustls::Error`, bare or inside an `io::Error` (how tokio-rustls reports
+///   a failed handshake: an unknown CA, a wrong name, an expired or refused certificate):
+///   [`Failure::Broken`]. A TLS error alone does not tell whether the handshake or a
+///   later record failed, so it counts towards an ejection but lets only an idempotent
+///   request go elsewhere; clients that know the handshake failed say so (gray-discovery's
+///   endpoints hand the request back [`Unsent`], hyper-util's connect errors are
+///   `is_connect`), and then any request may;
 /// - anything else: [`Failure::Other`].
 ///
 /// A refusal anywhere wins; an error that says both "not connected" and "broken" (a
@@ -92,6 +98,14 @@ pub fn classify(error: &(dyn Error + 'static)) -> Failure {
             }
         } else if e.is::<Unsent>() {
             unsent = true;
+        }
+        #[cfg(feature = "rustls")]
+        {
+            let inner = e
+                .downcast_ref::<io::Error>()
+                .and_then(io::Error::get_ref)
+                .map(|inner| -> &(dyn Error + 'static) { inner });
+            broken |= e.is::<rustls::Error>() || inner.is_some_and(|i| i.is::<rustls::Error>());
         }
         #[cfg(feature = "hyper-util")]
         {
@@ -157,5 +171,25 @@ mod tests {
         assert_eq!(classify(&refused), Failure::Refused);
         assert!(Failure::Refused.nothing_sent() && !Failure::Broken.nothing_sent());
         assert!(Failure::Broken.is_connection() && !Failure::Other.is_connection());
+    }
+
+    #[cfg(feature = "rustls")]
+    #[test]
+    fn tls_errors_are_connection_errors() {
+        use rustls::{CertificateError, Error as Tls};
+        let unknown_ca = || Tls::InvalidCertificate(CertificateError::UnknownIssuer);
+        // As tokio-rustls reports a failed handshake: inside an `io::Error` (InvalidData).
+        let io = io::Error::new(io::ErrorKind::InvalidData, unknown_ca());
+        assert_eq!(classify(&io), Failure::Broken);
+        assert_eq!(classify(&Wrapped(io)), Failure::Broken);
+        assert_eq!(classify(&unknown_ca()), Failure::Broken);
+        // Handed back unsent by the endpoint: any request may go elsewhere.
+        let unsent = Unsent::new((), io::Error::new(io::ErrorKind::InvalidData, unknown_ca()));
+        assert_eq!(classify(&unsent), Failure::Unsent);
+        // Other invalid data is no connection error.
+        assert_eq!(
+            classify(&io::Error::from(io::ErrorKind::InvalidData)),
+            Failure::Other
+        );
     }
 }

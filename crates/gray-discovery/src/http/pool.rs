@@ -16,7 +16,6 @@
 //! when its response ends, which drops the request body, and the request is over.
 
 use std::{
-    error::Error as StdError,
     fmt,
     future::{Future, poll_fn},
     io,
@@ -29,49 +28,30 @@ use std::{
     time::{Duration, Instant},
 };
 
-use bytes::Bytes;
 use gray_core::unsent::Unsent;
-use http::{HeaderValue, Request, Response, Uri, Version, header::HOST};
+use http::{
+    HeaderValue, Request, Response, Uri, Version,
+    header::HOST,
+    uri::{Authority, Scheme},
+};
 use http_body::{Body, Frame, SizeHint};
 use hyper::{
-    body::Incoming,
-    client::conn::http1::{self, Connection, SendRequest},
+    client::conn::http1::{Connection, SendRequest},
     rt::{Read, Write},
 };
 use tokio::time::Sleep;
 use tower::BoxError;
 use tower_service::Service;
 
-use super::connecting::{Connects, Handoff, Home};
-
-/// How the connections of every instance are kept.
-#[derive(Debug, Clone)]
-pub(crate) struct Settings {
-    /// Idle connections kept per instance; more are closed when released.
-    pub(crate) max_idle: usize,
-    /// An idle connection older than this is closed instead of reused.
-    pub(crate) idle_timeout: Duration,
-    /// The HTTP/1 options of new connections.
-    pub(crate) http1: http1::Builder,
-    /// The time a request may take until its response head, connecting included.
-    pub(crate) response_timeout: Option<Duration>,
-    /// Connects running at once per instance ([`super::connecting`]).
-    pub(crate) max_connects: usize,
-}
-
-// === impl Settings ===
-
-impl Default for Settings {
-    fn default() -> Self {
-        Settings {
-            max_idle: 256,
-            idle_timeout: Duration::from_secs(90),
-            http1: http1::Builder::new(),
-            response_timeout: None,
-            max_connects: 8,
-        }
-    }
-}
+use super::connecting::{Connects, Home};
+pub(crate) use super::settings::Settings;
+use super::{
+    Protocol,
+    body::{Lease, ResponseBody},
+    error::{RequestError, Stage},
+    h2::H2,
+    transport::{Secure, Transport, open},
+};
 
 pin_project_lite::pin_project! {
     /// A request body that tells its connection when the connection has let go of it: once
@@ -127,10 +107,10 @@ impl<B: Body> Body for Tracked<B> {
     }
 }
 
-/// A connection and the handle that sends requests on it.
-struct Conn<IO: Read + Write, B: Body + 'static> {
+/// An HTTP/1 connection and the handle that sends requests on it.
+pub(crate) struct Conn<IO: Read + Write + Unpin, B: Body + 'static> {
     sender: SendRequest<Tracked<B>>,
-    driver: Connection<IO, Tracked<B>>,
+    driver: Connection<Transport<IO>, Tracked<B>>,
     /// Whether the connection has let go of the last request's body (sent it whole, or
     /// dropped it): only then may it wait idle for the next request.
     body_released: Arc<AtomicBool>,
@@ -158,6 +138,24 @@ where
     B::Data: Send,
     B::Error: Into<BoxError>,
 {
+    /// The HTTP/1 handshake over `io` (it sends nothing).
+    pub(crate) async fn handshake(
+        io: Transport<IO>,
+        settings: &Settings,
+    ) -> Result<Box<Self>, hyper::Error> {
+        let (sender, driver) = settings.http1.handshake(io).await?;
+        Ok(Box::new(Conn {
+            sender,
+            driver,
+            body_released: Arc::new(AtomicBool::new(true)),
+            body_frames: Arc::new(AtomicU64::new(0)),
+            ended: false,
+            idle_since: Instant::now(),
+            pool: None,
+            timer: None,
+        }))
+    }
+
     /// Lets the connection read and write what it can. Never waits.
     fn drive(&mut self, cx: &mut Context<'_>) {
         if !self.ended && Pin::new(&mut self.driver).poll(cx).is_ready() {
@@ -175,16 +173,16 @@ where
 }
 
 /// The idle connections of one instance.
-pub(crate) struct Pool<IO: Read + Write, B: Body + 'static> {
+pub(crate) struct Pool<IO: Read + Write + Unpin, B: Body + 'static> {
     idle: Mutex<Vec<Box<Conn<IO, B>>>>,
     /// Requests waiting for a connection, and the connects that serve them.
     connects: Connects<Box<Conn<IO, B>>>,
-    settings: Arc<Settings>,
+    pub(crate) settings: Arc<Settings>,
 }
 
 // === impl Pool ===
 
-impl<IO: Read + Write, B: Body + 'static> Pool<IO, B> {
+impl<IO: Read + Write + Unpin, B: Body + 'static> Pool<IO, B> {
     pub(crate) fn new(settings: Arc<Settings>) -> Self {
         Pool {
             idle: Mutex::new(Vec::new()),
@@ -209,7 +207,7 @@ impl<IO: Read + Write, B: Body + 'static> Pool<IO, B> {
         }
     }
 
-    fn put(self: &Arc<Self>, mut conn: Box<Conn<IO, B>>)
+    pub(crate) fn put(self: &Arc<Self>, mut conn: Box<Conn<IO, B>>)
     where
         IO: Send + 'static,
         B: Send,
@@ -235,19 +233,13 @@ impl<IO: Read + Write, B: Body + 'static> Pool<IO, B> {
 
 impl<IO, B> Home<Box<Conn<IO, B>>> for Pool<IO, B>
 where
-    IO: Read + Write + Send + 'static,
+    IO: Read + Write + Unpin + Send + 'static,
     B: Body + Send + 'static,
     B::Data: Send,
 {
     fn home(self: Arc<Self>, conn: Box<Conn<IO, B>>) {
         self.put(conn);
     }
-}
-
-/// A leased connection, as the response body sees it: something to drive, then release.
-trait Lease: Send {
-    fn drive(&mut self, cx: &mut Context<'_>);
-    fn release(self: Box<Self>);
 }
 
 impl<IO, B> Lease for Conn<IO, B>
@@ -268,150 +260,90 @@ where
     }
 }
 
-/// The body of a response from an instance: hyper's body, and the connection it arrives
-/// on, which reading the body drives. When the body ends the connection is reused; when
-/// the body is dropped before its end, the connection is closed.
-pub struct ResponseBody {
-    inner: Incoming,
-    lease: Option<Box<dyn Lease>>,
-}
-
-// === impl ResponseBody ===
-
-impl fmt::Debug for ResponseBody {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("ResponseBody")
-            .field("inner", &self.inner)
-            .field("leased", &self.lease.is_some())
-            .finish()
-    }
-}
-
-impl ResponseBody {
-    fn new(inner: Incoming, lease: Box<dyn Lease>) -> Self {
-        let mut body = ResponseBody {
-            inner,
-            lease: Some(lease),
-        };
-        body.release_if_done();
-        body
-    }
-
-    fn release_if_done(&mut self) {
-        if self.inner.is_end_stream() {
-            if let Some(lease) = self.lease.take() {
-                lease.release();
-            }
-        }
-    }
-}
-
-impl Body for ResponseBody {
-    type Data = Bytes;
-    type Error = hyper::Error;
-
-    fn poll_frame(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
-        let this = &mut *self;
-        if let Some(lease) = &mut this.lease {
-            lease.drive(cx);
-        }
-        let frame = ready!(Pin::new(&mut this.inner).poll_frame(cx));
-        match &frame {
-            None => {
-                if let Some(lease) = this.lease.take() {
-                    lease.release();
-                }
-            }
-            Some(Ok(_)) => this.release_if_done(),
-            // The connection failed: dropping the lease closes it.
-            Some(Err(_)) => this.lease = None,
-        }
-        Poll::Ready(frame)
-    }
-
-    fn is_end_stream(&self) -> bool {
-        self.inner.is_end_stream()
-    }
-
-    fn size_hint(&self) -> SizeHint {
-        self.inner.size_hint()
-    }
-}
-
-/// What failed when sending a request to an instance.
-#[derive(Debug)]
-pub struct RequestError {
-    stage: Stage,
-    instance: Uri,
-    source: BoxError,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Stage {
-    Connect,
-    Handshake,
-    Send,
-    Timeout(Duration),
-}
-
-// === impl RequestError ===
-
-impl RequestError {
-    /// Whether the connection could not be established (the request was not sent).
-    pub fn is_connect(&self) -> bool {
-        matches!(self.stage, Stage::Connect | Stage::Handshake)
-    }
-
-    /// Whether the response head did not arrive within the
-    /// [response timeout](super::HttpEndpoints::with_response_timeout).
-    pub fn is_timeout(&self) -> bool {
-        matches!(self.stage, Stage::Timeout(_))
-    }
-}
-
-impl fmt::Display for RequestError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let what = match self.stage {
-            Stage::Connect => "cannot connect to",
-            Stage::Handshake => "HTTP/1 handshake failed with",
-            Stage::Send => "request failed at",
-            Stage::Timeout(after) => {
-                return write!(f, "no response from {} within {after:?}", self.instance);
-            }
-        };
-        write!(f, "{what} {}: {}", self.instance, self.source)
-    }
-}
-
-impl StdError for RequestError {
-    fn source(&self) -> Option<&(dyn StdError + 'static)> {
-        Some(&*self.source)
-    }
-}
-
 /// Everything one request to an instance needs, moved into its future: the connector and
 /// one reference count to clone per request (the balancer clones the endpoint, then the
 /// request clones its target).
-pub(crate) struct Target<C, IO: Read + Write, B: Body + 'static> {
+pub(crate) struct Target<C, IO: Read + Write + Unpin, B: Body + 'static> {
     pub(crate) connector: C,
     shared: Arc<Shared<IO, B>>,
 }
 
+/// Which HTTP version one instance is spoken to in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Mode {
+    Http1,
+    Http2,
+    /// Over TLS, as ALPN decides ([`Protocol::Auto`]).
+    Alpn,
+}
+
 /// What a [`Target`] shares between the endpoint's clones and its requests.
-pub(crate) struct Shared<IO: Read + Write, B: Body + 'static> {
+pub(crate) struct Shared<IO: Read + Write + Unpin, B: Body + 'static> {
+    /// The idle HTTP/1 connections.
     pub(crate) pool: Arc<Pool<IO, B>>,
+    /// The HTTP/2 connection.
+    pub(crate) h2: H2<B>,
     /// `scheme://authority/` of the instance, what the connector is given.
     pub(crate) uri: Uri,
     /// The instance's authority, the `Host` of requests that have none.
     pub(crate) host: HeaderValue,
+    /// The instance's authority, the `:authority` of HTTP/2 requests that have no `Host`.
+    pub(crate) authority: Authority,
+    /// `https` over TLS, else `http`: the `:scheme` of HTTP/2 requests.
+    pub(crate) scheme: Scheme,
+    /// Plain or TLS.
+    pub(crate) secure: Secure,
+    pub(crate) mode: Mode,
+}
+
+// === impl Shared ===
+
+impl<IO: Read + Write + Unpin, B: Body + 'static> Shared<IO, B> {
+    /// The shared state of the endpoint of the instance at `uri`.
+    pub(crate) fn new(settings: Arc<Settings>, uri: Uri, secure: Secure) -> Self {
+        let authority = uri
+            .authority()
+            .cloned()
+            .unwrap_or_else(|| Authority::from_static("localhost"));
+        let host = HeaderValue::from_str(authority.as_str())
+            .unwrap_or_else(|_| unreachable!("an authority is a valid header value"));
+        let mode = match settings.protocol {
+            Protocol::Http1 => Mode::Http1,
+            Protocol::Http2 => Mode::Http2,
+            // Over cleartext there is no ALPN: HTTP/1.1.
+            Protocol::Auto if secure.is_tls() => Mode::Alpn,
+            Protocol::Auto => Mode::Http1,
+        };
+        let scheme = if secure.is_tls() {
+            Scheme::HTTPS
+        } else {
+            Scheme::HTTP
+        };
+        // An instance reached over TLS is `https://` in errors and to the connector, whatever
+        // its address said (`Tls::with_every_instance`).
+        let uri = if uri.scheme() == Some(&scheme) {
+            uri
+        } else {
+            let mut parts = uri.clone().into_parts();
+            parts.scheme = Some(scheme.clone());
+            Uri::from_parts(parts).unwrap_or(uri)
+        };
+        Shared {
+            pool: Arc::new(Pool::new(settings)),
+            h2: H2::new(),
+            uri,
+            host,
+            authority,
+            scheme,
+            secure,
+            mode,
+        }
+    }
 }
 
 // === impl Target ===
 
-impl<C, IO: Read + Write, B: Body + 'static> Target<C, IO, B> {
+impl<C, IO: Read + Write + Unpin, B: Body + 'static> Target<C, IO, B> {
     pub(crate) fn new(connector: C, shared: Shared<IO, B>) -> Self {
         Target {
             connector,
@@ -420,7 +352,7 @@ impl<C, IO: Read + Write, B: Body + 'static> Target<C, IO, B> {
     }
 }
 
-impl<C: Clone, IO: Read + Write, B: Body + 'static> Clone for Target<C, IO, B> {
+impl<C: Clone, IO: Read + Write + Unpin, B: Body + 'static> Clone for Target<C, IO, B> {
     fn clone(&self) -> Self {
         Target {
             connector: self.connector.clone(),
@@ -429,7 +361,7 @@ impl<C: Clone, IO: Read + Write, B: Body + 'static> Clone for Target<C, IO, B> {
     }
 }
 
-impl<C, IO: Read + Write, B: Body + 'static> std::ops::Deref for Target<C, IO, B> {
+impl<C, IO: Read + Write + Unpin, B: Body + 'static> std::ops::Deref for Target<C, IO, B> {
     type Target = Shared<IO, B>;
 
     fn deref(&self) -> &Shared<IO, B> {
@@ -458,6 +390,16 @@ impl Future for EndpointFuture {
     }
 }
 
+/// When a request's response head is due, and the limit it was given.
+pub(crate) type Deadline = Option<(tokio::time::Instant, Duration)>;
+
+/// A new connection, as an HTTP/1 request opened it.
+enum Opened<IO: Read + Write + Unpin, B: Body + 'static> {
+    Http1(Box<Conn<IO, B>>),
+    /// ALPN chose HTTP/2 ([`Mode::Alpn`]): the request goes to the HTTP/2 connection.
+    Http2,
+}
+
 impl<C, IO, B> Target<C, IO, B>
 where
     C: Service<Uri, Response = IO> + Clone + Send + 'static,
@@ -468,58 +410,48 @@ where
     B::Data: Send,
     B::Error: Into<BoxError>,
 {
-    /// Sends `request` (origin-form URI, HTTP/1.1, `Host` set if missing) on an idle
-    /// connection, or on a new one.
-    pub(crate) fn send(self, mut request: Request<B>) -> EndpointFuture {
-        *request.version_mut() = Version::HTTP_11;
-        let added_host = !request.headers().contains_key(HOST);
-        if added_host {
-            request.headers_mut().insert(HOST, self.host.clone());
-        }
-        EndpointFuture {
-            inner: Box::pin(self.run(request, added_host)),
-        }
-    }
-
-    fn error(&self, stage: Stage, source: impl Into<BoxError>) -> BoxError {
-        Box::new(RequestError {
-            stage,
-            instance: self.uri.clone(),
-            source: source.into(),
-        })
-    }
-
-    async fn connect(&mut self) -> Result<Box<Conn<IO, B>>, BoxError> {
-        poll_fn(|cx| self.connector.poll_ready(cx))
-            .await
-            .map_err(|e| self.error(Stage::Connect, e))?;
-        let io = self
-            .connector
-            .call(self.uri.clone())
-            .await
-            .map_err(|e| self.error(Stage::Connect, e))?;
-        let (sender, driver) = self
+    /// Sends `request` (origin-form URI) in the instance's protocol: HTTP/1.1 on an idle
+    /// connection or a new one, or HTTP/2 on the instance's connection.
+    pub(crate) fn send(self, request: Request<B>) -> EndpointFuture {
+        let deadline = self
             .pool
             .settings
-            .http1
-            .handshake(io)
-            .await
-            .map_err(|e| self.error(Stage::Handshake, e))?;
-        Ok(Box::new(Conn {
-            sender,
-            driver,
-            body_released: Arc::new(AtomicBool::new(true)),
-            body_frames: Arc::new(AtomicU64::new(0)),
-            ended: false,
-            idle_since: Instant::now(),
-            pool: None,
-            timer: None,
-        }))
+            .response_timeout
+            .map(|after| (tokio::time::Instant::now() + after, after));
+        let http2 = match self.mode {
+            Mode::Http1 => false,
+            Mode::Http2 => true,
+            Mode::Alpn => !self.h2.speaks_http1(),
+        };
+        EndpointFuture {
+            inner: if http2 {
+                self.run_h2(request, deadline)
+            } else {
+                Box::pin(self.run_h1(request, deadline))
+            },
+        }
     }
 
-    /// A connection from the instance's [`Connects`], once one is free: from a connect
-    /// (started here if fewer than the cap run), or released by another request.
-    async fn handed(&mut self) -> Result<Option<Box<Conn<IO, B>>>, BoxError> {
+    pub(crate) fn error(&self, stage: Stage, source: impl Into<BoxError>) -> BoxError {
+        Box::new(RequestError::new(stage, self.uri.clone(), source))
+    }
+
+    /// A new HTTP/1 connection (what the capped connects of [`Connects`] open).
+    async fn connect_h1(&mut self) -> Result<Box<Conn<IO, B>>, BoxError> {
+        let (io, _) = open(self.connector.clone(), &self.uri, &self.secure).await?;
+        Conn::handshake(io, &self.pool.settings)
+            .await
+            .map_err(|e| self.error(Stage::Handshake, e))
+    }
+
+    /// A connection for a request that found no idle one: from the instance's
+    /// [`Connects`], once one is free (a connect started here if fewer than the cap run,
+    /// or a connection released by another request); over TLS with ALPN to choose
+    /// ([`Mode::Alpn`]), a connection of its own, which may turn out to speak HTTP/2.
+    async fn handed(&mut self) -> Result<Option<Opened<IO, B>>, BoxError> {
+        if self.mode == Mode::Alpn {
+            return self.connect().await.map(Some);
+        }
         let waiter = self.pool.connects.wait();
         if waiter.start {
             let mut target = self.clone();
@@ -529,10 +461,10 @@ where
                 let pool = target.pool.clone();
                 loop {
                     let connected = match limit {
-                        Some(after) => tokio::time::timeout(after, target.connect())
+                        Some(after) => tokio::time::timeout(after, target.connect_h1())
                             .await
                             .unwrap_or_else(|_| Err(target.timeout(after))),
-                        None => target.connect().await,
+                        None => target.connect_h1().await,
                     };
                     if !pool.connects.finished(connected, &pool) {
                         break;
@@ -541,12 +473,25 @@ where
             });
         }
         match waiter.handed.await {
-            Ok(handed) => handed.map(Handoff::take),
+            Ok(handed) => handed.map(|h| h.take().map(Opened::Http1)),
             Err(_) => Err(self.error(Stage::Connect, "the connect task ended")),
         }
     }
 
-    fn timeout(&self, after: Duration) -> BoxError {
+    async fn connect(&mut self) -> Result<Opened<IO, B>, BoxError> {
+        let (io, h2) = open(self.connector.clone(), &self.uri, &self.secure).await?;
+        if h2 && self.mode == Mode::Alpn {
+            // The instance speaks HTTP/2 again: this connection is not needed.
+            self.h2.set_speaks_http1(false);
+            return Ok(Opened::Http2);
+        }
+        let conn = Conn::handshake(io, &self.pool.settings)
+            .await
+            .map_err(|e| self.error(Stage::Handshake, e))?;
+        Ok(Opened::Http1(conn))
+    }
+
+    pub(crate) fn timeout(&self, after: Duration) -> BoxError {
         // An I/O timeout as the source: `gray_balance::error::status_of` reads it as 504.
         self.error(
             Stage::Timeout(after),
@@ -554,13 +499,17 @@ where
         )
     }
 
-    async fn run(
+    /// Sends `request` over HTTP/1.1.
+    pub(crate) async fn run_h1(
         mut self,
         mut request: Request<B>,
-        added_host: bool,
+        deadline: Deadline,
     ) -> Result<Response<ResponseBody>, BoxError> {
-        let limit = self.pool.settings.response_timeout;
-        let deadline = limit.map(|after| (tokio::time::Instant::now() + after, after));
+        *request.version_mut() = Version::HTTP_11;
+        let added_host = !request.headers().contains_key(HOST);
+        if added_host {
+            request.headers_mut().insert(HOST, self.host.clone());
+        }
         loop {
             // An idle connection that is still open, else a new one.
             let mut fresh = false;
@@ -584,10 +533,16 @@ where
                             None => self.handed().await,
                         };
                         match handed {
-                            Ok(Some(mut conn)) => {
+                            Ok(Some(Opened::Http1(mut conn))) => {
                                 if poll_fn(|cx| Poll::Ready(conn.usable(cx))).await {
                                     break conn;
                                 }
+                            }
+                            Ok(Some(Opened::Http2)) => {
+                                if added_host {
+                                    request.headers_mut().remove(HOST);
+                                }
+                                return self.run_h2(request, deadline).await;
                             }
                             Ok(None) => {}
                             // Nothing was sent: the request goes back to the caller, as
@@ -643,7 +598,8 @@ where
             match result {
                 Ok(response) => {
                     conn.pool = Some(self.pool.clone());
-                    return Ok(response.map(|body| ResponseBody::new(body, conn)));
+                    let lease: Box<dyn Lease> = conn;
+                    return Ok(response.map(|body| ResponseBody::new(body, Some(lease))));
                 }
                 // Not sent: the idle connection was closed under us. Try another one; a
                 // new connection that cannot take the request is an error.

@@ -105,6 +105,9 @@ pub(super) struct ServiceKeys {
     pub(super) pick: Option<Pick>,
     pub(super) retry: Option<super::upstream::RetryKeys>,
     pub(super) health_check: Option<super::upstream::HealthKeys>,
+    pub(super) protocol: Option<super::transport::ProtocolKey>,
+    pub(super) tls: Option<super::transport::TlsKeys>,
+    pub(super) strip_prefix: Option<bool>,
     pub(super) rollout: Option<gray_rollout::RolloutConfig>,
 }
 

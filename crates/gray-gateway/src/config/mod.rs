@@ -43,6 +43,7 @@
 mod file;
 #[cfg(test)]
 mod tests;
+mod transport;
 mod upstream;
 
 use std::{
@@ -63,6 +64,8 @@ use gray_rules::CidrList;
 use gray_tower::edge::ForwardedHeader;
 use http::HeaderName;
 
+pub use self::transport::UpstreamTransport;
+pub(crate) use self::transport::system_tls;
 /// A configuration error: the file, the line, the field, and what was wrong.
 pub use gray_config::ConfigError;
 
@@ -227,6 +230,12 @@ pub struct ServiceConfig {
     pub probe: Probe,
     /// When an instance is ejected, and for how long (`health_check`).
     pub ejection: Ejection,
+    /// How its instances are reached: the HTTP version (`protocol`) and TLS (`tls`).
+    pub transport: UpstreamTransport,
+    /// Whether the service's name is taken off the path before the request is forwarded
+    /// (`strip_prefix`, default `true`); `false` for gRPC services, whose path
+    /// (`/{package.Service}/{Method}`) starts with the name the service is routed by.
+    pub strip_prefix: bool,
     /// Its rollout (`[services.<name>.rollout]`), checked.
     pub rollout: Option<gray_rollout::RolloutConfig>,
 }
@@ -528,6 +537,26 @@ impl Config {
             let retry = upstream::retry(&doc, &name, table.extra.retry.as_ref())?;
             let (probe, ejection) =
                 upstream::health(&doc, &name, table.extra.health_check.as_ref())?;
+            let transport = transport::transport(
+                &doc,
+                &name,
+                table.extra.protocol,
+                table.extra.tls.as_ref(),
+                base,
+            )?;
+            if transport.tls.is_some()
+                && matches!(
+                    probe.check(),
+                    gray_balance::health::Check::Http { .. }
+                        | gray_balance::health::Check::Grpc { .. }
+                )
+            {
+                return Err(err(
+                    &field("health_check.kind"),
+                    &"the HTTP and gRPC checks speak cleartext, and this service's instances \
+                      speak TLS (its `tls` table): use `kind = \"connect\"`",
+                ));
+            }
             let rollout = match table.extra.rollout {
                 Some(rollout) => {
                     rollout
@@ -540,6 +569,8 @@ impl Config {
             services.push(ServiceConfig {
                 rollout,
                 name,
+                transport,
+                strip_prefix: table.extra.strip_prefix.unwrap_or(true),
                 policy,
                 pick: table.extra.pick.unwrap_or_default(),
                 retry,

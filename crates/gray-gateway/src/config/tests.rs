@@ -230,6 +230,89 @@ fn retry_and_health_check_mistakes_name_their_line_and_field() {
 }
 
 #[test]
+fn upstream_protocol_and_tls() {
+    use gray_discovery::http::Protocol;
+    let cfg = parse("listen = \"127.0.0.1:1\"\n[services.a]\n[services.b]\nprotocol = \"h2c\"\n[services.c]\nprotocol = \"auto\"\ntls = { insecure_skip_verify = true, server_name = \"c.internal\" }\n").unwrap();
+    let [a, b, c] = &cfg.services[..] else {
+        panic!("three services")
+    };
+    assert_eq!(
+        (a.transport.protocol, a.transport.tls.is_none()),
+        (Protocol::Http1, true)
+    );
+    assert_eq!(b.transport.protocol, Protocol::Http2);
+    assert_eq!(c.transport.protocol, Protocol::Auto);
+    assert!(c.transport.insecure);
+    assert!(
+        c.transport
+            .tls
+            .as_ref()
+            .is_some_and(gray_discovery::http::Tls::every_instance)
+    );
+
+    // Each mistake names its file, line and field.
+    let dir = std::env::temp_dir().join(format!("gray-gw-tls-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("empty.pem"), "not a certificate\n").unwrap();
+    let gw = dir.join("gw.toml");
+    for (keys, field, says) in [
+        (
+            "protocol = \"h3\"",
+            "services.a.protocol",
+            "unknown variant `h3`",
+        ),
+        (
+            "protocol = \"h2c\"\ntls = {}",
+            "services.a.protocol",
+            "use `h2`",
+        ),
+        (
+            "tls = { ca_file = \"missing.pem\" }",
+            "services.a.tls.ca_file",
+            "missing.pem",
+        ),
+        (
+            "tls = { ca_file = \"empty.pem\" }",
+            "services.a.tls.ca_file",
+            "no PEM certificate",
+        ),
+        (
+            "tls = { cert_file = \"empty.pem\" }",
+            "services.a.tls.cert_file",
+            "needs `key_file`",
+        ),
+        (
+            "tls = { key_file = \"empty.pem\" }",
+            "services.a.tls.key_file",
+            "needs `cert_file`",
+        ),
+        (
+            "tls = { server_name = \"not a name\" }",
+            "services.a.tls.server_name",
+            "DNS name",
+        ),
+        (
+            "tls = { insecure_skip_verify = true, ca_file = \"empty.pem\" }",
+            "services.a.tls.ca_file",
+            "would not be used",
+        ),
+        (
+            "tls = { verify = false }",
+            "services.a.tls.verify",
+            "unknown field",
+        ),
+    ] {
+        let text = format!("listen = \"127.0.0.1:1\"\n[services.a]\n{keys}\n");
+        let err = Config::parse(&text, &gw).unwrap_err();
+        assert_eq!(err.field(), Some(field), "{keys}: {err}");
+        assert!(err.line().is_some(), "{keys}: {err}");
+        assert!(err.to_string().contains(says), "{keys}: {err}");
+        assert!(err.to_string().contains("gw.toml"), "{keys}: {err}");
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
 fn client_limits_parse_and_their_mistakes_name_their_field() {
     let cfg = parse(
         "listen = \"127.0.0.1:1\"\nrequest_body_timeout_ms = 0\nsend_timeout_ms = 5000\n\

@@ -2,7 +2,8 @@
 //! features on: a rules file evaluated for every request, then the trusted client's stain;
 //! stripping, `X-Forwarded-For`, metrics, timeouts, admin. It picks round-robin within the
 //! lane, as the others do. `gateway-tls` also terminates TLS (the `[tls]` table, with the
-//! run's certificate).
+//! run's certificate); `gateway-h2c` speaks HTTP/2 to the upstreams (the upstream binary
+//! answers both).
 
 use super::{Kind, Launch, Program, Setup, render, write};
 use crate::bench::{Result, settings::Settings};
@@ -45,6 +46,7 @@ workers = 1
 [services.svc]
 fallback = "baseline"
 pick = "round-robin"
+{protocol}
 "#;
 
 /// The `[tls]` table of `gateway-tls`.
@@ -55,20 +57,47 @@ cert_file = "{cert}"
 key_file = "{key}"
 "#;
 
-/// The `gateway` and `gateway-tls` targets.
+/// The `gateway`, `gateway-tls` and `gateway-h2c` targets.
 #[derive(Debug)]
 pub(crate) struct Gateway {
+    name: &'static str,
     tls: bool,
+    /// The services' `protocol`.
+    protocol: &'static str,
+    about: &'static str,
 }
 
 impl Gateway {
-    pub(crate) const PLAIN: Gateway = Gateway { tls: false };
-    pub(crate) const TLS: Gateway = Gateway { tls: true };
+    pub(crate) const PLAIN: Gateway = Gateway {
+        name: "gateway",
+        tls: false,
+        protocol: "http1",
+        about: "the gray gateway (GATEWAY_PACKAGE's binary GATEWAY_BIN_NAME), one worker, its\n\
+                features on (a rules file evaluated for every request, then the trusted\n\
+                client's stain; stripping, X-Forwarded-For, metrics, timeouts, admin),\n\
+                picking round-robin within the lane as the others do; HTTP/1.1 keep-alive\n\
+                connections to the upstreams",
+    };
+    pub(crate) const TLS: Gateway = Gateway {
+        name: "gateway-tls",
+        tls: true,
+        protocol: "http1",
+        about: "the gateway as `gateway`, also terminating TLS (a `[tls]` table with the\n\
+                run's certificate): wrk loads the TLS listener",
+    };
+    pub(crate) const H2C: Gateway = Gateway {
+        name: "gateway-h2c",
+        tls: false,
+        protocol: "h2c",
+        about: "the gateway as `gateway`, speaking HTTP/2 in cleartext to the upstreams\n\
+                (`protocol = \"h2c\"`: one multiplexed connection per upstream, driven by a\n\
+                task of its own)",
+    };
 }
 
 impl Kind for Gateway {
     fn name(&self) -> &'static str {
-        if self.tls { "gateway-tls" } else { "gateway" }
+        self.name
     }
 
     fn tls(&self) -> bool {
@@ -76,14 +105,7 @@ impl Kind for Gateway {
     }
 
     fn about(&self) -> &'static str {
-        if self.tls {
-            return "the gateway as `gateway`, also terminating TLS (a `[tls]` table with the\n\
-                    run's certificate): wrk loads the TLS listener";
-        }
-        "the gray gateway (GATEWAY_PACKAGE's binary GATEWAY_BIN_NAME), one worker, its\n\
-         features on (a rules file evaluated for every request, then the trusted\n\
-         client's stain; stripping, X-Forwarded-For, metrics, timeouts, admin),\n\
-         picking round-robin within the lane as the others do"
+        self.about
     }
 
     fn program(&self, settings: &Settings) -> Program {
@@ -105,6 +127,15 @@ impl Kind for Gateway {
             ("admin", setup.admin.to_string()),
             ("instances", instances.display().to_string()),
             ("rules", rules.display().to_string()),
+            // Only when not the default: a gateway built before the key existed (a
+            // `gateway#LABEL` target) still reads the configuration.
+            (
+                "protocol",
+                match self.protocol {
+                    "http1" => String::new(),
+                    other => format!("protocol = \"{other}\""),
+                },
+            ),
             (
                 "tls",
                 match setup.tls {

@@ -27,6 +27,7 @@ pub(crate) static KINDS: &[&dyn Kind] = &[
     &gateway::Gateway::PLAIN,
     &nginx::Nginx::TLS,
     &gateway::Gateway::TLS,
+    &gateway::Gateway::H2C,
     &bare::Bare::LEGACY,
     &bare::Bare::GRAY,
 ];

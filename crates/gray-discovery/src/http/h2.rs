@@ -1,0 +1,288 @@
+//! The HTTP/2 connection of one instance, shared by every request to it.
+//!
+//! One connection per instance, multiplexed: requests take a clone of its handle (a lock
+//! held for a clone), and the connection runs on a task of its own (hyper's HTTP/2 client
+//! needs one: it reads frames for every stream). When no connection is open, the first
+//! request opens one and every request that arrives meanwhile waits for that same opening
+//! (and gets its error if it fails): a burst of requests to a new instance opens one
+//! connection, not one each. A connection that closed (the instance went away, or sent
+//! `GOAWAY`) is replaced by the next request; a request it could not take is sent once
+//! more on the new one.
+//!
+//! Requests beyond the instance's `SETTINGS_MAX_CONCURRENT_STREAMS` wait on the same
+//! connection for a stream to end (hyper queues them): no second connection is opened,
+//! as gRPC's own clients do.
+//!
+//! Over TLS with [`Protocol::Auto`](super::Protocol::Auto), opening a connection is also
+//! how ALPN's choice is learned: an instance that chose HTTP/1.1 gets its requests over
+//! HTTP/1.1 (the connection just opened goes to the idle HTTP/1 connections) until one of
+//! its new connections chooses `h2` again.
+
+use std::{
+    future::Future,
+    pin::Pin,
+    sync::{
+        Mutex, MutexGuard,
+        atomic::{AtomicBool, AtomicU64, Ordering},
+    },
+};
+
+use futures_util::{FutureExt, future::Shared};
+use gray_core::unsent::Unsent;
+use http::{
+    Request, Response, Uri, Version,
+    header::HOST,
+    uri::{self, Authority, PathAndQuery},
+};
+use http_body::Body;
+use hyper::{
+    client::conn::http2::SendRequest,
+    rt::{Read, Write},
+};
+use tower::BoxError;
+use tower_service::Service;
+
+use super::{
+    body::ResponseBody,
+    error::{RequestError, Stage},
+    pool::{Conn, Deadline, Mode, Target},
+    transport::open,
+};
+
+/// The handle that sends requests on an HTTP/2 connection.
+type Sender<B> = SendRequest<Pin<Box<B>>>;
+
+/// An opening connection, awaited by every request that needs it.
+type Opening<B> = Shared<Pin<Box<dyn Future<Output = Result<Opened<B>, RequestError>> + Send>>>;
+
+/// What opening a connection gave.
+enum Opened<B> {
+    Http2(Sender<B>),
+    /// ALPN chose HTTP/1.1: the connection went to the idle HTTP/1 connections.
+    Http1,
+}
+
+impl<B> Clone for Opened<B> {
+    fn clone(&self) -> Self {
+        match self {
+            Opened::Http2(sender) => Opened::Http2(sender.clone()),
+            Opened::Http1 => Opened::Http1,
+        }
+    }
+}
+
+enum State<B> {
+    Empty,
+    /// Being opened; the number tells this opening from later ones.
+    Opening(u64, Opening<B>),
+    Ready(u64, Sender<B>),
+}
+
+/// The HTTP/2 connection of one instance; see the [module docs](self).
+pub(crate) struct H2<B> {
+    state: Mutex<State<B>>,
+    openings: AtomicU64,
+    /// ALPN chose HTTP/1.1 on the last connection opened ([`Mode::Alpn`] only).
+    speaks_http1: AtomicBool,
+}
+
+// === impl H2 ===
+
+impl<B> H2<B> {
+    pub(crate) fn new() -> Self {
+        H2 {
+            state: Mutex::new(State::Empty),
+            openings: AtomicU64::new(0),
+            speaks_http1: AtomicBool::new(false),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State<B>> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Whether ALPN chose HTTP/1.1 when a connection was last opened.
+    pub(crate) fn speaks_http1(&self) -> bool {
+        self.speaks_http1.load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn set_speaks_http1(&self, http1: bool) {
+        self.speaks_http1.store(http1, Ordering::Relaxed);
+    }
+
+    /// Forgets the connection of opening `number`, which could not take a request.
+    fn forget(&self, number: u64) {
+        let mut state = self.lock();
+        if matches!(&*state, State::Ready(n, _) if *n == number) {
+            *state = State::Empty;
+        }
+    }
+}
+
+impl<C, IO, B> Target<C, IO, B>
+where
+    C: Service<Uri, Response = IO> + Clone + Send + 'static,
+    C::Future: Send,
+    C::Error: Into<BoxError>,
+    IO: Read + Write + Unpin + Send + 'static,
+    B: Body + Send + 'static,
+    B::Data: Send,
+    B::Error: Into<BoxError>,
+{
+    /// The open connection's handle, or the one a new connection gives; `None` when ALPN
+    /// chose HTTP/1.1.
+    async fn sender(&mut self) -> Result<Option<(u64, Sender<B>)>, RequestError> {
+        let (number, opening) = {
+            let mut state = self.h2.lock();
+            match &*state {
+                State::Ready(number, sender) if !sender.is_closed() => {
+                    return Ok(Some((*number, sender.clone())));
+                }
+                State::Opening(number, opening) => (*number, opening.clone()),
+                _ => {
+                    let number = self.h2.openings.fetch_add(1, Ordering::Relaxed);
+                    let opening = self.opening().shared();
+                    *state = State::Opening(number, opening.clone());
+                    (number, opening)
+                }
+            }
+        };
+        let opened = opening.await;
+        let mut state = self.h2.lock();
+        let current = matches!(&*state, State::Opening(n, _) if *n == number);
+        match opened {
+            Ok(Opened::Http2(sender)) => {
+                if current {
+                    *state = State::Ready(number, sender.clone());
+                }
+                Ok(Some((number, sender)))
+            }
+            Ok(Opened::Http1) => {
+                if current {
+                    *state = State::Empty;
+                }
+                Ok(None)
+            }
+            Err(e) => {
+                if current {
+                    *state = State::Empty;
+                }
+                Err(e)
+            }
+        }
+    }
+
+    /// Opens a connection. It holds no reference to the endpoint: an opening nobody
+    /// awaits any more keeps nothing alive.
+    fn opening(&self) -> Pin<Box<dyn Future<Output = Result<Opened<B>, RequestError>> + Send>> {
+        let connector = self.connector.clone();
+        let uri = self.uri.clone();
+        let secure = self.secure.clone();
+        let pool = self.pool.clone();
+        let alpn = self.mode == Mode::Alpn;
+        Box::pin(async move {
+            let (io, h2) = open(connector, &uri, &secure).await?;
+            let settings = &pool.settings;
+            if alpn && !h2 {
+                let conn = Conn::handshake(io, settings)
+                    .await
+                    .map_err(|e| RequestError::new(Stage::Handshake, uri.clone(), e))?;
+                pool.put(conn);
+                return Ok(Opened::Http1);
+            }
+            let (sender, connection) = settings
+                .http2
+                .handshake(io)
+                .await
+                .map_err(|e| RequestError::new(Stage::Handshake, uri.clone(), e))?;
+            tokio::spawn(async move {
+                if let Err(e) = connection.await {
+                    tracing::debug!(target: "gray::discovery", instance = %uri, error = %e, "HTTP/2 connection closed");
+                }
+            });
+            Ok(Opened::Http2(sender))
+        })
+    }
+
+    /// `request` in the form HTTP/2 sends it: absolute, its `Host` as its authority.
+    fn h2_request(&self, mut request: Request<B>) -> Request<Pin<Box<B>>> {
+        *request.version_mut() = Version::HTTP_2;
+        let authority = request
+            .headers_mut()
+            .remove(HOST)
+            .and_then(|host| Authority::try_from(host.as_bytes()).ok())
+            .unwrap_or_else(|| self.authority.clone());
+        let mut parts = uri::Parts::default();
+        parts.scheme = Some(self.scheme.clone());
+        parts.authority = Some(authority);
+        parts.path_and_query = Some(
+            request
+                .uri()
+                .path_and_query()
+                .cloned()
+                .unwrap_or_else(|| PathAndQuery::from_static("/")),
+        );
+        if let Ok(uri) = Uri::from_parts(parts) {
+            *request.uri_mut() = uri;
+        }
+        request.map(Box::pin)
+    }
+
+    /// Sends `request` over HTTP/2 (or over HTTP/1.1, when ALPN chose it).
+    pub(crate) fn run_h2(
+        self,
+        request: Request<B>,
+        deadline: Deadline,
+    ) -> Pin<Box<dyn Future<Output = Result<Response<ResponseBody>, BoxError>> + Send>> {
+        Box::pin(self.exchange_h2(request, deadline))
+    }
+
+    async fn exchange_h2(
+        mut self,
+        request: Request<B>,
+        deadline: Deadline,
+    ) -> Result<Response<ResponseBody>, BoxError> {
+        let exchange = async {
+            let first = match self.sender().await {
+                Ok(first) => first,
+                // No connection: nothing was sent, the request goes back to the caller
+                // (a retrying balancer sends it elsewhere).
+                Err(e) => return Err(Box::new(Unsent::new(request, e)) as BoxError),
+            };
+            let Some((mut number, mut sender)) = first else {
+                self.h2.set_speaks_http1(true);
+                return self.clone().run_h1(request, None).await;
+            };
+            self.h2.set_speaks_http1(false);
+            let mut request = self.h2_request(request);
+            let mut again = true;
+            loop {
+                match sender.try_send_request(request).await {
+                    Ok(response) => return Ok(response.map(|body| ResponseBody::new(body, None))),
+                    // Not sent: the connection closed under us. Once more, on a new one.
+                    Err(mut e) => match e.take_message() {
+                        Some(unsent) if again => {
+                            again = false;
+                            self.h2.forget(number);
+                            request = unsent;
+                            let Some((n, s)) = self.sender().await? else {
+                                return Err(self.error(
+                                    Stage::Send,
+                                    "the instance chose HTTP/1.1 on its new connection",
+                                ));
+                            };
+                            (number, sender) = (n, s);
+                        }
+                        _ => return Err(self.error(Stage::Send, e.into_error())),
+                    },
+                }
+            }
+        };
+        match deadline {
+            Some((at, after)) => tokio::time::timeout_at(at, exchange)
+                .await
+                .map_err(|_| self.timeout(after))?,
+            None => exchange.await,
+        }
+    }
+}
