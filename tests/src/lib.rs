@@ -255,10 +255,22 @@ pub async fn one_instance_gateway(
         ),
     )
     .unwrap();
+    (start_gateway(dir.path()).await, dir)
+}
+
+/// The rules file of the gateway tests: a request with an `x-tester` header is put in the
+/// lane `gray`.
+pub const TESTERS_RULES: &str = "[[rules]]\nname = \"testers\"\nwhen = { header = { name = \"x-tester\", present = true } }\nlane = \"gray\"\n";
+
+/// Starts a gateway from `dir`'s `gateway.toml` (its other files beside it).
+///
+/// # Panics
+///
+/// When the configuration is not valid or the gateway does not start.
+pub async fn start_gateway(dir: &std::path::Path) -> gray_gateway::Gateway {
     let config =
-        gray_gateway::config::Config::load(&dir.path().join("gateway.toml")).expect("valid config");
-    let gateway = gray_gateway::Gateway::start(config)
+        gray_gateway::config::Config::load(&dir.join("gateway.toml")).expect("a valid config");
+    gray_gateway::Gateway::start(config)
         .await
-        .expect("gateway starts");
-    (gateway, dir)
+        .expect("the gateway starts")
 }

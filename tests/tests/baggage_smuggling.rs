@@ -17,7 +17,7 @@ use std::{process::Stdio, time::Duration};
 
 use axum::{Router, extract::State, routing::get};
 use gray_core::Carriers;
-use gray_gateway::{Gateway, config::Config};
+use gray_gateway::Gateway;
 use gray_test_support::{TempDir, WAIT};
 use gray_tests::{
     Server,
@@ -116,8 +116,7 @@ async fn chain(carriers: &str) -> Chain {
         ),
     )
     .expect("config written");
-    let config = Config::load(&dir.path().join("gateway.toml")).expect("a valid config");
-    let gateway = Gateway::start(config).await.expect("the gateway starts");
+    let gateway = gray_tests::start_gateway(dir.path()).await;
     let driver = gray_tests::reqwest_builder()
         .timeout(Duration::from_secs(20))
         .build()

@@ -7,7 +7,7 @@
 use std::net::{IpAddr, Ipv4Addr};
 
 use axum::{Router, routing::any};
-use gray_gateway::{Gateway, config::Config};
+use gray_gateway::Gateway;
 use gray_test_support::{TempDir, WAIT};
 use gray_tests::{Server, serve};
 
@@ -54,8 +54,7 @@ async fn setup(forwarded_header: Option<&str>) -> Setup {
         ),
     )
     .expect("write the configuration");
-    let config = Config::load(&dir.path().join("gateway.toml")).expect("a valid configuration");
-    let gateway = Gateway::start(config).await.expect("the gateway starts");
+    let gateway = gray_tests::start_gateway(dir.path()).await;
     Setup {
         gateway,
         _dir: dir,

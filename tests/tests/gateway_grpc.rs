@@ -11,7 +11,7 @@
 use std::{net::SocketAddr, pin::Pin};
 
 use futures_util::{Stream, StreamExt, stream};
-use gray_gateway::{Gateway, config::Config};
+use gray_gateway::Gateway;
 use gray_test_support::TempDir;
 use gray_tests::{
     loopback_listener,
@@ -116,19 +116,14 @@ async fn gateway(dir: &TempDir, instances: &[(&str, SocketAddr, bool)]) -> Gatew
         ));
     }
     std::fs::write(dir.path().join("instances.toml"), list).unwrap();
-    std::fs::write(
-        dir.path().join("rules.toml"),
-        "[[rules]]\nname = \"testers\"\nwhen = { header = { name = \"x-tester\", present = true } }\nlane = \"gray\"\n",
-    )
-    .unwrap();
+    std::fs::write(dir.path().join("rules.toml"), gray_tests::TESTERS_RULES).unwrap();
     std::fs::write(
         dir.path().join("gateway.toml"),
         "listen = \"127.0.0.1:0\"\nrules = \"rules.toml\"\ninstances = \"instances.toml\"\n\n\
          [services.\"greeter.Greeter\"]\npreset = \"seed-000\"\nstrip_prefix = false\nprotocol = \"h2c\"\n",
     )
     .unwrap();
-    let config = Config::load(&dir.path().join("gateway.toml")).expect("a valid config");
-    Gateway::start(config).await.expect("the gateway starts")
+    gray_tests::start_gateway(dir.path()).await
 }
 
 async fn client(gw: SocketAddr) -> GreeterClient<Channel> {

@@ -8,7 +8,7 @@
 use std::net::SocketAddr;
 
 use axum::{Router, routing::any};
-use gray_gateway::{Gateway, config::Config};
+use gray_gateway::Gateway;
 use gray_test_support::{TempDir, WAIT};
 use gray_tests::{Server, serve};
 use tokio::{
@@ -39,8 +39,7 @@ async fn start_with(limits: &str, upstream: Server) -> (Gateway, TempDir, Server
         ),
     )
     .unwrap();
-    let config = Config::load(&dir.path().join("gateway.toml")).expect("valid config");
-    let gateway = Gateway::start(config).await.expect("gateway starts");
+    let gateway = gray_tests::start_gateway(dir.path()).await;
     (gateway, dir, upstream)
 }
 

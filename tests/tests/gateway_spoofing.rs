@@ -7,7 +7,7 @@
 use std::net::SocketAddr;
 
 use axum::{Router, body::Bytes, extract::State, http::HeaderMap, http::Uri, routing::any};
-use gray_gateway::{Gateway, config::Config};
+use gray_gateway::Gateway;
 use gray_test_support::{TempDir, WAIT};
 use gray_tests::{Server, serve};
 use tokio::{
@@ -98,8 +98,7 @@ fallback = "baseline"
 "#,
     )
     .unwrap();
-    let config = Config::load(&dir.path().join("gateway.toml")).expect("valid config");
-    let gateway = Gateway::start(config).await.expect("gateway starts");
+    let gateway = gray_tests::start_gateway(dir.path()).await;
     Setup {
         gateway,
         _dir: dir,

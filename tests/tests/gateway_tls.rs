@@ -15,7 +15,7 @@ use std::{
 };
 
 use axum::{Router, extract::State, http::HeaderMap, routing::any};
-use gray_gateway::{Gateway, config::Config};
+use gray_gateway::Gateway;
 use gray_test_support::{
     TempDir, WAIT,
     tls::{Ca, Issued, Leaf},
@@ -88,8 +88,7 @@ impl Setup {
             ),
         )
         .unwrap();
-        let config = Config::load(&dir.path().join("gateway.toml")).expect("a valid config");
-        let gateway = Gateway::start(config).await.expect("the gateway starts");
+        let gateway = gray_tests::start_gateway(dir.path()).await;
         Setup {
             gateway,
             dir,

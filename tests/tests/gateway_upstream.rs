@@ -10,7 +10,7 @@
 use std::net::SocketAddr;
 
 use futures_util::future::join_all;
-use gray_gateway::{Gateway, config::Config};
+use gray_gateway::Gateway;
 use gray_test_support::{
     TempDir,
     https::{Upstream, server_config},
@@ -30,11 +30,7 @@ async fn gateway(dir: &TempDir, gray: &str, base: &str, service: &str) -> Gatewa
         ),
     )
     .unwrap();
-    std::fs::write(
-        dir.path().join("rules.toml"),
-        "[[rules]]\nname = \"testers\"\nwhen = { header = { name = \"x-tester\", present = true } }\nlane = \"gray\"\n",
-    )
-    .unwrap();
+    std::fs::write(dir.path().join("rules.toml"), gray_tests::TESTERS_RULES).unwrap();
     std::fs::write(
         dir.path().join("gateway.toml"),
         format!(
@@ -43,8 +39,7 @@ async fn gateway(dir: &TempDir, gray: &str, base: &str, service: &str) -> Gatewa
         ),
     )
     .unwrap();
-    let config = Config::load(&dir.path().join("gateway.toml")).expect("a valid config");
-    Gateway::start(config).await.expect("the gateway starts")
+    gray_tests::start_gateway(dir.path()).await
 }
 
 /// `GET /svc/item` through the gateway (stained gray with `gray`): status, body.

@@ -14,7 +14,7 @@
 
 use std::{collections::HashMap, net::SocketAddr, path::Path, time::Duration};
 
-use gray_gateway::{Gateway, config::Config};
+use gray_gateway::Gateway;
 use gray_test_support::TempDir;
 use gray_tests::{
     load::{Load, kill_and_restart},
@@ -61,11 +61,7 @@ async fn setup(tag: &str, log: bool) -> Setup {
         ),
     )
     .unwrap();
-    std::fs::write(
-        dir.path().join("rules.toml"),
-        "[[rules]]\nname = \"testers\"\nwhen = { header = { name = \"x-tester\", present = true } }\nlane = \"gray\"\n",
-    )
-    .unwrap();
+    std::fs::write(dir.path().join("rules.toml"), gray_tests::TESTERS_RULES).unwrap();
     // Seed 000: gray requests go to gray, else fall back to baseline; baseline never goes
     // to gray. The probe's first delay is short, so that the run stays short.
     std::fs::write(
@@ -77,8 +73,7 @@ async fn setup(tag: &str, log: bool) -> Setup {
          health_check = { interval_ms = 250, max_interval_ms = 2000 }\n",
     )
     .unwrap();
-    let config = Config::load(&dir.path().join("gateway.toml")).expect("a valid config");
-    let gateway = Gateway::start(config).await.expect("the gateway starts");
+    let gateway = gray_tests::start_gateway(dir.path()).await;
     Setup {
         gray,
         base1,

@@ -3,7 +3,7 @@
 //! whose certificate is not trusted fails its handshake, counts as a connection error and
 //! is ejected.
 
-use std::{sync::Arc, time::Duration};
+use std::time::Duration;
 
 use bytes::Bytes;
 use gray_balance::{
@@ -13,12 +13,12 @@ use gray_balance::{
 use gray_core::{Labels, Lane, Stain, backoff::Backoff};
 use gray_discovery::{
     Instance, StaticDiscover,
-    http::{HttpEndpoints, Protocol, Tls, rustls},
+    http::{HttpEndpoints, Protocol, Tls},
 };
 use gray_policy::Policy;
 use gray_test_support::{
     WAIT,
-    https::{Upstream, server_config},
+    https::{Upstream, client_config, server_config},
     tls::{Ca, Leaf},
 };
 use http_body_util::{BodyExt, Empty};
@@ -46,15 +46,7 @@ async fn https_h2_instances_are_balanced_by_stain_and_an_untrusted_one_is_ejecte
     let base = Upstream::start("base-1", Some(server_config(&cert, None))).await;
     let bad = Upstream::start("gray-bad", Some(server_config(&stranger, None))).await;
 
-    let mut roots = rustls::RootCertStore::empty();
-    roots.add(ca.cert_der().to_vec().into()).unwrap();
-    let config = rustls::ClientConfig::builder_with_provider(Arc::new(
-        rustls::crypto::ring::default_provider(),
-    ))
-    .with_safe_default_protocol_versions()
-    .unwrap()
-    .with_root_certificates(roots)
-    .with_no_client_auth();
+    let config = client_config(&ca, None);
     let endpoints = HttpEndpoints::<_, Empty<Bytes>>::new()
         .with_tls(Tls::new(config))
         .with_protocol(Protocol::Http2)

@@ -3,10 +3,7 @@
 
 mod support;
 
-use std::{
-    sync::Arc,
-    time::{Duration, SystemTime},
-};
+use std::time::{Duration, SystemTime};
 
 use bytes::Bytes;
 use futures_util::future::join_all;
@@ -17,40 +14,15 @@ use gray_discovery::{
 };
 use gray_test_support::{
     WAIT,
-    https::{Upstream, server_config},
-    tls::{Ca, Issued, Leaf},
+    https::{Upstream, client_config, server_config},
+    tls::{Ca, Leaf},
 };
 use http::Request;
 use http_body_util::{BodyExt, Empty};
-use rustls::{
-    ClientConfig, RootCertStore,
-    pki_types::{CertificateDer, PrivateKeyDer, ServerName, pem::PemObject},
-};
+use rustls::pki_types::ServerName;
 use tower::{BoxError, ServiceExt};
 
 type Endpoints = HttpEndpoints<gray_discovery::http::Connector, Empty<Bytes>>;
-
-/// A client configuration on `ring` trusting `ca`, presenting `client` when given.
-fn client_config(ca: &Ca, client: Option<&Issued>) -> ClientConfig {
-    let mut roots = RootCertStore::empty();
-    roots
-        .add(CertificateDer::from(ca.cert_der().to_vec()))
-        .unwrap();
-    let builder =
-        ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
-            .with_safe_default_protocol_versions()
-            .unwrap()
-            .with_root_certificates(roots);
-    match client {
-        None => builder.with_no_client_auth(),
-        Some(cert) => builder
-            .with_client_auth_cert(
-                vec![CertificateDer::from(cert.cert_der().to_vec())],
-                PrivateKeyDer::from_pem_slice(cert.key_pem().as_bytes()).unwrap(),
-            )
-            .unwrap(),
-    }
-}
 
 fn endpoint(
     endpoints: &Endpoints,

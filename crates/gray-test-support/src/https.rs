@@ -39,6 +39,35 @@ use rustls::{
 
 use crate::tls::{Ca, Issued};
 
+/// A rustls client configuration on `ring` trusting `ca` only, presenting `identity` when a
+/// server asks for a certificate (no ALPN: set `alpn_protocols` for that).
+///
+/// # Panics
+///
+/// On a certificate or key that rcgen made and rustls refuses (never seen).
+#[must_use]
+pub fn client_config(ca: &Ca, identity: Option<&Issued>) -> rustls::ClientConfig {
+    let mut roots = RootCertStore::empty();
+    roots
+        .add(CertificateDer::from(ca.cert_der().to_vec()))
+        .expect("the CA's certificate");
+    let builder = rustls::ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .expect("ring supports TLS 1.2 and 1.3")
+    .with_root_certificates(roots);
+    match identity {
+        None => builder.with_no_client_auth(),
+        Some(issued) => builder
+            .with_client_auth_cert(
+                vec![CertificateDer::from(issued.cert_der().to_vec())],
+                PrivateKeyDer::from_pem_slice(issued.key_pem().as_bytes()).expect("the key"),
+            )
+            .expect("a certificate and its key"),
+    }
+}
+
 /// A rustls server configuration on `ring` serving `cert` (ALPN `h2`, then `http/1.1`);
 /// with `client_ca`, clients must present a certificate that CA issued.
 pub fn server_config(cert: &Issued, client_ca: Option<&Ca>) -> Arc<ServerConfig> {

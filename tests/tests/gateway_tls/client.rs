@@ -15,10 +15,7 @@ use http::{Request, Version};
 use http_body_util::{BodyExt, Empty};
 use hyper::client::conn::{http1, http2};
 use hyper_util::rt::{TokioExecutor, TokioIo};
-use rustls::{
-    ClientConfig, RootCertStore,
-    pki_types::{CertificateDer, PrivateKeyDer, ServerName, pem::PemObject},
-};
+use rustls::pki_types::ServerName;
 use tokio_rustls::TlsConnector;
 
 pub(crate) type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -32,24 +29,7 @@ pub(crate) struct TlsClient {
 impl TlsClient {
     /// Trusts `ca` only; offers `alpn`; presents `identity` when asked for a certificate.
     pub(crate) fn new(ca: &Ca, alpn: &[&[u8]], identity: Option<&Issued>) -> TlsClient {
-        let mut roots = RootCertStore::empty();
-        roots
-            .add(CertificateDer::from(ca.cert_der().to_vec()))
-            .unwrap();
-        let builder =
-            ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
-                .with_safe_default_protocol_versions()
-                .unwrap()
-                .with_root_certificates(roots);
-        let mut config = match identity {
-            Some(issued) => builder
-                .with_client_auth_cert(
-                    vec![CertificateDer::from(issued.cert_der().to_vec())],
-                    PrivateKeyDer::from_pem_slice(issued.key_pem().as_bytes()).unwrap(),
-                )
-                .unwrap(),
-            None => builder.with_no_client_auth(),
-        };
+        let mut config = gray_test_support::https::client_config(ca, identity);
         config.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
         TlsClient {
             connector: TlsConnector::from(Arc::new(config)),
