@@ -34,15 +34,7 @@ async fn paced_open_and_reset_streams_cost_no_upstream_connection_each() {
          {forwarded} ({probed} of them the probes'); probes' p99 {:?}",
         seen.p99
     );
-    assert!(
-        seen.errors.is_empty(),
-        "probes failed: {:?}",
-        &seen.errors[..seen.errors.len().min(5)]
-    );
-    assert!(
-        seen.statuses.iter().all(|s| *s == 200),
-        "probes got non-200 answers"
-    );
+    seen.assert_served(true);
     assert!(
         accepted <= 2 * forwarded + 16,
         "{accepted} upstream connections for {forwarded} forwarded requests"
@@ -78,15 +70,7 @@ async fn a_connection_that_cancels_most_of_its_streams_gets_goaway() {
     );
     let opened = summary["opened"].as_u64().unwrap();
     assert!(opened < 400, "GOAWAY came after {opened} streams");
-    assert!(
-        seen.errors.is_empty(),
-        "probes failed: {:?}",
-        &seen.errors[..seen.errors.len().min(5)]
-    );
-    assert!(
-        seen.statuses.iter().all(|s| *s == 200),
-        "probes got non-200 answers"
-    );
+    seen.assert_served(true);
 }
 
 /// 2,000 streams that send their bodies a byte a second, from 10 connections, under a
@@ -139,24 +123,9 @@ async fn slow_streams_are_cut_at_the_body_timeout_while_others_are_served() {
         last < 15.0,
         "the last slow stream was cut after {last} s, not at the body timeout"
     );
-    assert!(
-        seen.errors.is_empty(),
-        "probes failed: {:?}",
-        &seen.errors[..seen.errors.len().min(5)]
-    );
-    assert!(
-        seen.statuses.iter().all(|s| *s == 200),
-        "probes got non-200 answers"
-    );
+    seen.assert_served(true);
     // The upstream connections of the cut streams close.
-    let deadline = std::time::Instant::now() + gray_test_support::WAIT;
-    while counts.open.load(Ordering::SeqCst) > 16 {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "upstream connections left open"
-        );
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-    }
+    counts.until_open_at_most(16).await;
 }
 
 /// 200 streams (2 connections at the 100-stream cap) read the first MiB of a 4 MiB response
@@ -212,11 +181,7 @@ async fn stalled_readers_hold_a_bounded_amount_each() {
     );
     assert_eq!(ready["streams"], 200, "{ready}");
     assert_eq!(ready["statuses"]["200"], 200, "{ready}");
-    assert!(
-        seen.errors.is_empty(),
-        "probes failed: {:?}",
-        &seen.errors[..seen.errors.len().min(5)]
-    );
+    seen.assert_served(false);
     assert!(
         // The bound (64 KiB + 2 × 64 KiB), with room for the allocator's slack.
         per_stream <= 320 * 1024,
@@ -272,21 +237,6 @@ async fn streams_that_never_open_their_window_are_closed_at_the_send_timeout() {
     );
     assert_eq!(ready["streams"], 1000, "{ready}");
     assert_eq!(closed["closed_by_server"], 10, "{closed}");
-    assert!(
-        seen.errors.is_empty(),
-        "probes failed: {:?}",
-        &seen.errors[..seen.errors.len().min(5)]
-    );
-    assert!(
-        seen.statuses.iter().all(|s| *s == 200),
-        "probes got non-200 answers"
-    );
-    let deadline = std::time::Instant::now() + gray_test_support::WAIT;
-    while counts.open.load(Ordering::SeqCst) > 16 {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "upstream connections left open"
-        );
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-    }
+    seen.assert_served(true);
+    counts.until_open_at_most(16).await;
 }

@@ -106,6 +106,8 @@ impl<S> CaptureStain<S> {
 
     define_inner_service_accessors!();
 
+    // `self` is read only with the `opentelemetry` feature.
+    #[cfg_attr(not(feature = "opentelemetry"), allow(clippy::unused_self))]
     fn current(&self) -> Option<Stain> {
         let current = task::current();
         #[cfg(feature = "opentelemetry")]

@@ -251,6 +251,37 @@ pub(crate) struct Seen {
     pub p99: Duration,
 }
 
+impl Seen {
+    /// Asserts that every request of the well-behaved clients was answered (none failed),
+    /// and, with `all_200`, every one with 200.
+    pub(crate) fn assert_served(&self, all_200: bool) {
+        assert!(
+            self.errors.is_empty(),
+            "probes failed: {:?}",
+            &self.errors[..self.errors.len().min(5)]
+        );
+        assert!(
+            !all_200 || self.statuses.iter().all(|s| *s == 200),
+            "probes got non-200 answers"
+        );
+    }
+}
+
+impl Counts {
+    /// Waits (at most `WAIT`) until at most `n` upstream connections are open.
+    pub(crate) async fn until_open_at_most(&self, n: usize) {
+        let deadline = std::time::Instant::now() + WAIT;
+        while self.open.load(Ordering::SeqCst) > n {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "upstream connections left open: {}",
+                self.open.load(Ordering::SeqCst)
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}
+
 impl Probe {
     pub(crate) fn start(gateway: SocketAddr) -> Probe {
         let stop = Arc::new(AtomicBool::new(false));
