@@ -63,7 +63,25 @@ impl Gateway {
     /// Starts the gateway described by `config`: loads the rules and the instances (a
     /// source that cannot be read, or holds an invalid file, is an error here), binds its
     /// listeners (port 0 picks a free one) and serves until [`Gateway::shutdown`].
+    ///
+    /// The rollouts' states live in etcd when the configuration has an `[etcd]` table
+    /// ([`rollout::etcd::EtcdStore`], shared by every gateway of that etcd), else in local
+    /// files ([`rollout::store::FileStore`], in `[rollouts] state_dir`).
     pub async fn start(config: Config) -> Result<Gateway, BoxError> {
+        #[cfg(feature = "etcd")]
+        if let (Discovery::Etcd(etcd), true) = (
+            &config.discovery,
+            config.services.iter().any(|s| s.rollout.is_some()),
+        ) {
+            let store = rollout::etcd::EtcdStore::start(
+                etcd.client.clone(),
+                &etcd.prefix,
+                config.rollouts.lease_ttl,
+            )
+            .await
+            .map_err(|e| format!("rollouts: {e}"))?;
+            return Gateway::start_with_store(config, store).await;
+        }
         let store = rollout::store::FileStore::new(&config.rollouts.state_dir);
         Gateway::start_with_store(config, store).await
     }
@@ -149,7 +167,7 @@ impl Gateway {
                 rules.clone(),
                 upstream.evidence.clone(),
                 store.clone(),
-                config.rollouts.history,
+                &config.rollouts,
             )
             .await?;
             controllers.insert(service.name.clone(), controller);

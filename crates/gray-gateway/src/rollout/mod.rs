@@ -22,6 +22,8 @@
 
 mod admin;
 mod controller;
+#[cfg(feature = "etcd")]
+pub mod etcd;
 mod evidence;
 mod export;
 pub mod store;
