@@ -78,6 +78,8 @@ pub(crate) struct View {
     /// Whether this gateway is cut off from the store for longer than
     /// `partition_hold_ms`: it puts 0 on the rule (`weight` is the percentage in force).
     pub(crate) cut_off: bool,
+    /// Whether this gateway leads the rollout: it alone observes and advances.
+    pub(crate) leader: bool,
 }
 
 /// One service's rollout; see the [module docs](self).
@@ -137,6 +139,7 @@ impl Controller {
             counts: BTreeMap::new(),
             version: stored.as_ref().map(|s| s.version),
             cut_off: false,
+            leader: false,
         };
         let controller = Arc::new(Controller {
             service: service.to_owned(),
@@ -178,6 +181,7 @@ impl Controller {
     /// What the admin API shows.
     pub(crate) fn view(&self) -> View {
         let mut view = self.lock_view().clone();
+        view.leader = self.store.is_leader(&self.service);
         view.source_percent = match self.rules.percent_override(&self.config.rule) {
             Some(o) => o.source_percent,
             None => self

@@ -158,7 +158,11 @@ impl Drop for EtcdStore {
             let _ = stop.send(());
         }
         drop(self.keeper.take());
-        let services = self.inner.services.lock().unwrap_or_else(|p| p.into_inner());
+        let services = self
+            .inner
+            .services
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
         for s in services.values() {
             s.follow.abort();
         }
@@ -193,7 +197,12 @@ impl Inner {
 
     /// The connection, made again after a failure (it may be bound to a dead member).
     async fn client(&self) -> Result<Client, StoreError> {
-        if let Some(c) = self.client.lock().unwrap_or_else(|p| p.into_inner()).clone() {
+        if let Some(c) = self
+            .client
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+        {
             return Ok(c);
         }
         let client = self
@@ -207,11 +216,7 @@ impl Inner {
 
     /// Runs one request on the connection, bounded by the request timeout; a failure
     /// drops the connection, an answer is contact.
-    async fn call<T, F>(
-        &self,
-        what: &str,
-        op: impl FnOnce(Client) -> F,
-    ) -> Result<T, StoreError>
+    async fn call<T, F>(&self, what: &str, op: impl FnOnce(Client) -> F) -> Result<T, StoreError>
     where
         F: Future<Output = Result<T, etcd_client::Error>>,
     {
