@@ -9,178 +9,17 @@
 mod rollouts;
 
 use std::{
-    net::SocketAddr,
-    process::Stdio,
     sync::{Arc, atomic::AtomicBool, atomic::Ordering},
     time::{Duration, Instant},
 };
 
-use etcd_client::{EventType, WatchOptions};
-use gray_rollout::State;
-use gray_test_support::{TempDir, WAIT, etcd::Etcd};
+use gray_test_support::{WAIT, etcd::Etcd};
 use rollouts::{
-    Addrs, RULES, Upstream, admin, load, settled, stop_load, upstream, wait_for, wait_until_seen,
+    admin,
+    etcd::{LEADER, Process, history, setup, two, two_under_load, written_once},
+    load, settled, stop_load, wait_for, wait_until_seen,
 };
 use serde_json::Value;
-use tokio::{
-    io::{AsyncBufReadExt, BufReader},
-    process::{Child, Command},
-};
-
-const STATE: &str = "/gray/rollouts/svc/state";
-const LEADER: &str = "/gray/rollouts/svc/leader";
-
-/// A gateway process.
-struct Process {
-    child: Child,
-    proxy: SocketAddr,
-    admin: SocketAddr,
-}
-
-impl Addrs for Process {
-    fn proxy(&self) -> SocketAddr {
-        self.proxy
-    }
-    fn admin(&self) -> SocketAddr {
-        self.admin
-    }
-}
-
-impl Process {
-    /// Starts the binary on `dir`'s `gateway.toml`; returns once it serves.
-    async fn start(dir: &TempDir) -> Process {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_gray-gateway"))
-            .arg("--config")
-            .arg(dir.path().join("gateway.toml"))
-            .env("RUST_LOG", "warn")
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .kill_on_drop(true)
-            .spawn()
-            .expect("the gateway binary starts");
-        let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-        let (proxy, admin) = tokio::time::timeout(WAIT, async {
-            let mut proxy = None;
-            while let Some(line) = lines.next_line().await.unwrap() {
-                if let Some(addr) = line.strip_prefix("gateway listening on http://") {
-                    proxy = Some(addr.parse().unwrap());
-                }
-                if let Some(rest) = line.strip_prefix("admin on http://") {
-                    let addr = rest.split_whitespace().next().unwrap();
-                    return (proxy.unwrap(), addr.parse().unwrap());
-                }
-            }
-            panic!("the gateway exited before it listened")
-        })
-        .await
-        .expect("the gateway listens in time");
-        // Keep reading stdout, so the gateway never blocks on a full pipe.
-        tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
-        Process {
-            child,
-            proxy,
-            admin,
-        }
-    }
-
-    /// SIGKILL: no lease revoked, no key deleted.
-    async fn kill(mut self) {
-        self.child.kill().await.unwrap();
-    }
-}
-
-struct Setup {
-    etcd: Etcd,
-    gray: Upstream,
-    base: Upstream,
-    dir: TempDir,
-}
-
-/// A real etcd with a baseline and a gray instance of `svc`, and a gateway configuration
-/// whose rollout has the keys `rollout`, with `[rollouts]` keys `settings`.
-async fn setup(tag: &str, rollout: &str, settings: &str) -> Setup {
-    let etcd = Etcd::start().await;
-    let (gray_addr, gray) = upstream("gray-1").await;
-    let (base_addr, base) = upstream("base-1").await;
-    etcd.put(
-        "/gray/svc/gray-1",
-        format!(r#"{{"address": "{gray_addr}", "labels": {{"gray": "true"}}}}"#),
-    )
-    .await;
-    etcd.put(
-        "/gray/svc/base-1",
-        format!(r#"{{"address": "{base_addr}"}}"#),
-    )
-    .await;
-    let dir = TempDir::new(tag);
-    std::fs::write(dir.path().join("rules.toml"), RULES).unwrap();
-    std::fs::write(
-        dir.path().join("gateway.toml"),
-        format!(
-            "listen = \"127.0.0.1:0\"\nadmin = \"127.0.0.1:0\"\nrules = \"rules.toml\"\n\n\
-             [etcd]\nendpoints = [\"{}\"]\nprefix = \"/gray\"\nconnect_timeout_ms = 1000\n\
-             request_timeout_ms = 1000\nprogress_deadline_ms = 1500\n\n\
-             [rollouts]\ninterval_ms = 100\nlease_ttl_ms = 2000\n{settings}\n\
-             [services.svc]\npreset = \"seed-000\"\n\n[services.svc.rollout]\nrule = \"canary\"\n{rollout}",
-            etcd.endpoint()
-        ),
-    )
-    .unwrap();
-    Setup {
-        etcd,
-        gray,
-        base,
-        dir,
-    }
-}
-
-/// Starts two gateway processes, the first one leading.
-async fn two(s: &Setup) -> (Process, Process) {
-    let a = Process::start(&s.dir).await;
-    wait_for(&a, WAIT, |v| v["leader"] == true).await;
-    let b = Process::start(&s.dir).await;
-    (a, b)
-}
-
-/// Every state written to `svc`'s state key, oldest first, read from etcd's history.
-async fn history(etcd: &Etcd) -> Vec<(i64, State)> {
-    let mut client = etcd.client().await;
-    let last = client.get(STATE, None).await.unwrap().kvs()[0].mod_revision();
-    let mut stream = client
-        .watch(STATE, Some(WatchOptions::new().with_start_revision(1)))
-        .await
-        .unwrap();
-    let mut states = Vec::new();
-    tokio::time::timeout(WAIT, async {
-        while states.last().is_none_or(|(rev, _)| *rev < last) {
-            let res = stream.message().await.unwrap().expect("the watch goes on");
-            for e in res.events() {
-                let kv = e.kv().unwrap();
-                assert_eq!(e.event_type(), EventType::Put, "the state is never deleted");
-                let state: State = serde_json::from_slice(kv.value()).unwrap();
-                states.push((kv.mod_revision(), state));
-            }
-        }
-    })
-    .await
-    .expect("the state's history is read in time");
-    states
-}
-
-/// Each transition was written once: no two states number the same transition
-/// differently, and the step never moves by more than one.
-fn written_once(states: &[(i64, State)]) {
-    for pair in states.windows(2) {
-        let ((_, a), (rev, b)) = (&pair[0], &pair[1]);
-        assert!(b.transitions >= a.transitions, "at {rev}: {a:?} then {b:?}");
-        if b.transitions == a.transitions {
-            assert_eq!(a.last_transition, b.last_transition, "at {rev}");
-        }
-        if let (Some(x), Some(y)) = (a.step, b.step) {
-            assert!(y <= x + 1, "at {rev}: step {x} then {y}");
-        }
-    }
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_gray_failing_5_percent_is_rolled_back_on_every_gateway() {
@@ -430,4 +269,162 @@ async fn every_gateway_restarted_resumes_the_same_step_with_the_same_evidence() 
             assert_eq!(after[key], before[key], "{key}: {after:#} vs {before:#}");
         }
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deposed_leaders_save_is_refused() {
+    use etcd_client::{Compare, CompareOp, Txn, TxnOp};
+    use gray_gateway::rollout::{
+        etcd::EtcdStore,
+        store::{Fence, RolloutStore, Saved},
+    };
+    use gray_rollout::{Rollout, RolloutConfig};
+
+    let etcd = Etcd::start().await;
+    let config = gray_tower::edge::EtcdConfig::new([etcd.endpoint()]);
+    let ttl = Duration::from_secs(2);
+    let a = EtcdStore::start(config.clone(), "/gray", ttl)
+        .await
+        .unwrap();
+    assert_eq!(a.load("svc").await.unwrap(), None);
+    let mut rollout = Rollout::new(RolloutConfig::new("canary")).unwrap();
+    rollout.start(Duration::from_secs(1)).unwrap();
+    let until = async |check: &dyn Fn() -> bool| {
+        let deadline = Instant::now() + WAIT;
+        while !check() {
+            assert!(Instant::now() < deadline, "not within {WAIT:?}");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    };
+    until(&|| a.is_leader("svc")).await;
+    let Saved::Won(v1) = a
+        .save("svc", rollout.state(), None, Fence::Leader)
+        .await
+        .unwrap()
+    else {
+        panic!("the leader's first save wins")
+    };
+
+    // a is deposed: its lease revoked (as when it expires), another holder takes the
+    // leader key by the election's own transaction
+    let key = a.leader_key("svc");
+    let mut client = etcd.client().await;
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let held = client.get(key.as_str(), None).await.unwrap();
+        if let Some(kv) = held.kvs().first() {
+            let _ = client.lease_revoke(kv.lease()).await;
+        }
+        let taken = client
+            .txn(
+                Txn::new()
+                    .when([Compare::create_revision(key.as_str(), CompareOp::Equal, 0)])
+                    .and_then([TxnOp::put(key.as_str(), "another-gateway", None)]),
+            )
+            .await
+            .unwrap();
+        if taken.succeeded() {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the leader key was never taken");
+    }
+    // a's write as the leader fails, whether or not it has noticed yet
+    let lost = a
+        .save("svc", rollout.state(), Some(v1), Fence::Leader)
+        .await
+        .unwrap();
+    assert!(
+        matches!(&lost, Saved::Lost(Some(s)) if s.version == v1),
+        "{lost:?}"
+    );
+    assert_eq!(
+        client.get(a.state_key("svc"), None).await.unwrap().kvs()[0].mod_revision(),
+        i64::try_from(v1).unwrap()
+    );
+    // an abort needs no leader: the state's version alone fences it
+    rollout.abort(Duration::from_secs(2)).unwrap();
+    let won = a
+        .save("svc", rollout.state(), Some(v1), Fence::Any)
+        .await
+        .unwrap();
+    assert!(matches!(won, Saved::Won(v) if v > v1), "{won:?}");
+    // and a write on a stale version loses, whoever writes it
+    let stale = a
+        .save("svc", rollout.state(), Some(v1), Fence::Any)
+        .await
+        .unwrap();
+    assert!(matches!(stale, Saved::Lost(Some(_))), "{stale:?}");
+    // and a learns at its next election that it no longer leads
+    until(&|| !a.is_leader("svc")).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shared_dependency_failing_both_lanes_rolls_nothing_back_on_two_gateways() {
+    let s = setup(
+        "rollout-etcd-shared",
+        "steps = [50, 100]\nhold_ms = 600000\nmin_users = 10\nalpha = 0.001\n",
+        "",
+    )
+    .await;
+    s.gray.fail_per_mille.store(50, Ordering::Relaxed);
+    s.base.fail_per_mille.store(50, Ordering::Relaxed);
+    let (_a, b, view) = two_under_load(&s, 4000, 400).await;
+    assert_eq!(
+        (view["phase"].as_str(), view["weight"].as_f64()),
+        (Some("step"), Some(50.0)),
+        "{view:#}"
+    );
+    for lane in ["gray", "baseline"] {
+        assert!(
+            view["evidence"]["errors"][lane].as_u64() > Some(0),
+            "{view:#}"
+        );
+    }
+    let (_, on_b) = admin(&b, "GET", "/rollouts/svc").await;
+    assert_eq!(on_b["phase"], "step", "{on_b:#}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_healthy_gray_is_promoted_on_two_gateways() {
+    let s = setup(
+        "rollout-etcd-promote",
+        "steps = [10, 50, 100]\nhold_ms = 300\nmin_users = 10\n",
+        "",
+    )
+    .await;
+    let (a, b) = two(&s).await;
+    let stop = Arc::new(AtomicBool::new(false));
+    let (seen, mut tasks) = load(&a, 400, 3, false, stop.clone());
+    let (seen_b, more) = load(&b, 400, 3, false, stop.clone());
+    tasks.extend(more);
+    admin(&b, "POST", "/rollouts/svc").await;
+    for g in [&a, &b] {
+        let view = wait_for(g, Duration::from_secs(60), |v| {
+            v["phase"] == "promoted" || v["phase"] == "rolled_back"
+        })
+        .await;
+        assert_eq!(
+            (view["phase"].as_str(), view["weight"].as_f64()),
+            (Some("promoted"), Some(100.0)),
+            "{view:#}"
+        );
+    }
+    stop_load(&stop, tasks).await;
+    for seen in [&seen, &seen_b] {
+        assert!(
+            seen.0
+                .lock()
+                .unwrap()
+                .iter()
+                .all(|(_, status, _)| *status == 200)
+        );
+    }
+    let states = history(&s.etcd).await;
+    written_once(&states);
+    let mut reasons: Vec<&str> = states
+        .iter()
+        .filter_map(|(_, st)| st.last_transition.as_ref().map(|t| t.reason.as_str()))
+        .collect();
+    reasons.dedup();
+    assert_eq!(reasons, ["start", "advance", "complete"], "{states:#?}");
 }

@@ -20,6 +20,9 @@ use http_body_util::{BodyExt, Empty};
 use hyper_util::{client::legacy::Client, rt::TokioExecutor};
 use serde_json::Value;
 
+#[cfg(feature = "etcd")]
+pub(crate) mod etcd;
+
 /// Where a gateway listens: its proxy and its admin API.
 pub(crate) trait Addrs {
     /// The proxy's address.
