@@ -3,12 +3,12 @@
 //!
 //! | key | value | written by |
 //! |---|---|---|
-//! | `<prefix>rollouts/<service>/state` | the rollout's [`State`] (JSON); its `mod_revision` is the [`Stored::version`] | the leader's transitions; any gateway's commands and aborts |
-//! | `<prefix>rollouts/<service>/leader` | the id of the gateway that leads, under its lease | the election |
-//! | `<prefix>rollouts/<service>/reports/<gateway-id>` | that gateway's cumulative [`Report`] (JSON), under its lease | every gateway, once a look |
+//! | `<prefix>/rollouts/<service>/state` | the rollout's [`State`] (JSON); its `mod_revision` is the [`Stored::version`] | the leader's transitions; any gateway's commands and aborts |
+//! | `<prefix>/rollouts/<service>/leader` | the id of the gateway that leads, under its lease | the election |
+//! | `<prefix>/rollouts/<service>/reports/<gateway-id>` | that gateway's cumulative [`Report`] (JSON), under its lease | every gateway, once a look |
 //!
-//! `<prefix>` is the `[etcd]` table's (instances live under `<prefix><service>/<id>`;
-//! discovery ignores keys nested deeper, as these are).
+//! `<prefix>` is the `[etcd]` table's, without its trailing `/` (instances live under
+//! `<prefix>/<service>/<id>`; discovery ignores keys nested deeper, as these are).
 //!
 //! - **One lease per gateway**, `[rollouts] lease_ttl_ms` (default 5 s, whole seconds),
 //!   renewed every third of it. The leader key and the reports live under it: a gateway
@@ -29,17 +29,40 @@
 //!   after a failure, listed again after a compaction, a frozen member left within the
 //!   progress deadline.
 //!
-//! ```no_run
+//! ```
 //! use std::time::Duration;
-//! use gray_gateway::rollout::{etcd::EtcdStore, store::RolloutStore};
+//! use gray_gateway::rollout::{etcd::EtcdStore, store::{Fence, RolloutStore, Saved}};
+//! use gray_rollout::{Rollout, RolloutConfig};
 //! use gray_tower::edge::EtcdConfig;
 //!
-//! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
-//! let config = EtcdConfig::new(["http://127.0.0.1:2379"]);
-//! let store = EtcdStore::start(config, "/gray/", Duration::from_secs(5)).await?;
-//! assert!(store.load("orders").await?.is_none());
-//! # Ok(())
-//! # }
+//! # tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap().block_on(async {
+//! # let etcd = gray_test_support::etcd::Etcd::start().await;
+//! # let endpoint = etcd.endpoint();
+//! let config = EtcdConfig::new([endpoint]);
+//! let ttl = Duration::from_secs(2);
+//! let (a, b) = (
+//!     EtcdStore::start(config.clone(), "/gray", ttl).await?,
+//!     EtcdStore::start(config, "/gray", ttl).await?,
+//! );
+//! assert_eq!(a.load("orders").await?, None); // a takes part in the election ...
+//! while !a.is_leader("orders") {
+//!     tokio::time::sleep(Duration::from_millis(50)).await; // ... and wins it (bounded: the TTL)
+//! }
+//! let mut watch = b.watch("orders"); // b follows the state
+//!
+//! let mut rollout = Rollout::new(RolloutConfig::new("canary"))?;
+//! rollout.start(Duration::from_secs(1))?;
+//! let Saved::Won(version) = a.save("orders", rollout.state(), None, Fence::Leader).await? else {
+//!     panic!("the leader's first save wins");
+//! };
+//! // b does not lead: its fenced save loses, and says what is stored
+//! let lost = b.save("orders", rollout.state(), Some(version), Fence::Leader).await?;
+//! assert!(matches!(lost, Saved::Lost(Some(s)) if s.version == version));
+//! // b sees the state a wrote
+//! let seen = watch.wait_for(|s| s.is_some()).await?.clone().unwrap();
+//! assert_eq!((seen.version, seen.state.weight), (version, 1.0));
+//! # Ok::<(), Box<dyn std::error::Error + Send + Sync>>(())
+//! # }).unwrap();
 //! ```
 
 use std::{
@@ -70,7 +93,7 @@ pub struct EtcdStore {
 
 struct Inner {
     config: EtcdConfig,
-    /// `<prefix>rollouts/`.
+    /// `<prefix>/rollouts/`.
     root: String,
     /// This gateway's id: its reports' key, the leader key's value.
     id: String,
@@ -100,7 +123,7 @@ fn failed(what: impl std::fmt::Display, e: impl std::fmt::Display) -> StoreError
 
 impl EtcdStore {
     /// Connects to etcd with `config`, takes a lease of `lease_ttl` (rounded up to whole
-    /// seconds, at least 1) and keeps it alive; rollouts live under `<prefix>rollouts/`.
+    /// seconds, at least 1) and keeps it alive; rollouts live under `<prefix>/rollouts/`.
     pub async fn start(
         config: EtcdConfig,
         prefix: &str,

@@ -1,5 +1,6 @@
 //! Where a rollout's state lives, and what gateways that share a rollout tell each other:
-//! [`RolloutStore`], and [`FileStore`], one gateway's local files.
+//! [`RolloutStore`], and [`FileStore`], one gateway's local files (etcd, shared by several
+//! gateways: `rollout::etcd::EtcdStore`, feature `etcd`).
 //!
 //! The gateway's controller (`src/rollout/controller.rs`) decides who looks and who transitions; a store
 //! only keeps and fences. With several gateways (etcd, issue 20 item 6) a store also
