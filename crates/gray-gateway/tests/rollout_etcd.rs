@@ -16,7 +16,7 @@ use std::{
 use gray_test_support::{WAIT, etcd::Etcd};
 use rollouts::{
     admin,
-    etcd::{LEADER, Process, history, setup, two, two_under_load, written_once},
+    etcd::{LEADER, Process, history, load_both, setup, two, two_under_load, written_once},
     load, settled, stop_load, wait_for, wait_until_seen,
 };
 use serde_json::Value;
@@ -30,10 +30,7 @@ async fn a_gray_failing_5_percent_is_rolled_back_on_every_gateway() {
     )
     .await;
     let (a, b) = two(&s).await;
-    let stop = Arc::new(AtomicBool::new(false));
-    let (seen, mut tasks) = load(&a, 400, 4, false, stop.clone());
-    let (seen_b, more) = load(&b, 400, 4, false, stop.clone());
-    tasks.extend(more);
+    let (stop, [seen, seen_b], tasks) = load_both(&a, &b, 400, 4);
     // started through the gateway that does not lead
     let (status, view) = admin(&b, "POST", "/rollouts/svc").await;
     assert_eq!(
@@ -144,10 +141,7 @@ async fn a_leader_killed_mid_step_hands_over_without_a_double_advance() {
     )
     .await;
     let (a, b) = two(&s).await;
-    let stop = Arc::new(AtomicBool::new(false));
-    let (_, mut tasks) = load(&a, 400, 3, false, stop.clone());
-    let (seen_b, more) = load(&b, 400, 3, false, stop.clone());
-    tasks.extend(more);
+    let (stop, [_, seen_b], tasks) = load_both(&a, &b, 400, 3);
     admin(&a, "POST", "/rollouts/svc").await;
     let bound = Duration::from_secs(60);
     wait_for(&b, bound, |v| v["step"].as_u64() >= Some(1)).await;
@@ -245,10 +239,7 @@ async fn every_gateway_restarted_resumes_the_same_step_with_the_same_evidence() 
     for g in [&a, &b] {
         wait_for(g, WAIT, |v| v["weight"] == 20.0).await;
     }
-    let stop = Arc::new(AtomicBool::new(false));
-    let (seen, mut tasks) = load(&a, 400, 3, false, stop.clone());
-    let (seen_b, more) = load(&b, 400, 3, false, stop.clone());
-    tasks.extend(more);
+    let (stop, [seen, seen_b], tasks) = load_both(&a, &b, 400, 3);
     wait_until_seen(&seen, 600).await;
     wait_until_seen(&seen_b, 600).await;
     stop_load(&stop, tasks).await;
@@ -393,10 +384,7 @@ async fn a_healthy_gray_is_promoted_on_two_gateways() {
     )
     .await;
     let (a, b) = two(&s).await;
-    let stop = Arc::new(AtomicBool::new(false));
-    let (seen, mut tasks) = load(&a, 400, 3, false, stop.clone());
-    let (seen_b, more) = load(&b, 400, 3, false, stop.clone());
-    tasks.extend(more);
+    let (stop, [seen, seen_b], tasks) = load_both(&a, &b, 400, 3);
     admin(&b, "POST", "/rollouts/svc").await;
     for g in [&a, &b] {
         let view = wait_for(g, Duration::from_secs(60), |v| {

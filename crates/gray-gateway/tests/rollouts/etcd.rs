@@ -10,15 +10,13 @@ use std::{
 
 use etcd_client::{EventType, WatchOptions};
 use gray_rollout::State;
-use gray_test_support::{TempDir, WAIT, etcd::Etcd};
+use gray_test_support::{TempDir, WAIT, child::read_stdout_until, etcd::Etcd};
 use serde_json::Value;
-use tokio::{
-    io::{AsyncBufReadExt, BufReader},
-    process::{Child, Command},
-};
+use tokio::process::{Child, Command};
 
 use super::{
-    Addrs, RULES, Upstream, admin, load, settled, stop_load, upstream, wait_for, wait_until_seen,
+    Addrs, RULES, Seen, Upstream, admin, load, settled, stop_load, upstream, wait_for,
+    wait_until_seen,
 };
 
 pub(crate) const STATE: &str = "/gray/rollouts/svc/state";
@@ -52,24 +50,21 @@ impl Process {
             .kill_on_drop(true)
             .spawn()
             .expect("the gateway binary starts");
-        let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-        let (proxy, admin) = tokio::time::timeout(WAIT, async {
-            let mut proxy = None;
-            while let Some(line) = lines.next_line().await.unwrap() {
-                if let Some(addr) = line.strip_prefix("gateway listening on http://") {
-                    proxy = Some(addr.parse().unwrap());
-                }
-                if let Some(rest) = line.strip_prefix("admin on http://") {
-                    let addr = rest.split_whitespace().next().unwrap();
-                    return (proxy.unwrap(), addr.parse().unwrap());
-                }
+        let mut proxy = None;
+        let (proxy, admin) = read_stdout_until(&mut child, |line| {
+            if let Some(addr) = line.strip_prefix("gateway listening on http://") {
+                proxy = Some(addr.parse().unwrap());
             }
-            panic!("the gateway exited before it listened")
+            let admin = line
+                .strip_prefix("admin on http://")?
+                .split_whitespace()
+                .next()?;
+            Some((
+                proxy.expect("the proxy's address first"),
+                admin.parse().unwrap(),
+            ))
         })
-        .await
-        .expect("the gateway listens in time");
-        // Keep reading stdout, so the gateway never blocks on a full pipe.
-        tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+        .await;
         Process {
             child,
             proxy,
@@ -185,13 +180,29 @@ pub(crate) async fn two_under_load(
 ) -> (Process, Process, Value) {
     let (a, b) = two(s).await;
     admin(&a, "POST", "/rollouts/svc").await;
-    let stop = Arc::new(AtomicBool::new(false));
-    let (seen, mut tasks) = load(&a, users, 3, false, stop.clone());
-    let (seen_b, more) = load(&b, users, 3, false, stop.clone());
-    tasks.extend(more);
+    let (stop, [seen, seen_b], tasks) = load_both(&a, &b, users, 3);
     wait_until_seen(&seen, requests / 2).await;
     wait_until_seen(&seen_b, requests / 2).await;
     stop_load(&stop, tasks).await;
     let view = settled(&a).await;
     (a, b, view)
+}
+
+/// A load of `users` sticky users over both gateways, `per_gateway` requests at a time
+/// through each: what each gateway's part saw, and the tasks to stop.
+pub(crate) fn load_both(
+    a: &Process,
+    b: &Process,
+    users: u32,
+    per_gateway: u32,
+) -> (
+    Arc<AtomicBool>,
+    [Arc<Seen>; 2],
+    Vec<tokio::task::JoinHandle<()>>,
+) {
+    let stop = Arc::new(AtomicBool::new(false));
+    let (seen_a, mut tasks) = load(a, users, per_gateway, false, stop.clone());
+    let (seen_b, more) = load(b, users, per_gateway, false, stop.clone());
+    tasks.extend(more);
+    (stop, [seen_a, seen_b], tasks)
 }
