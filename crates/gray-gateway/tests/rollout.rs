@@ -119,13 +119,7 @@ async fn a_healthy_gray_is_promoted() {
             .iter()
             .all(|(_, _, by)| by == "gray-1")
     );
-    assert!(
-        seen.0
-            .lock()
-            .unwrap()
-            .iter()
-            .all(|(_, status, _)| *status == 200)
-    );
+    assert!(seen.all_ok());
     let metrics = text(&s.gateway, "/metrics").await;
     for line in [
         r#"gray_gateway_rollout_transitions_total{service="svc",from="step",to="promoted",reason="complete"} 1"#,

@@ -133,6 +133,17 @@ pub(crate) async fn wait_for(
 #[derive(Default)]
 pub(crate) struct Seen(pub(crate) Mutex<Vec<(u32, u16, String)>>);
 
+impl Seen {
+    /// Whether every request was answered 200.
+    pub(crate) fn all_ok(&self) -> bool {
+        self.0
+            .lock()
+            .unwrap()
+            .iter()
+            .all(|(_, status, _)| *status == 200)
+    }
+}
+
 /// Users `0..users` (`x-user: u{i}`), `concurrency` requests at a time, until `stop`;
 /// `tester`: with `x-tester` too.
 pub(crate) fn load(
