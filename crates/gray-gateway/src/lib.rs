@@ -46,6 +46,7 @@ pub struct Gateway {
     tasks: Vec<JoinHandle<()>>,
     _watches: Vec<WatchHandle>,
     registry: Registry,
+    store: Arc<dyn rollout::store::RolloutStore>,
     _embedded: Option<TempFile>,
 }
 
@@ -310,6 +311,7 @@ impl Gateway {
             tasks,
             _watches: watches,
             registry,
+            store,
             _embedded: embedded,
         })
     }
@@ -344,12 +346,15 @@ impl Gateway {
         &self.registry
     }
 
-    /// Stops accepting, lets in-flight requests finish (10 s at most), and returns.
+    /// Stops accepting, lets in-flight requests finish (10 s at most), lets go of what it
+    /// holds in the rollouts' store (etcd: its lease, so another gateway leads at once),
+    /// and returns.
     pub async fn shutdown(self) {
         let _ = self.stop.send(true);
         for task in self.tasks {
             let _ = task.await;
         }
+        self.store.close().await;
     }
 }
 

@@ -185,6 +185,10 @@ async fn a_leader_killed_mid_step_hands_over_without_a_double_advance() {
         .collect();
     entered.dedup();
     assert_eq!(entered, [0, 1, 2, 3], "{states:#?}");
+
+    // a gateway stopped gracefully lets go at once: its leader key is gone when it exits
+    b.terminate().await;
+    assert!(client.get(LEADER, None).await.unwrap().kvs().is_empty());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

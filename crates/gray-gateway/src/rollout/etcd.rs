@@ -87,8 +87,8 @@ use super::store::{Contact, Fence, RolloutStore, Saved, StoreError, Stored};
 #[derive(Debug)]
 pub struct EtcdStore {
     inner: Arc<Inner>,
-    stop: Option<oneshot::Sender<()>>,
-    keeper: Option<JoinHandle<()>>,
+    stop: Mutex<Option<oneshot::Sender<()>>>,
+    keeper: Mutex<Option<JoinHandle<()>>>,
 }
 
 struct Inner {
@@ -149,8 +149,8 @@ impl EtcdStore {
         let keeper = tokio::spawn(inner.clone().keep(stopped));
         Ok(Arc::new(EtcdStore {
             inner,
-            stop: Some(stop),
-            keeper: Some(keeper),
+            stop: Mutex::new(Some(stop)),
+            keeper: Mutex::new(Some(keeper)),
         }))
     }
 
@@ -173,14 +173,12 @@ impl EtcdStore {
     }
 }
 
-impl Drop for EtcdStore {
-    fn drop(&mut self) {
-        // The keeper revokes the lease (the leader key and the reports go at once) and
-        // exits; the watches stop.
-        if let Some(stop) = self.stop.take() {
+impl EtcdStore {
+    /// Tells the keeper to revoke the lease and exit; stops the watches.
+    fn stop(&self) -> Option<JoinHandle<()>> {
+        if let Some(stop) = self.stop.lock().unwrap_or_else(|p| p.into_inner()).take() {
             let _ = stop.send(());
         }
-        drop(self.keeper.take());
         let services = self
             .inner
             .services
@@ -189,6 +187,15 @@ impl Drop for EtcdStore {
         for s in services.values() {
             s.follow.abort();
         }
+        self.keeper.lock().unwrap_or_else(|p| p.into_inner()).take()
+    }
+}
+
+impl Drop for EtcdStore {
+    fn drop(&mut self) {
+        // Best effort: the keeper revokes the lease if the runtime lets it run; else the
+        // lease expires.
+        drop(self.stop());
     }
 }
 
@@ -288,11 +295,19 @@ impl Inner {
         }
         let (lease, _) = self.lease();
         if lease != 0 {
-            let _ = self
+            let revoked = self
                 .call("revoke the lease", |mut c| async move {
                     c.lease_revoke(lease).await
                 })
                 .await;
+            match revoked {
+                Ok(_) => {
+                    tracing::info!(target: "gray::rollout", id = %self.id, lease, "rollouts: etcd lease revoked")
+                }
+                Err(e) => {
+                    tracing::warn!(target: "gray::rollout", id = %self.id, lease, error = %e, "rollouts: cannot revoke the etcd lease; it expires by itself")
+                }
+            }
         }
     }
 
@@ -599,5 +614,15 @@ impl RolloutStore for EtcdStore {
             last = last.max(s.status.get().last_contact);
         }
         Contact { last }
+    }
+
+    fn close(&self) -> BoxFuture<'_, ()> {
+        let keeper = self.stop();
+        Box::pin(async move {
+            if let Some(keeper) = keeper {
+                // bounded: the revocation is one request, within the request timeout
+                let _ = keeper.await;
+            }
+        })
     }
 }

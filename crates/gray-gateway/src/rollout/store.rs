@@ -120,6 +120,13 @@ pub trait RolloutStore: Send + Sync + std::fmt::Debug + 'static {
 
     /// How fresh the contact with the store is.
     fn contact(&self) -> Contact;
+
+    /// Lets go of what this gateway holds in the store (etcd: revokes its lease, so that
+    /// its leader keys and reports go at once and another gateway leads); called by
+    /// [`Gateway::shutdown`](crate::Gateway::shutdown). The default does nothing.
+    fn close(&self) -> BoxFuture<'_, ()> {
+        Box::pin(async {})
+    }
 }
 
 // === impl FileStore ===

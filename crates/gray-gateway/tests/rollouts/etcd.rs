@@ -72,6 +72,21 @@ impl Process {
         }
     }
 
+    /// SIGTERM, and waits until it exits: a graceful stop.
+    pub(crate) async fn terminate(mut self) {
+        let pid = self.child.id().expect("the gateway runs").to_string();
+        let sent = std::process::Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()
+            .unwrap();
+        assert!(sent.success());
+        let exit = tokio::time::timeout(WAIT, self.child.wait())
+            .await
+            .expect("the gateway exits in time")
+            .unwrap();
+        assert!(exit.success(), "{exit}");
+    }
+
     /// SIGKILL: no lease revoked, no key deleted.
     pub(crate) async fn kill(mut self) {
         self.child.kill().await.unwrap();
