@@ -171,9 +171,7 @@ impl EtcdStore {
     pub fn leader_key(&self, service: &str) -> String {
         self.inner.key(service, "leader")
     }
-}
 
-impl EtcdStore {
     /// Tells the keeper to revoke the lease and exit; stops the watches.
     fn stop(&self) -> Option<JoinHandle<()>> {
         if let Some(stop) = self.stop.lock().unwrap_or_else(|p| p.into_inner()).take() {
