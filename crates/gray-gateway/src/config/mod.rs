@@ -218,7 +218,8 @@ pub struct RolloutSettings {
     pub partition_hold: Duration,
     /// The TTL of the lease a gateway holds its leader key and its reports under in etcd
     /// (`lease_ttl_ms`, default 5000, rounded up to whole seconds): when a leader dies,
-    /// another gateway leads within this + a third of it.
+    /// another gateway leads within this + a third of it (+ etcd's delay in expiring a
+    /// lease, up to 500 ms).
     pub lease_ttl: Duration,
 }
 

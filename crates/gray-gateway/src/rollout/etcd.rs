@@ -15,7 +15,8 @@
 //!   that dies leaves no key behind once its lease expires; one shut down revokes it.
 //! - **The election** is a transaction on the leader key: create it under this gateway's
 //!   lease if it does not exist, else read it. Every gateway tries every third of the TTL,
-//!   so when the leader dies another leads within the TTL + a third of it. The leader's
+//!   so when the leader dies another leads within the TTL + a third of it (+ etcd's
+//!   delay in expiring a lease, up to 500 ms). The leader's
 //!   tenure is the key's `create_revision`.
 //! - **Fencing**: a save compares the state key's `mod_revision` with the one the writer
 //!   read (`create_revision` 0 for the first save). A save fenced by [`Fence::Leader`]
