@@ -215,12 +215,29 @@ pub async fn check(path: &Path) -> Result<String, BoxError> {
         }
     }
     if config.services.iter().any(|s| s.rollout.is_some()) {
-        let _ = writeln!(
-            out,
-            "rollouts: state in {}, a look every {} ms",
-            config.rollouts.state_dir.display(),
-            config.rollouts.interval.as_millis()
-        );
+        let r = &config.rollouts;
+        match &config.discovery {
+            #[cfg(feature = "etcd")]
+            crate::config::Discovery::Etcd(etcd) => {
+                let _ = writeln!(
+                    out,
+                    "rollouts: state in etcd under {}rollouts/, shared by the gateways of that \
+                     etcd, a look every {} ms, lease {} ms, weight 0 after {} ms cut off",
+                    etcd.prefix,
+                    r.interval.as_millis(),
+                    r.lease_ttl.as_millis(),
+                    r.partition_hold.as_millis()
+                );
+            }
+            _ => {
+                let _ = writeln!(
+                    out,
+                    "rollouts: state in {}, a look every {} ms",
+                    r.state_dir.display(),
+                    r.interval.as_millis()
+                );
+            }
+        }
     }
     Ok(out)
 }

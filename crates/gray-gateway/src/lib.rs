@@ -46,6 +46,7 @@ pub struct Gateway {
     tasks: Vec<JoinHandle<()>>,
     _watches: Vec<WatchHandle>,
     registry: Registry,
+    store: Arc<dyn rollout::store::RolloutStore>,
     _embedded: Option<TempFile>,
 }
 
@@ -63,7 +64,25 @@ impl Gateway {
     /// Starts the gateway described by `config`: loads the rules and the instances (a
     /// source that cannot be read, or holds an invalid file, is an error here), binds its
     /// listeners (port 0 picks a free one) and serves until [`Gateway::shutdown`].
+    ///
+    /// The rollouts' states live in etcd when the configuration has an `[etcd]` table
+    /// ([`rollout::etcd::EtcdStore`], shared by every gateway of that etcd), else in local
+    /// files ([`rollout::store::FileStore`], in `[rollouts] state_dir`).
     pub async fn start(config: Config) -> Result<Gateway, BoxError> {
+        #[cfg(feature = "etcd")]
+        if let (Discovery::Etcd(etcd), true) = (
+            &config.discovery,
+            config.services.iter().any(|s| s.rollout.is_some()),
+        ) {
+            let store = rollout::etcd::EtcdStore::start(
+                etcd.client.clone(),
+                &etcd.prefix,
+                config.rollouts.lease_ttl,
+            )
+            .await
+            .map_err(|e| format!("rollouts: {e}"))?;
+            return Gateway::start_with_store(config, store).await;
+        }
         let store = rollout::store::FileStore::new(&config.rollouts.state_dir);
         Gateway::start_with_store(config, store).await
     }
@@ -149,7 +168,7 @@ impl Gateway {
                 rules.clone(),
                 upstream.evidence.clone(),
                 store.clone(),
-                config.rollouts.history,
+                &config.rollouts,
             )
             .await?;
             controllers.insert(service.name.clone(), controller);
@@ -292,6 +311,7 @@ impl Gateway {
             tasks,
             _watches: watches,
             registry,
+            store,
             _embedded: embedded,
         })
     }
@@ -326,12 +346,15 @@ impl Gateway {
         &self.registry
     }
 
-    /// Stops accepting, lets in-flight requests finish (10 s at most), and returns.
+    /// Stops accepting, lets in-flight requests finish (10 s at most), lets go of what it
+    /// holds in the rollouts' store (etcd: its lease, so another gateway leads at once),
+    /// and returns.
     pub async fn shutdown(self) {
         let _ = self.stop.send(true);
         for task in self.tasks {
             let _ = task.await;
         }
+        self.store.close().await;
     }
 }
 

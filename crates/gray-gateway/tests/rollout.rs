@@ -6,60 +6,23 @@
 //! resumes the same step with the same evidence; the CLI. Every wait is a bounded poll of
 //! `/rollouts/{service}`.
 
+mod rollouts;
+
 use std::{
     collections::HashSet,
-    net::SocketAddr,
     sync::{
-        Arc, Mutex,
-        atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering},
+        Arc,
+        atomic::{AtomicBool, Ordering},
     },
     time::{Duration, Instant},
 };
 
-use axum::{extract::State, http::HeaderMap, response::IntoResponse};
-use bytes::Bytes;
 use gray_gateway::{Gateway, config::Config};
 use gray_test_support::TempDir;
-use http_body_util::{BodyExt, Empty};
-use hyper_util::{client::legacy::Client, rt::TokioExecutor};
+use rollouts::{
+    RULES, Upstream, admin, load, settled, stop_load, text, upstream, wait_for, wait_until_seen,
+};
 use serde_json::Value;
-
-/// One upstream instance: fails `fail_per_mille` of its requests (every request whose
-/// count modulo 1000 is below it), and, with `fail_testers`, every request with
-/// `x-tester`.
-#[derive(Clone)]
-struct Upstream {
-    name: &'static str,
-    fail_per_mille: Arc<AtomicU32>,
-    fail_testers: Arc<AtomicBool>,
-    count: Arc<AtomicU64>,
-}
-
-async fn answer(State(up): State<Upstream>, headers: HeaderMap) -> impl IntoResponse {
-    let n = up.count.fetch_add(1, Ordering::Relaxed);
-    let fail = (n % 1000) < u64::from(up.fail_per_mille.load(Ordering::Relaxed))
-        || (up.fail_testers.load(Ordering::Relaxed) && headers.contains_key("x-tester"));
-    let status = if fail { 500 } else { 200 };
-    (
-        http::StatusCode::from_u16(status).unwrap(),
-        [("x-served-by", up.name)],
-        up.name,
-    )
-}
-
-async fn upstream(name: &'static str) -> (SocketAddr, Upstream) {
-    let up = Upstream {
-        name,
-        fail_per_mille: Arc::default(),
-        fail_testers: Arc::default(),
-        count: Arc::default(),
-    };
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let app = axum::Router::new().fallback(answer).with_state(up.clone());
-    tokio::spawn(async move { axum::serve(listener, app).await });
-    (addr, up)
-}
 
 struct Setup {
     gateway: Gateway,
@@ -67,18 +30,6 @@ struct Setup {
     base: Upstream,
     dir: TempDir,
 }
-
-const RULES: &str = r#"
-[[rules]]
-name = "testers"
-when = { header = { name = "x-tester", present = true } }
-lane = "gray"
-
-[[rules]]
-name = "canary"
-when = { sticky = { by = { header = "x-user" }, percent = 0 } }
-lane = "gray"
-"#;
 
 async fn setup(tag: &str, rollout: &str) -> Setup {
     let dir = TempDir::new(tag);
@@ -114,94 +65,6 @@ async fn setup(tag: &str, rollout: &str) -> Setup {
 async fn start(dir: &TempDir) -> Gateway {
     let config = Config::load(&dir.path().join("gateway.toml")).expect("a valid config");
     Gateway::start(config).await.expect("the gateway starts")
-}
-
-type HttpClient = Client<hyper_util::client::legacy::connect::HttpConnector, Empty<Bytes>>;
-
-fn client() -> HttpClient {
-    Client::builder(TokioExecutor::new()).build_http()
-}
-
-/// An admin request: the status and the JSON body.
-async fn admin(gateway: &Gateway, method: &str, path: &str) -> (u16, Value) {
-    let req = http::Request::builder()
-        .method(method)
-        .uri(format!("http://{}{path}", gateway.admin_addr().unwrap()))
-        .body(Empty::new())
-        .unwrap();
-    let res = client().request(req).await.expect("the admin answers");
-    let status = res.status().as_u16();
-    let body = res.into_body().collect().await.unwrap().to_bytes();
-    (status, serde_json::from_slice(&body).unwrap_or(Value::Null))
-}
-
-/// Polls `/rollouts/svc` until `done` holds, for at most `bound`.
-async fn wait_for(gateway: &Gateway, bound: Duration, done: impl Fn(&Value) -> bool) -> Value {
-    let deadline = Instant::now() + bound;
-    loop {
-        let (_, view) = admin(gateway, "GET", "/rollouts/svc").await;
-        if done(&view) {
-            return view;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "not reached within {bound:?}: {view:#}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
-
-/// What the load saw: per request, the user, the status and who served it.
-#[derive(Default)]
-struct Seen(Mutex<Vec<(u32, u16, String)>>);
-
-/// Users `0..users` (`x-user: u{i}`), `concurrency` requests at a time, until `stop`;
-/// `tester`: with `x-tester` too.
-fn load(
-    gateway: &Gateway,
-    users: u32,
-    concurrency: u32,
-    tester: bool,
-    stop: Arc<AtomicBool>,
-) -> (Arc<Seen>, Vec<tokio::task::JoinHandle<()>>) {
-    let seen = Arc::new(Seen::default());
-    let addr = gateway.addr();
-    let tasks = (0..concurrency)
-        .map(|c| {
-            let (seen, stop, client) = (seen.clone(), stop.clone(), client());
-            tokio::spawn(async move {
-                let mut user = c;
-                while !stop.load(Ordering::Relaxed) {
-                    user = (user + concurrency) % users;
-                    let mut req = http::Request::get(format!("http://{addr}/svc/x"))
-                        .header("x-user", format!("u{user}"));
-                    if tester {
-                        req = req.header("x-tester", "1");
-                    }
-                    let Ok(res) = client.request(req.body(Empty::new()).unwrap()).await else {
-                        continue;
-                    };
-                    let by = res
-                        .headers()
-                        .get("x-served-by")
-                        .and_then(|v| v.to_str().ok())
-                        .unwrap_or("-")
-                        .to_owned();
-                    let status = res.status().as_u16();
-                    let _ = res.into_body().collect().await;
-                    seen.0.lock().unwrap().push((user, status, by));
-                }
-            })
-        })
-        .collect();
-    (seen, tasks)
-}
-
-async fn stop_load(stop: &AtomicBool, tasks: Vec<tokio::task::JoinHandle<()>>) {
-    stop.store(true, Ordering::Relaxed);
-    for t in tasks {
-        t.await.unwrap();
-    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -256,13 +119,7 @@ async fn a_healthy_gray_is_promoted() {
             .iter()
             .all(|(_, _, by)| by == "gray-1")
     );
-    assert!(
-        seen.0
-            .lock()
-            .unwrap()
-            .iter()
-            .all(|(_, status, _)| *status == 200)
-    );
+    assert!(seen.all_ok());
     let metrics = text(&s.gateway, "/metrics").await;
     for line in [
         r#"gray_gateway_rollout_transitions_total{service="svc",from="step",to="promoted",reason="complete"} 1"#,
@@ -275,44 +132,6 @@ async fn a_healthy_gray_is_promoted() {
     }
     s.gateway.shutdown().await;
     drop(s.dir);
-}
-
-async fn wait_until_seen(seen: &Seen, n: usize) {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while seen.0.lock().unwrap().len() < n {
-        assert!(
-            Instant::now() < deadline,
-            "the load made fewer than {n} requests"
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-}
-
-/// The view once the evidence stopped changing (the load stopped, and a look took in its
-/// last requests).
-async fn settled(gateway: &Gateway) -> Value {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let mut last = admin(gateway, "GET", "/rollouts/svc").await.1;
-    loop {
-        tokio::time::sleep(Duration::from_millis(400)).await;
-        let now = admin(gateway, "GET", "/rollouts/svc").await.1;
-        if now["evidence"] == last["evidence"] && now["version"] != last["version"] {
-            return now;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the evidence never settled: {now:#}"
-        );
-        last = now;
-    }
-}
-
-async fn text(gateway: &Gateway, path: &str) -> String {
-    let req = http::Request::get(format!("http://{}{path}", gateway.admin_addr().unwrap()))
-        .body(Empty::new())
-        .unwrap();
-    let res = client().request(req).await.unwrap();
-    String::from_utf8(res.into_body().collect().await.unwrap().to_bytes().to_vec()).unwrap()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

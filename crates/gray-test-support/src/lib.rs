@@ -18,9 +18,13 @@
 //!   cleartext or over TLS (optionally requiring a client certificate);
 //! - [`configmap`] (Unix): a directory mounted the way Kubernetes mounts a ConfigMap, whose
 //!   updates swap a `..data` symlink;
+//! - `child` (feature `process`): a child process's stdout read up to the line a test
+//!   waits for (where it listens), the rest drained;
 //! - [`TempDir`] and [`WAIT`], the bound of every wait in the real-network tests.
 
 pub mod alloc;
+#[cfg(feature = "process")]
+pub mod child;
 #[cfg(unix)]
 pub mod configmap;
 #[cfg(feature = "etcd")]

@@ -92,6 +92,8 @@ pub(super) struct Rollouts {
     pub(super) state_dir: Option<PathBuf>,
     pub(super) interval_ms: Option<u64>,
     pub(super) history: Option<usize>,
+    pub(super) partition_hold_ms: Option<u64>,
+    pub(super) lease_ttl_ms: Option<u64>,
 }
 
 fn yes() -> bool {

@@ -212,6 +212,15 @@ pub struct RolloutSettings {
     /// How many transitions each rollout keeps, with their evidence, for the admin API
     /// (`history`, default 32).
     pub history: usize,
+    /// How long a gateway cut off from the shared store (etcd) keeps the weight it has
+    /// before it drops the percentage to 0 (`partition_hold_ms`, default 30000); see the
+    /// [rollout docs](crate::rollout).
+    pub partition_hold: Duration,
+    /// The TTL of the lease a gateway holds its leader key and its reports under in etcd
+    /// (`lease_ttl_ms`, default 5000, rounded up to whole seconds): when a leader dies,
+    /// another gateway leads within this + a third of it (+ etcd's delay in expiring a
+    /// lease, up to 500 ms).
+    pub lease_ttl: Duration,
 }
 
 /// One routed service.
@@ -638,10 +647,23 @@ fn rollout_settings(
     if history == 0 {
         return Err(doc.error("rollouts.history", "expected at least 1"));
     }
+    let partition_hold = raw.partition_hold_ms.unwrap_or(30_000);
+    if partition_hold == 0 {
+        return Err(doc.error("rollouts.partition_hold_ms", "expected at least 1"));
+    }
+    let lease_ttl = raw.lease_ttl_ms.unwrap_or(5_000);
+    if lease_ttl < 1_000 {
+        return Err(doc.error(
+            "rollouts.lease_ttl_ms",
+            "expected at least 1000 (etcd's leases count whole seconds)",
+        ));
+    }
     Ok(RolloutSettings {
         state_dir: raw.state_dir.map_or_else(|| base.to_owned(), resolve),
         interval: Duration::from_millis(interval),
         history,
+        partition_hold: Duration::from_millis(partition_hold),
+        lease_ttl: Duration::from_millis(lease_ttl),
     })
 }
 

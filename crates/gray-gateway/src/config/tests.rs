@@ -222,6 +222,16 @@ fn retry_and_health_check_mistakes_name_their_line_and_field() {
             3,
             "services.a.health_check.max_interval_ms",
         ),
+        (
+            "listen = \"127.0.0.1:1\"\n[rollouts]\npartition_hold_ms = 0\n[services.a]\n",
+            3,
+            "rollouts.partition_hold_ms",
+        ),
+        (
+            "listen = \"127.0.0.1:1\"\n[rollouts]\nlease_ttl_ms = 500\n[services.a]\n",
+            3,
+            "rollouts.lease_ttl_ms",
+        ),
     ] {
         let e = parse(text).unwrap_err();
         assert_eq!((e.line(), e.field()), (Some(line), Some(field)), "{e}");
@@ -346,4 +356,21 @@ fn client_limits_parse_and_their_mistakes_name_their_field() {
         let e = parse(&format!("listen = \"127.0.0.1:1\"\n{key}\n[services.a]\n")).unwrap_err();
         assert_eq!((e.line(), e.field()), (Some(2), Some(field)), "{e}");
     }
+}
+
+#[test]
+fn rollouts_shared_settings_default_and_parse() {
+    let cfg = parse("listen = \"127.0.0.1:1\"\n[services.a]\n").unwrap();
+    assert_eq!(
+        (cfg.rollouts.partition_hold, cfg.rollouts.lease_ttl),
+        (Duration::from_secs(30), Duration::from_secs(5))
+    );
+    let cfg = parse(
+        "listen = \"127.0.0.1:1\"\n[rollouts]\npartition_hold_ms = 2500\nlease_ttl_ms = 3000\n[services.a]\n",
+    )
+    .unwrap();
+    assert_eq!(
+        (cfg.rollouts.partition_hold, cfg.rollouts.lease_ttl),
+        (Duration::from_millis(2500), Duration::from_secs(3))
+    );
 }

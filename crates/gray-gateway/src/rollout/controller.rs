@@ -5,12 +5,24 @@
 //! store.
 //!
 //! Who transitions is decided here, not in the store: only the leader
-//! ([`RolloutStore::is_leader`]) observes and advances; any gateway may abort. A gateway
-//! that does not lead applies the weight of the states others write (the store's watch).
+//! ([`RolloutStore::is_leader`]) observes and advances, in saves fenced by
+//! [`Fence::Leader`]. The admin API's commands (start, pause, resume, promote, abort) may
+//! come to any gateway: they are saved fenced by the state's version only ([`Fence::Any`]:
+//! an operator's command on the latest state wins, and abort is the safe direction); a
+//! command that loses to another writer is tried again on what is stored. Every gateway
+//! applies the weight of the states others write at once (the store's
+//! [`watch`](RolloutStore::watch)).
+//!
+//! A gateway cut off from the store (no answer for `[rollouts] partition_hold_ms`,
+//! [`RolloutStore::contact`]) puts 0 on the rule until contact returns, then the stored
+//! weight again.
 
 use std::{
     collections::{BTreeMap, VecDeque},
-    sync::{Arc, Mutex},
+    sync::{
+        Arc, Mutex,
+        atomic::{AtomicBool, Ordering},
+    },
     time::{Duration, SystemTime},
 };
 
@@ -22,8 +34,9 @@ use tower::BoxError;
 
 use super::{
     Probe, ServiceEvidence,
-    store::{Fence, RolloutStore, Saved},
+    store::{Fence, RolloutStore, Saved, Stored},
 };
+use crate::config::RolloutSettings;
 
 /// A command of the admin API.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -62,6 +75,11 @@ pub(crate) struct View {
     pub(crate) counts: BTreeMap<(&'static str, &'static str, &'static str), u64>,
     /// The store's version of the state (`None`: never saved).
     pub(crate) version: Option<u64>,
+    /// Whether this gateway is cut off from the store for longer than
+    /// `partition_hold_ms`: it puts 0 on the rule (`weight` is the percentage in force).
+    pub(crate) cut_off: bool,
+    /// Whether this gateway leads the rollout: it alone observes and advances.
+    pub(crate) leader: bool,
 }
 
 /// One service's rollout; see the [module docs](self).
@@ -74,6 +92,8 @@ pub(crate) struct Controller {
     recorder: Arc<Recorder>,
     store: Arc<dyn RolloutStore>,
     history: usize,
+    partition_hold: Duration,
+    cut_off: AtomicBool,
     rollout: AsyncMutex<Option<Rollout>>,
     view: Mutex<View>,
 }
@@ -97,7 +117,7 @@ impl Controller {
         rules: LiveRules,
         evidence: Arc<ServiceEvidence>,
         store: Arc<dyn RolloutStore>,
-        history: usize,
+        settings: &RolloutSettings,
     ) -> Result<Arc<Controller>, BoxError> {
         let stored = store
             .load(service)
@@ -118,6 +138,8 @@ impl Controller {
             transitions: VecDeque::new(),
             counts: BTreeMap::new(),
             version: stored.as_ref().map(|s| s.version),
+            cut_off: false,
+            leader: false,
         };
         let controller = Arc::new(Controller {
             service: service.to_owned(),
@@ -125,7 +147,9 @@ impl Controller {
             evidence,
             recorder: Arc::new(Recorder::new(source)),
             store,
-            history,
+            history: settings.history,
+            partition_hold: settings.partition_hold,
+            cut_off: AtomicBool::new(false),
             rollout: AsyncMutex::new(None),
             view: Mutex::new(view),
             config,
@@ -157,6 +181,7 @@ impl Controller {
     /// What the admin API shows.
     pub(crate) fn view(&self) -> View {
         let mut view = self.lock_view().clone();
+        view.leader = self.store.is_leader(&self.service);
         view.source_percent = match self.rules.percent_override(&self.config.rule) {
             Some(o) => o.source_percent,
             None => self
@@ -174,8 +199,10 @@ impl Controller {
     /// evidence while it is active, and has the recorder follow its epoch.
     fn put_in_force(&self, rollout: &Rollout) {
         let state = rollout.state();
+        let cut_off = self.cut_off.load(Ordering::Relaxed);
+        let weight = if cut_off { 0.0 } else { state.weight };
         if state.phase != Phase::Pending {
-            if let Err(e) = self.rules.override_percent(&self.config.rule, state.weight) {
+            if let Err(e) = self.rules.override_percent(&self.config.rule, weight) {
                 tracing::error!(target: "gray::rollout", service = %self.service, rule = %self.config.rule, error = %e, "cannot put the rollout's weight on its rule");
             }
         }
@@ -191,15 +218,58 @@ impl Controller {
         let mut view = self.lock_view();
         view.phase = state.phase;
         view.pause_reason = state.pause;
-        view.weight = state.weight;
+        view.weight = if state.phase == Phase::Pending {
+            state.weight
+        } else {
+            weight
+        };
+        view.cut_off = cut_off;
         view.step = state.step;
         view.evidence = Some(state.evidence.summary());
         view.last_transition = state.last_transition.clone();
     }
 
-    /// Runs `command`.
+    /// Runs `command` on the stored state: saved fenced by the state's version only, and
+    /// tried again on what is stored when another writer saved first.
     pub(crate) async fn command(&self, command: Command) -> Result<View, Refused> {
         let mut slot = self.rollout.lock().await;
+        for _ in 0..3 {
+            let before = slot.as_ref().map(|r| r.state().clone());
+            let transition = self.apply(command, &mut slot)?;
+            let Some(rollout) = slot.as_mut() else {
+                break;
+            };
+            let expected = self.lock_view().version;
+            match self
+                .store
+                .save(&self.service, rollout.state(), expected, Fence::Any)
+                .await
+            {
+                Ok(Saved::Won(version)) => {
+                    self.lock_view().version = Some(version);
+                    self.transitioned(rollout, &transition);
+                    drop(slot);
+                    return Ok(self.view());
+                }
+                Ok(Saved::Lost(current)) => self.adopt(&mut slot, current.map(|c| *c)),
+                Err(e) => {
+                    // Not saved: nothing happened; the state before stays.
+                    *slot = before.and_then(|b| Rollout::restore(self.config.clone(), b).ok());
+                    return Err(Refused {
+                        status: 503,
+                        reason: format!("cannot save the rollout's state: {e}"),
+                    });
+                }
+            }
+        }
+        Err(Refused {
+            status: 409,
+            reason: "the rollout's state kept changing under the command: try again".into(),
+        })
+    }
+
+    /// The state machine's part of `command`.
+    fn apply(&self, command: Command, slot: &mut Option<Rollout>) -> Result<Transition, Refused> {
         let now = now();
         let done = match (command, slot.as_mut()) {
             (Command::Start, None) => {
@@ -226,27 +296,17 @@ impl Controller {
             (Command::Promote, Some(r)) => r.promote(now),
             (Command::Abort, Some(r)) => r.abort(now),
         };
-        let transition = done.map_err(|e| Refused {
+        done.map_err(|e| Refused {
             status: 409,
             reason: e.to_string(),
-        })?;
-        let fence = if command == Command::Abort {
-            Fence::Any
-        } else {
-            Fence::Leader
-        };
-        if let Some(rollout) = slot.as_mut() {
-            self.transitioned(rollout, &transition);
-            self.save(rollout, fence).await;
-        }
-        drop(slot);
-        Ok(self.view())
+        })
     }
 
     /// One look: this gateway's report to the store; as the leader, every gateway's report
     /// into the test, then the clock; every transition applied and saved.
     pub(crate) async fn look(&self) {
         let mut slot = self.rollout.lock().await;
+        self.check_contact(slot.as_ref());
         let Some(rollout) = slot.as_mut() else {
             return;
         };
@@ -273,13 +333,84 @@ impl Controller {
             transitions.extend(rollout.observe(now, report));
         }
         transitions.extend(rollout.tick(now));
-        for t in &transitions {
-            self.transitioned(rollout, t);
+        // a deposed leader's transitions are dropped for the stored state
+        if self.save(&mut slot, Fence::Leader).await {
+            let Some(rollout) = slot.as_ref() else {
+                return;
+            };
+            for t in &transitions {
+                self.transitioned(rollout, t);
+            }
+            if transitions.is_empty() {
+                self.put_in_force(rollout);
+            }
         }
-        if transitions.is_empty() {
-            self.put_in_force(rollout);
+    }
+
+    /// The partition rule: cut off from the store for longer than `partition_hold`, 0 on
+    /// the rule; in contact again, the stored weight.
+    fn check_contact(&self, rollout: Option<&Rollout>) {
+        let last = self.store.contact().last;
+        let cut_off = last.is_none_or(|t| t.elapsed() > self.partition_hold);
+        if self.cut_off.swap(cut_off, Ordering::Relaxed) == cut_off {
+            return;
         }
-        self.save(rollout, Fence::Leader).await;
+        if cut_off {
+            tracing::warn!(target: "gray::rollout", service = %self.service, hold = ?self.partition_hold, "cut off from the rollouts' store for longer than the partition hold: weight 0 until contact returns");
+        } else {
+            tracing::info!(target: "gray::rollout", service = %self.service, "in contact with the rollouts' store again: its weight is put back");
+        }
+        match rollout {
+            Some(r) => self.put_in_force(r),
+            None => self.lock_view().cut_off = cut_off,
+        }
+    }
+
+    /// Takes `stored`, a state another writer saved: its weight on the rule at once, its
+    /// last transition in the history.
+    fn adopt(&self, slot: &mut Option<Rollout>, stored: Option<Stored>) {
+        let Some(stored) = stored else {
+            // nothing stored (any more): the next save creates it
+            self.lock_view().version = None;
+            return;
+        };
+        match Rollout::restore(self.config.clone(), stored.state) {
+            Ok(theirs) => {
+                {
+                    let mut view = self.lock_view();
+                    let last = &theirs.state().last_transition;
+                    if let Some(t) = last.as_ref().filter(|_| *last != view.last_transition) {
+                        view.transitions.push_back(t.clone());
+                        while view.transitions.len() > self.history {
+                            view.transitions.pop_front();
+                        }
+                    }
+                    view.version = Some(stored.version);
+                }
+                tracing::debug!(target: "gray::rollout", service = %self.service, version = stored.version, "the stored rollout state is adopted");
+                self.put_in_force(&theirs);
+                *slot = Some(theirs);
+            }
+            Err(e) => {
+                tracing::error!(target: "gray::rollout", service = %self.service, error = %e, "the stored rollout state does not fit the configuration");
+            }
+        }
+    }
+
+    /// A state written to the store: adopted if it is newer than this gateway's.
+    async fn follow(&self, stored: Option<Stored>) {
+        let Some(stored) = stored else {
+            return;
+        };
+        let mut slot = self.rollout.lock().await;
+        if self
+            .lock_view()
+            .version
+            .is_some_and(|v| stored.version <= v)
+        {
+            return;
+        }
+        self.adopt(&mut slot, Some(stored));
     }
 
     /// Everything a transition does but the save.
@@ -303,39 +434,35 @@ impl Controller {
         }
     }
 
-    /// Saves the state; a save that lost adopts what the store has.
-    async fn save(&self, rollout: &mut Rollout, fence: Fence) {
+    /// Saves the state; a save that lost adopts what the store has, and answers false.
+    /// A save that failed keeps the state, for the next look to save.
+    async fn save(&self, slot: &mut Option<Rollout>, fence: Fence) -> bool {
+        let Some(rollout) = slot.as_ref() else {
+            return false;
+        };
         let expected = self.lock_view().version;
         match self
             .store
             .save(&self.service, rollout.state(), expected, fence)
             .await
         {
-            Ok(Saved::Won(version)) => self.lock_view().version = Some(version),
+            Ok(Saved::Won(version)) => {
+                self.lock_view().version = Some(version);
+                true
+            }
             Ok(Saved::Lost(current)) => {
-                let Some(current) = current.map(|c| *c) else {
-                    self.lock_view().version = None;
-                    return;
-                };
-                match Rollout::restore(self.config.clone(), current.state) {
-                    Ok(theirs) => {
-                        tracing::info!(target: "gray::rollout", service = %self.service, version = current.version, "another writer saved the rollout first: its state is adopted");
-                        *rollout = theirs;
-                        self.put_in_force(rollout);
-                        self.lock_view().version = Some(current.version);
-                    }
-                    Err(e) => {
-                        tracing::error!(target: "gray::rollout", service = %self.service, error = %e, "the stored rollout state does not fit the configuration");
-                    }
-                }
+                self.adopt(slot, current.map(|c| *c));
+                false
             }
             Err(e) => {
                 tracing::warn!(target: "gray::rollout", service = %self.service, error = %e, "cannot save the rollout's state");
+                true
             }
         }
     }
 
-    /// Looks every `interval` until `stopped`.
+    /// Looks every `interval`, and follows the states written to the store, until
+    /// `stopped`.
     pub(crate) async fn run(
         self: Arc<Self>,
         interval: Duration,
@@ -343,9 +470,18 @@ impl Controller {
     ) {
         let mut ticker = tokio::time::interval(interval);
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut states = self.store.watch(&self.service);
+        let mut watching = true;
         loop {
             tokio::select! {
                 _ = ticker.tick() => self.look().await,
+                changed = states.changed(), if watching => match changed {
+                    Ok(()) => {
+                        let stored = states.borrow_and_update().clone();
+                        self.follow(stored).await;
+                    }
+                    Err(_) => watching = false,
+                },
                 () = crate::serve::until_stopped(&mut stopped) => return,
             }
         }

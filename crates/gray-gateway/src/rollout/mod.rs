@@ -10,8 +10,10 @@
 //!   `[rollouts] interval_ms`, every transition applied to the rule at once, logged,
 //!   counted and kept with its evidence;
 //! - [`store`]: where the state lives. [`store::FileStore`] keeps one gateway's rollouts in
-//!   local files; [`store::RolloutStore`] is the interface a store shared by several
-//!   gateways (etcd) implements.
+//!   local files; `etcd::EtcdStore` (feature `etcd`, used with an `[etcd]` table) keeps
+//!   them in etcd, shared by several gateways: one leads, every gateway reports its counts
+//!   and applies the stored weight, a gateway cut off drops its weight to 0 after
+//!   `[rollouts] partition_hold_ms`. Both implement [`store::RolloutStore`].
 //!
 //! | metric | type | labels |
 //! |---|---|---|
@@ -22,6 +24,8 @@
 
 mod admin;
 mod controller;
+#[cfg(feature = "etcd")]
+pub mod etcd;
 mod evidence;
 mod export;
 pub mod store;

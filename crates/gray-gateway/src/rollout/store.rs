@@ -1,5 +1,6 @@
 //! Where a rollout's state lives, and what gateways that share a rollout tell each other:
-//! [`RolloutStore`], and [`FileStore`], one gateway's local files.
+//! [`RolloutStore`], and [`FileStore`], one gateway's local files (etcd, shared by several
+//! gateways: `rollout::etcd::EtcdStore`, feature `etcd`).
 //!
 //! The gateway's controller (`src/rollout/controller.rs`) decides who looks and who transitions; a store
 //! only keeps and fences. With several gateways (etcd, issue 20 item 6) a store also
@@ -119,6 +120,13 @@ pub trait RolloutStore: Send + Sync + std::fmt::Debug + 'static {
 
     /// How fresh the contact with the store is.
     fn contact(&self) -> Contact;
+
+    /// Lets go of what this gateway holds in the store (etcd: revokes its lease, so that
+    /// its leader keys and reports go at once and another gateway leads); called by
+    /// [`Gateway::shutdown`](crate::Gateway::shutdown). The default does nothing.
+    fn close(&self) -> BoxFuture<'_, ()> {
+        Box::pin(async {})
+    }
 }
 
 // === impl FileStore ===

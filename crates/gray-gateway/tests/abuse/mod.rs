@@ -16,7 +16,7 @@ use std::{
 };
 
 use bytes::Bytes;
-use gray_test_support::{TempDir, WAIT};
+use gray_test_support::{TempDir, WAIT, child::read_stdout_until};
 use http::{Request, Response};
 use http_body_util::{BodyExt, Empty, StreamBody, combinators::BoxBody};
 use hyper::{body::Frame, server::conn::http1, service::service_fn};
@@ -143,19 +143,11 @@ impl Gateway {
             .kill_on_drop(true)
             .spawn()
             .expect("the gateway binary starts");
-        let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-        let addr = tokio::time::timeout(WAIT, async {
-            while let Some(line) = lines.next_line().await.unwrap() {
-                if let Some(addr) = line.strip_prefix("gateway listening on http://") {
-                    return addr.parse().unwrap();
-                }
-            }
-            panic!("the gateway exited before it listened")
+        let addr = read_stdout_until(&mut child, |line| {
+            line.strip_prefix("gateway listening on http://")
+                .map(|addr| addr.parse().unwrap())
         })
-        .await
-        .expect("the gateway listens in time");
-        // Keep reading stdout, so the gateway never blocks on a full pipe.
-        tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+        .await;
         Gateway {
             child,
             addr,

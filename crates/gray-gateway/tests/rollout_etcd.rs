@@ -1,0 +1,414 @@
+//! Several gateways, one rollout (feature `etcd`): gateway processes (the real binary) on
+//! one real etcd, real upstream instances, load spread over the gateways by sticky users.
+//! A gray that starts failing is rolled back on every gateway; two aborts at once make one
+//! transition; a leader killed mid-step hands over without a double advance; etcd frozen:
+//! the weight is held, dropped to 0 after the partition hold, and put back when etcd
+//! answers again; every gateway restarted resumes the same step with the same evidence.
+//! Every wait is a bounded poll.
+
+mod rollouts;
+
+use std::{
+    sync::{Arc, atomic::AtomicBool, atomic::Ordering},
+    time::{Duration, Instant},
+};
+
+use gray_test_support::{WAIT, etcd::Etcd};
+use rollouts::{
+    admin,
+    etcd::{LEADER, Process, history, load_both, setup, two, two_under_load, written_once},
+    load, settled, stop_load, wait_for, wait_until_seen,
+};
+use serde_json::Value;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gray_failing_5_percent_is_rolled_back_on_every_gateway() {
+    let s = setup(
+        "rollout-etcd-fault",
+        "steps = [20, 50, 100]\nhold_ms = 600000\nmin_users = 10\n",
+        "",
+    )
+    .await;
+    let (a, b) = two(&s).await;
+    let (stop, [seen, seen_b], tasks) = load_both(&a, &b, 400, 4);
+    // started through the gateway that does not lead
+    let (status, view) = admin(&b, "POST", "/rollouts/svc").await;
+    assert_eq!(
+        (status, view["weight"].as_f64()),
+        (200, Some(20.0)),
+        "{view}"
+    );
+    wait_for(&a, WAIT, |v| v["weight"] == 20.0).await;
+    wait_until_seen(&seen, 500).await;
+    wait_until_seen(&seen_b, 500).await;
+
+    let fault = Instant::now();
+    s.gray.fail_per_mille.store(50, Ordering::Relaxed);
+    let bound = Duration::from_secs(60);
+    let on_a = wait_for(&a, bound, |v| {
+        v["phase"] == "rolled_back" && v["weight"] == 0.0
+    })
+    .await;
+    let on_b = wait_for(&b, bound, |v| {
+        v["phase"] == "rolled_back" && v["weight"] == 0.0
+    })
+    .await;
+    eprintln!("fault to weight 0 on both gateways: {:?}", fault.elapsed());
+    for seen in [&seen, &seen_b] {
+        let after = seen.0.lock().unwrap().len();
+        wait_until_seen(seen, after + 200).await;
+    }
+    stop_load(&stop, tasks).await;
+    let reason = on_a["last_transition"]["reason"]["kind"].as_str().unwrap();
+    assert!(["alarm", "kill_switch"].contains(&reason), "{on_a:#}");
+    assert_eq!(on_a["last_transition"], on_b["last_transition"]);
+    // the last requests through either gateway went to baseline
+    for seen in [&seen, &seen_b] {
+        let all = seen.0.lock().unwrap();
+        assert!(
+            all[all.len() - 50..]
+                .iter()
+                .all(|(_, _, by)| by == "base-1")
+        );
+    }
+    assert!(s.base.count.load(Ordering::Relaxed) > 0);
+    written_once(&history(&s.etcd).await);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_gateways_aborting_at_once_make_one_transition() {
+    let s = setup(
+        "rollout-etcd-abort",
+        "steps = [20, 50, 100]\nhold_ms = 600000\nmin_users = 10\n",
+        "",
+    )
+    .await;
+    let (a, b) = two(&s).await;
+    admin(&a, "POST", "/rollouts/svc").await;
+    wait_for(&b, WAIT, |v| v["weight"] == 20.0).await;
+
+    let (one, other) = tokio::join!(
+        admin(&a, "POST", "/rollouts/svc/abort"),
+        admin(&b, "POST", "/rollouts/svc/abort")
+    );
+    let mut won = 0;
+    for (status, body) in [&one, &other] {
+        match status {
+            200 => {
+                won += 1;
+                assert_eq!(body["phase"], "rolled_back", "{body}");
+            }
+            409 => assert!(
+                body["error"].as_str().unwrap().contains("rolled_back"),
+                "{body}"
+            ),
+            _ => panic!("{status}: {body}"),
+        }
+    }
+    assert!(won >= 1, "{one:?} {other:?}");
+    for g in [&a, &b] {
+        wait_for(g, WAIT, |v| {
+            v["phase"] == "rolled_back" && v["weight"] == 0.0
+        })
+        .await;
+    }
+    let states = history(&s.etcd).await;
+    written_once(&states);
+    let rolled_back = states
+        .iter()
+        .filter(|(_, st)| {
+            st.last_transition
+                .as_ref()
+                .is_some_and(|t| t.reason.as_str() == "abort")
+        })
+        .map(|(_, st)| st.transitions)
+        .collect::<std::collections::BTreeSet<_>>();
+    assert_eq!(rolled_back.len(), 1, "{states:#?}");
+    let last = &states.last().unwrap().1;
+    assert_eq!(
+        (last.transitions, last.weight),
+        (2, 0.0),
+        "start, then one abort"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_killed_mid_step_hands_over_without_a_double_advance() {
+    let s = setup(
+        "rollout-etcd-leader",
+        "steps = [10, 20, 30, 50, 100]\nhold_ms = 1000\nmin_users = 10\n",
+        "",
+    )
+    .await;
+    let (a, b) = two(&s).await;
+    let (stop, [_, seen_b], tasks) = load_both(&a, &b, 400, 3);
+    admin(&a, "POST", "/rollouts/svc").await;
+    let bound = Duration::from_secs(60);
+    wait_for(&b, bound, |v| v["step"].as_u64() >= Some(1)).await;
+    assert_eq!(admin(&b, "GET", "/rollouts/svc").await.1["leader"], false);
+
+    // the leader dies mid-step: its lease expires, the other gateway leads and goes on
+    let killed = Instant::now();
+    stop_load(&stop, tasks).await;
+    a.kill().await;
+    let stop = Arc::new(AtomicBool::new(false));
+    let (_, tasks) = load(&b, 400, 4, false, stop.clone());
+    wait_for(&b, bound, |v| v["leader"] == true).await;
+    eprintln!("leader killed to another leading: {:?}", killed.elapsed());
+    let view = wait_for(&b, bound, |v| {
+        v["phase"] == "promoted" || v["phase"] == "rolled_back"
+    })
+    .await;
+    stop_load(&stop, tasks).await;
+    assert_eq!(view["phase"], "promoted", "{view:#}");
+    assert!(!seen_b.0.lock().unwrap().is_empty());
+
+    let mut client = s.etcd.client().await;
+    let leader = client.get(LEADER, None).await.unwrap();
+    let pid = b.child.id().unwrap().to_string();
+    assert!(
+        leader.kvs()[0]
+            .value_str()
+            .unwrap()
+            .starts_with(&format!("{pid}-")),
+        "{:?}",
+        leader.kvs()
+    );
+    let states = history(&s.etcd).await;
+    written_once(&states);
+    // every step was entered once, in order
+    let mut entered: Vec<usize> = states
+        .iter()
+        .filter_map(|(_, st)| st.last_transition.as_ref())
+        .filter(|t| t.reason.as_str() == "advance" || t.reason.as_str() == "start")
+        .filter_map(|t| t.step)
+        .collect();
+    entered.dedup();
+    assert_eq!(entered, [0, 1, 2, 3], "{states:#?}");
+
+    // a gateway stopped gracefully lets go at once: its leader key is gone when it exits
+    b.terminate().await;
+    assert!(client.get(LEADER, None).await.unwrap().kvs().is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn etcd_frozen_the_weight_is_held_then_dropped_then_put_back() {
+    let hold = Duration::from_secs(3);
+    let s = setup(
+        "rollout-etcd-partition",
+        "steps = [20, 50, 100]\nhold_ms = 600000\nmin_users = 10\n",
+        &format!("partition_hold_ms = {}\n", hold.as_millis()),
+    )
+    .await;
+    let (a, b) = two(&s).await;
+    admin(&a, "POST", "/rollouts/svc").await;
+    for g in [&a, &b] {
+        wait_for(g, WAIT, |v| v["weight"] == 20.0).await;
+    }
+
+    let frozen = s.etcd.freeze();
+    let at = Instant::now();
+    let bound = Duration::from_secs(30);
+    for g in [&a, &b] {
+        let view = wait_for(g, bound, |v| v["weight"] == 0.0).await;
+        // held for the partition hold first (contact was fresh when etcd froze)
+        assert!(
+            at.elapsed() >= hold - Duration::from_millis(300),
+            "{:?}",
+            at.elapsed()
+        );
+        assert_eq!(
+            (view["cut_off"].as_bool(), view["phase"].as_str()),
+            (Some(true), Some("step")),
+            "{view:#}"
+        );
+    }
+    drop(frozen);
+    for g in [&a, &b] {
+        let view = wait_for(g, bound, |v| v["weight"] == 20.0).await;
+        assert_eq!(view["cut_off"], false, "{view:#}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_gateway_restarted_resumes_the_same_step_with_the_same_evidence() {
+    let s = setup(
+        "rollout-etcd-restart",
+        "steps = [20, 50, 100]\nhold_ms = 600000\nmin_users = 10\n",
+        "",
+    )
+    .await;
+    let (a, b) = two(&s).await;
+    admin(&b, "POST", "/rollouts/svc").await;
+    for g in [&a, &b] {
+        wait_for(g, WAIT, |v| v["weight"] == 20.0).await;
+    }
+    let (stop, [seen, seen_b], tasks) = load_both(&a, &b, 400, 3);
+    wait_until_seen(&seen, 600).await;
+    wait_until_seen(&seen_b, 600).await;
+    stop_load(&stop, tasks).await;
+    let before: Value = settled(&a).await;
+    // the leader summed both gateways' counts: every request of the load is evidence once
+    let sent = seen.0.lock().unwrap().len() + seen_b.0.lock().unwrap().len();
+    let requests = &before["evidence"]["requests"];
+    let counted = requests["gray"].as_u64().unwrap() + requests["baseline"].as_u64().unwrap();
+    assert_eq!(counted, sent as u64, "{before:#}");
+    assert!(requests["gray"].as_u64() > Some(0), "{before:#}");
+    a.kill().await;
+    b.kill().await;
+
+    let (a, b) = (Process::start(&s.dir).await, Process::start(&s.dir).await);
+    for g in [&a, &b] {
+        let (_, after) = admin(g, "GET", "/rollouts/svc").await;
+        for key in ["phase", "weight", "step", "evidence"] {
+            assert_eq!(after[key], before[key], "{key}: {after:#} vs {before:#}");
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deposed_leaders_save_is_refused() {
+    use etcd_client::{Compare, CompareOp, Txn, TxnOp};
+    use gray_gateway::rollout::{
+        etcd::EtcdStore,
+        store::{Fence, RolloutStore, Saved},
+    };
+    use gray_rollout::{Rollout, RolloutConfig};
+
+    let etcd = Etcd::start().await;
+    let config = gray_tower::edge::EtcdConfig::new([etcd.endpoint()]);
+    let ttl = Duration::from_secs(2);
+    let a = EtcdStore::start(config.clone(), "/gray", ttl)
+        .await
+        .unwrap();
+    assert_eq!(a.load("svc").await.unwrap(), None);
+    let mut rollout = Rollout::new(RolloutConfig::new("canary")).unwrap();
+    rollout.start(Duration::from_secs(1)).unwrap();
+    let until = async |check: &dyn Fn() -> bool| {
+        let deadline = Instant::now() + WAIT;
+        while !check() {
+            assert!(Instant::now() < deadline, "not within {WAIT:?}");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    };
+    until(&|| a.is_leader("svc")).await;
+    let Saved::Won(v1) = a
+        .save("svc", rollout.state(), None, Fence::Leader)
+        .await
+        .unwrap()
+    else {
+        panic!("the leader's first save wins")
+    };
+
+    // a is deposed: its lease revoked (as when it expires), another holder takes the
+    // leader key by the election's own transaction
+    let key = a.leader_key("svc");
+    let mut client = etcd.client().await;
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let held = client.get(key.as_str(), None).await.unwrap();
+        if let Some(kv) = held.kvs().first() {
+            let _ = client.lease_revoke(kv.lease()).await;
+        }
+        let taken = client
+            .txn(
+                Txn::new()
+                    .when([Compare::create_revision(key.as_str(), CompareOp::Equal, 0)])
+                    .and_then([TxnOp::put(key.as_str(), "another-gateway", None)]),
+            )
+            .await
+            .unwrap();
+        if taken.succeeded() {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the leader key was never taken");
+    }
+    // a's write as the leader fails, whether or not it has noticed yet
+    let lost = a
+        .save("svc", rollout.state(), Some(v1), Fence::Leader)
+        .await
+        .unwrap();
+    assert!(
+        matches!(&lost, Saved::Lost(Some(s)) if s.version == v1),
+        "{lost:?}"
+    );
+    assert_eq!(
+        client.get(a.state_key("svc"), None).await.unwrap().kvs()[0].mod_revision(),
+        i64::try_from(v1).unwrap()
+    );
+    // an abort needs no leader: the state's version alone fences it
+    rollout.abort(Duration::from_secs(2)).unwrap();
+    let won = a
+        .save("svc", rollout.state(), Some(v1), Fence::Any)
+        .await
+        .unwrap();
+    assert!(matches!(won, Saved::Won(v) if v > v1), "{won:?}");
+    // and a write on a stale version loses, whoever writes it
+    let stale = a
+        .save("svc", rollout.state(), Some(v1), Fence::Any)
+        .await
+        .unwrap();
+    assert!(matches!(stale, Saved::Lost(Some(_))), "{stale:?}");
+    // and a learns at its next election that it no longer leads
+    until(&|| !a.is_leader("svc")).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shared_dependency_failing_both_lanes_rolls_nothing_back_on_two_gateways() {
+    let s = setup(
+        "rollout-etcd-shared",
+        "steps = [50, 100]\nhold_ms = 600000\nmin_users = 10\nalpha = 0.001\n",
+        "",
+    )
+    .await;
+    s.gray.fail_per_mille.store(50, Ordering::Relaxed);
+    s.base.fail_per_mille.store(50, Ordering::Relaxed);
+    let (_a, b, view) = two_under_load(&s, 4000, 400).await;
+    assert_eq!(
+        (view["phase"].as_str(), view["weight"].as_f64()),
+        (Some("step"), Some(50.0)),
+        "{view:#}"
+    );
+    for lane in ["gray", "baseline"] {
+        assert!(
+            view["evidence"]["errors"][lane].as_u64() > Some(0),
+            "{view:#}"
+        );
+    }
+    let (_, on_b) = admin(&b, "GET", "/rollouts/svc").await;
+    assert_eq!(on_b["phase"], "step", "{on_b:#}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_healthy_gray_is_promoted_on_two_gateways() {
+    let s = setup(
+        "rollout-etcd-promote",
+        "steps = [10, 50, 100]\nhold_ms = 300\nmin_users = 10\n",
+        "",
+    )
+    .await;
+    let (a, b) = two(&s).await;
+    let (stop, [seen, seen_b], tasks) = load_both(&a, &b, 400, 3);
+    admin(&b, "POST", "/rollouts/svc").await;
+    for g in [&a, &b] {
+        let view = wait_for(g, Duration::from_secs(60), |v| {
+            v["phase"] == "promoted" || v["phase"] == "rolled_back"
+        })
+        .await;
+        assert_eq!(
+            (view["phase"].as_str(), view["weight"].as_f64()),
+            (Some("promoted"), Some(100.0)),
+            "{view:#}"
+        );
+    }
+    stop_load(&stop, tasks).await;
+    assert!(seen.all_ok() && seen_b.all_ok());
+    let states = history(&s.etcd).await;
+    written_once(&states);
+    let mut reasons: Vec<&str> = states
+        .iter()
+        .filter_map(|(_, st)| st.last_transition.as_ref().map(|t| t.reason.as_str()))
+        .collect();
+    reasons.dedup();
+    assert_eq!(reasons, ["start", "advance", "complete"], "{states:#?}");
+}

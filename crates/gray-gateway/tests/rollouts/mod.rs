@@ -1,0 +1,232 @@
+//! What the rollout tests share: upstream instances that fail on demand, the rules, the
+//! admin API's calls and bounded waits on them, and a load of sticky users; for a gateway
+//! in this process ([`Gateway`]) or a gateway process (anything with [`Addrs`]).
+
+#![allow(dead_code)] // each test binary uses its part
+
+use std::{
+    net::SocketAddr,
+    sync::{
+        Arc, Mutex,
+        atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering},
+    },
+    time::{Duration, Instant},
+};
+
+use axum::{extract::State, http::HeaderMap, response::IntoResponse};
+use bytes::Bytes;
+use gray_gateway::Gateway;
+use http_body_util::{BodyExt, Empty};
+use hyper_util::{client::legacy::Client, rt::TokioExecutor};
+use serde_json::Value;
+
+#[cfg(feature = "etcd")]
+pub(crate) mod etcd;
+
+/// Where a gateway listens: its proxy and its admin API.
+pub(crate) trait Addrs {
+    /// The proxy's address.
+    fn proxy(&self) -> SocketAddr;
+    /// The admin API's address.
+    fn admin(&self) -> SocketAddr;
+}
+
+impl Addrs for Gateway {
+    fn proxy(&self) -> SocketAddr {
+        self.addr()
+    }
+    fn admin(&self) -> SocketAddr {
+        self.admin_addr().expect("the gateway has an admin address")
+    }
+}
+
+/// One upstream instance: fails `fail_per_mille` of its requests (every request whose
+/// count modulo 1000 is below it), and, with `fail_testers`, every request with
+/// `x-tester`.
+#[derive(Clone)]
+pub(crate) struct Upstream {
+    pub(crate) name: &'static str,
+    pub(crate) fail_per_mille: Arc<AtomicU32>,
+    pub(crate) fail_testers: Arc<AtomicBool>,
+    pub(crate) count: Arc<AtomicU64>,
+}
+
+pub(crate) async fn answer(State(up): State<Upstream>, headers: HeaderMap) -> impl IntoResponse {
+    let n = up.count.fetch_add(1, Ordering::Relaxed);
+    let fail = (n % 1000) < u64::from(up.fail_per_mille.load(Ordering::Relaxed))
+        || (up.fail_testers.load(Ordering::Relaxed) && headers.contains_key("x-tester"));
+    let status = if fail { 500 } else { 200 };
+    (
+        http::StatusCode::from_u16(status).unwrap(),
+        [("x-served-by", up.name)],
+        up.name,
+    )
+}
+
+pub(crate) async fn upstream(name: &'static str) -> (SocketAddr, Upstream) {
+    let up = Upstream {
+        name,
+        fail_per_mille: Arc::default(),
+        fail_testers: Arc::default(),
+        count: Arc::default(),
+    };
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let app = axum::Router::new().fallback(answer).with_state(up.clone());
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    (addr, up)
+}
+
+pub(crate) const RULES: &str = r#"
+[[rules]]
+name = "testers"
+when = { header = { name = "x-tester", present = true } }
+lane = "gray"
+
+[[rules]]
+name = "canary"
+when = { sticky = { by = { header = "x-user" }, percent = 0 } }
+lane = "gray"
+"#;
+
+pub(crate) type HttpClient =
+    Client<hyper_util::client::legacy::connect::HttpConnector, Empty<Bytes>>;
+
+pub(crate) fn client() -> HttpClient {
+    Client::builder(TokioExecutor::new()).build_http()
+}
+
+/// An admin request: the status and the JSON body.
+pub(crate) async fn admin(gateway: &impl Addrs, method: &str, path: &str) -> (u16, Value) {
+    let req = http::Request::builder()
+        .method(method)
+        .uri(format!("http://{}{path}", gateway.admin()))
+        .body(Empty::new())
+        .unwrap();
+    let res = client().request(req).await.expect("the admin answers");
+    let status = res.status().as_u16();
+    let body = res.into_body().collect().await.unwrap().to_bytes();
+    (status, serde_json::from_slice(&body).unwrap_or(Value::Null))
+}
+
+/// Polls `/rollouts/svc` until `done` holds, for at most `bound`.
+pub(crate) async fn wait_for(
+    gateway: &impl Addrs,
+    bound: Duration,
+    done: impl Fn(&Value) -> bool,
+) -> Value {
+    let deadline = Instant::now() + bound;
+    loop {
+        let (_, view) = admin(gateway, "GET", "/rollouts/svc").await;
+        if done(&view) {
+            return view;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "not reached within {bound:?}: {view:#}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// What the load saw: per request, the user, the status and who served it.
+#[derive(Default)]
+pub(crate) struct Seen(pub(crate) Mutex<Vec<(u32, u16, String)>>);
+
+impl Seen {
+    /// Whether every request was answered 200.
+    pub(crate) fn all_ok(&self) -> bool {
+        self.0
+            .lock()
+            .unwrap()
+            .iter()
+            .all(|(_, status, _)| *status == 200)
+    }
+}
+
+/// Users `0..users` (`x-user: u{i}`), `concurrency` requests at a time, until `stop`;
+/// `tester`: with `x-tester` too.
+pub(crate) fn load(
+    gateway: &impl Addrs,
+    users: u32,
+    concurrency: u32,
+    tester: bool,
+    stop: Arc<AtomicBool>,
+) -> (Arc<Seen>, Vec<tokio::task::JoinHandle<()>>) {
+    let seen = Arc::new(Seen::default());
+    let addr = gateway.proxy();
+    let tasks = (0..concurrency)
+        .map(|c| {
+            let (seen, stop, client) = (seen.clone(), stop.clone(), client());
+            tokio::spawn(async move {
+                let mut user = c;
+                while !stop.load(Ordering::Relaxed) {
+                    user = (user + concurrency) % users;
+                    let mut req = http::Request::get(format!("http://{addr}/svc/x"))
+                        .header("x-user", format!("u{user}"));
+                    if tester {
+                        req = req.header("x-tester", "1");
+                    }
+                    let Ok(res) = client.request(req.body(Empty::new()).unwrap()).await else {
+                        continue;
+                    };
+                    let by = res
+                        .headers()
+                        .get("x-served-by")
+                        .and_then(|v| v.to_str().ok())
+                        .unwrap_or("-")
+                        .to_owned();
+                    let status = res.status().as_u16();
+                    let _ = res.into_body().collect().await;
+                    seen.0.lock().unwrap().push((user, status, by));
+                }
+            })
+        })
+        .collect();
+    (seen, tasks)
+}
+
+pub(crate) async fn stop_load(stop: &AtomicBool, tasks: Vec<tokio::task::JoinHandle<()>>) {
+    stop.store(true, Ordering::Relaxed);
+    for t in tasks {
+        t.await.unwrap();
+    }
+}
+
+pub(crate) async fn wait_until_seen(seen: &Seen, n: usize) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while seen.0.lock().unwrap().len() < n {
+        assert!(
+            Instant::now() < deadline,
+            "the load made fewer than {n} requests"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// The view once the evidence stopped changing (the load stopped, and a look took in its
+/// last requests).
+pub(crate) async fn settled(gateway: &impl Addrs) -> Value {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut last = admin(gateway, "GET", "/rollouts/svc").await.1;
+    loop {
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        let now = admin(gateway, "GET", "/rollouts/svc").await.1;
+        if now["evidence"] == last["evidence"] && now["version"] != last["version"] {
+            return now;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the evidence never settled: {now:#}"
+        );
+        last = now;
+    }
+}
+
+pub(crate) async fn text(gateway: &impl Addrs, path: &str) -> String {
+    let req = http::Request::get(format!("http://{}{path}", gateway.admin()))
+        .body(Empty::new())
+        .unwrap();
+    let res = client().request(req).await.unwrap();
+    String::from_utf8(res.into_body().collect().await.unwrap().to_bytes().to_vec()).unwrap()
+}
