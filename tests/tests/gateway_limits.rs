@@ -1,6 +1,7 @@
 //! Limits on the gateway's clients (issue 13): slow request heads, idle keep-alive
-//! connections, oversized heads, the connection cap and the cap of requests in flight to
-//! one instance, on real loopback connections.
+//! connections, oversized heads, the connection cap, the cap of requests in flight to one
+//! instance, and idle connections parked without their buffers (issue 23), on real
+//! loopback connections.
 //! Timeouts are short here (1 to 2 s: long enough that a loaded machine never cuts a
 //! client that sends at once); nothing asserts a time beyond "before a generous deadline",
 //! and nothing waits for a fixed time.
@@ -261,6 +262,58 @@ async fn an_instance_at_its_in_flight_cap_is_sent_nothing_more() {
             tokio::time::timeout(WAIT, call).await.unwrap().unwrap(),
             200
         );
+    }
+    gateway.shutdown().await;
+}
+
+/// The statuses of `n` answers read from `stream`.
+async fn answers(stream: &mut TcpStream, n: usize) -> Vec<u16> {
+    let answers = gray_test_support::net::read_answers(stream, n).await;
+    answers.into_iter().map(|a| a.status).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn parked_keep_alive_connections_serve_what_their_clients_send_next() {
+    // Every idle connection parked at once: its buffers dropped between requests. The
+    // upstream reads each request body whole (hyper closes a connection whose request body
+    // nobody read and that has not all arrived).
+    let upstream = serve(Router::new().fallback(any(|_: axum::body::Bytes| async { "ok" }))).await;
+    let (gateway, _dir, _upstream) = start_with("release_buffers_above = 0", upstream).await;
+    let gw = gateway.addr();
+    let get = b"GET /svc/x HTTP/1.1\r\nhost: gw\r\n\r\n";
+    let mut c = TcpStream::connect(gw).await.unwrap();
+    assert_eq!(request(&mut c).await, 200);
+    // Pipelined requests and the start of one more, then its end.
+    let mut batch = get.repeat(3);
+    batch.extend_from_slice(b"GET /svc/x HTTP/1.1\r\nho");
+    c.write_all(&batch).await.unwrap();
+    assert_eq!(answers(&mut c, 3).await, [200, 200, 200]);
+    c.write_all(b"st: gw\r\n\r\n").await.unwrap();
+    assert_eq!(answers(&mut c, 1).await, [200]);
+    // A body sent in two writes, a chunked one, then a request without one.
+    c.write_all(b"POST /svc/x HTTP/1.1\r\nhost: gw\r\ncontent-length: 6\r\n\r\nabc")
+        .await
+        .unwrap();
+    c.write_all(b"def").await.unwrap();
+    assert_eq!(answers(&mut c, 1).await, [200]);
+    c.write_all(b"POST /svc/x HTTP/1.1\r\nhost: gw\r\ntransfer-encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n")
+        .await
+        .unwrap();
+    assert_eq!(answers(&mut c, 1).await, [200]);
+    assert_eq!(request(&mut c).await, 200);
+
+    // A pooled client reusing its connections across parks.
+    let client = reqwest::Client::builder().no_proxy().build().unwrap();
+    for i in 0..40 {
+        let url = format!("http://{gw}/svc/x");
+        let response = if i % 2 == 0 {
+            client.get(&url).send().await
+        } else {
+            client.post(&url).body(vec![b'x'; 10_000]).send().await
+        }
+        .unwrap();
+        assert_eq!(response.status(), 200, "request {i}");
+        assert_eq!(response.text().await.unwrap(), "ok");
     }
     gateway.shutdown().await;
 }

@@ -44,17 +44,13 @@ impl Drain {
         Self::default()
     }
 
-    /// Watches `conn`: the returned future is `conn`, shut down gracefully when the drain
-    /// is.
-    pub(crate) fn watch<C: GracefulConnection>(&self, conn: C) -> Watched<C> {
+    /// Joins the set: the drain's shutdown waits until the returned member is dropped.
+    pub(crate) fn join(&self) -> Member {
         self.shared.open.fetch_add(1, Ordering::AcqRel);
-        Watched {
-            conn: Box::pin(conn),
-            shared: self.shared.clone(),
+        Member {
             notified: Box::pin(self.shared.close.clone().notified_owned()),
+            shared: self.shared.clone(),
             registered: None,
-            shutting_down: false,
-            cancels: None,
         }
     }
 
@@ -72,13 +68,68 @@ impl Drain {
     }
 }
 
-/// A watched connection; see [`Drain::watch`].
-pub(crate) struct Watched<C> {
-    conn: Pin<Box<C>>,
+// === Member ===
+
+/// One connection of a [`Drain`]: counted until dropped, and told when the drain shuts
+/// down.
+pub(crate) struct Member {
     shared: Arc<Shared>,
     notified: Pin<Box<OwnedNotified>>,
     /// The waker the notification is registered with.
     registered: Option<Waker>,
+}
+
+impl Member {
+    /// Whether the drain is shutting down; if not, `cx` is woken when it starts to (and,
+    /// when `cancels` is given, when the connection's client cancels most of its streams).
+    /// Registers again only when the task's waker changed: a spawned connection keeps
+    /// one task, so this happens once.
+    pub(crate) fn poll_closing(&mut self, cx: &mut Context<'_>, cancels: Option<&Cancels>) -> bool {
+        let fresh = self
+            .registered
+            .as_ref()
+            .is_none_or(|w| !w.will_wake(cx.waker()));
+        if fresh {
+            let _ = self.notified.as_mut().poll(cx);
+            self.registered = Some(cx.waker().clone());
+            if let Some(cancels) = cancels {
+                cancels.register(cx.waker());
+            }
+        }
+        self.shared.closing.load(Ordering::Acquire)
+    }
+
+    /// Watches `conn` as this member.
+    pub(crate) fn watch<C: GracefulConnection>(self, conn: C) -> Watched<C> {
+        Watched {
+            conn: Box::pin(conn),
+            member: self,
+            shutting_down: false,
+            cancels: None,
+        }
+    }
+}
+
+impl std::fmt::Debug for Member {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Member").finish_non_exhaustive()
+    }
+}
+
+impl Drop for Member {
+    fn drop(&mut self) {
+        if self.shared.open.fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.shared.idle.notify_waiters();
+        }
+    }
+}
+
+// === Watched ===
+
+/// A watched connection; see [`Member::watch`].
+pub(crate) struct Watched<C> {
+    conn: Pin<Box<C>>,
+    member: Member,
     shutting_down: bool,
     /// The connection's own reason to shut down: its client cancels most of its streams.
     cancels: Option<Arc<Cancels>>,
@@ -105,35 +156,13 @@ impl<C: GracefulConnection> Future for Watched<C> {
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<C::Output> {
         let this = &mut *self;
-        if !this.shutting_down {
-            // Register (again) only when the task's waker changed: a spawned connection
-            // keeps one task, so this happens once.
-            let fresh = this
-                .registered
-                .as_ref()
-                .is_none_or(|w| !w.will_wake(cx.waker()));
-            if fresh {
-                let _ = this.notified.as_mut().poll(cx);
-                this.registered = Some(cx.waker().clone());
-                if let Some(cancels) = &this.cancels {
-                    cancels.register(cx.waker());
-                }
-            }
-            if this.shared.closing.load(Ordering::Acquire)
-                || this.cancels.as_ref().is_some_and(|c| c.goaway())
-            {
-                this.shutting_down = true;
-                this.conn.as_mut().graceful_shutdown();
-            }
+        if !this.shutting_down
+            && (this.member.poll_closing(cx, this.cancels.as_deref())
+                || this.cancels.as_ref().is_some_and(|c| c.goaway()))
+        {
+            this.shutting_down = true;
+            this.conn.as_mut().graceful_shutdown();
         }
         this.conn.as_mut().poll(cx)
-    }
-}
-
-impl<C> Drop for Watched<C> {
-    fn drop(&mut self) {
-        if self.shared.open.fetch_sub(1, Ordering::AcqRel) == 1 {
-            self.shared.idle.notify_waiters();
-        }
     }
 }

@@ -17,6 +17,13 @@ use std::path::PathBuf;
 
 use gray_gateway::{Gateway, config::Config};
 
+/// mimalloc returns the pages of freed memory to the system (its purge), so the buffers
+/// that idle connections drop when they are parked shrink the process; glibc's malloc
+/// keeps them for reuse.
+#[cfg(feature = "mimalloc")]
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 const USAGE: &str = "usage: gray-gateway --config <gateway.toml>
        gray-gateway --check <gateway.toml>   validate it and the files it names, print what would run
 ";

@@ -130,3 +130,51 @@ mod tests {
         assert!(TcpListener::bind(closed.addr()).await.is_err());
     }
 }
+
+/// One HTTP/1.1 response read off a raw connection: its status and body.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Answer {
+    /// The status code.
+    pub status: u16,
+    /// The body (`content-length` bytes; none without that header).
+    pub body: String,
+}
+
+/// Reads `n` HTTP/1.1 responses with `content-length` bodies from `stream`, each within
+/// [`WAIT`](crate::WAIT); panics if the connection closes first, a head does not parse, or
+/// more than `n` arrive in the bytes read.
+pub async fn read_answers(stream: &mut TcpStream, n: usize) -> Vec<Answer> {
+    let mut raw = Vec::new();
+    let mut answers = Vec::new();
+    let mut buf = [0u8; 4096];
+    while answers.len() < n {
+        let read = tokio::time::timeout(crate::WAIT, stream.read(&mut buf))
+            .await
+            .expect("answered in time")
+            .expect("read the answer");
+        assert!(read > 0, "closed after {answers:?}");
+        raw.extend_from_slice(&buf[..read]);
+        while let Some(end) = raw.windows(4).position(|w| w == b"\r\n\r\n") {
+            let head = String::from_utf8_lossy(&raw[..end]).to_string();
+            let length: usize = head
+                .lines()
+                .find_map(|l| {
+                    let (name, value) = l.split_once(':')?;
+                    name.eq_ignore_ascii_case("content-length").then_some(value)
+                })
+                .map_or(0, |v| v.trim().parse().expect("a content-length"));
+            if raw.len() < end + 4 + length {
+                break;
+            }
+            let status = head
+                .get(9..12)
+                .and_then(|s| s.parse().ok())
+                .unwrap_or_else(|| panic!("not a status line: {head}"));
+            let body = String::from_utf8_lossy(&raw[end + 4..end + 4 + length]).to_string();
+            answers.push(Answer { status, body });
+            raw.drain(..end + 4 + length);
+        }
+    }
+    assert!(raw.is_empty(), "more than {n} answers");
+    answers
+}

@@ -92,6 +92,12 @@ const SETTINGS: &[Spec] = &[
         about: "RUST_LOG for the gateway (per-request logs would measure the terminal)",
     },
     Spec {
+        env: "GATEWAY_CONFIG",
+        value: "TOML",
+        default: "",
+        about: "top-level keys added to the gateway targets' configuration\n        (`GATEWAY_CONFIG='release_buffers_above = 0'`)",
+    },
+    Spec {
         env: "REFS",
         value: "LIST",
         default: "nginx,bare",
@@ -128,6 +134,12 @@ const SETTINGS: &[Spec] = &[
         about: "--idle-memory: idle keep-alive connections opened per listener",
     },
     Spec {
+        env: "IDLE_SETTLE",
+        value: "SECONDS",
+        default: "6",
+        about: "--idle-memory: how long the connections stay idle before memory is read (the gateway\n        drops an idle connection's buffers 2.5 to 5 s after its last response)",
+    },
+    Spec {
         env: "SYS_TOP",
         value: "N",
         default: "8",
@@ -151,6 +163,7 @@ pub(crate) struct Settings {
     pub(crate) gateway_bin_name: String,
     pub(crate) gateway_bin: Option<PathBuf>,
     pub(crate) gateway_log: String,
+    pub(crate) gateway_config: String,
     /// As given; `Options::refs` keeps those that are targets.
     pub(crate) refs: Vec<String>,
     pub(crate) ins_duration: u64,
@@ -159,6 +172,7 @@ pub(crate) struct Settings {
     pub(crate) sys_duration: u64,
     pub(crate) sys_top: usize,
     pub(crate) idle_connections: u64,
+    pub(crate) idle_settle: u64,
 }
 
 // === impl Settings ===
@@ -218,6 +232,7 @@ impl Settings {
             gateway_bin_name: get("GATEWAY_BIN_NAME"),
             gateway_bin,
             gateway_log: get("GATEWAY_LOG"),
+            gateway_config: get("GATEWAY_CONFIG"),
             refs: get("REFS").split(',').map(str::to_owned).collect(),
             ins_duration: number("INS_DURATION", 1)?,
             ins_warmup: number("INS_WARMUP", 0)?,
@@ -225,6 +240,7 @@ impl Settings {
             sys_duration: number("SYS_DURATION", 1)?,
             sys_top: number("SYS_TOP", 0)? as usize,
             idle_connections: number("IDLE_CONNECTIONS", 1)?,
+            idle_settle: number("IDLE_SETTLE", 0)?,
         })
     }
 }

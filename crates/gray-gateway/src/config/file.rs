@@ -46,6 +46,8 @@ pub(super) struct File {
     pub(super) idle_timeout_ms: u64,
     #[serde(default = "defaults::max_connections")]
     pub(super) max_connections: usize,
+    #[serde(default = "defaults::release_buffers_above")]
+    pub(super) release_buffers_above: usize,
     #[serde(default = "defaults::request_body_timeout_ms")]
     pub(super) request_body_timeout_ms: u64,
     #[serde(default = "defaults::request_body_min_rate")]

@@ -93,6 +93,9 @@ pub(crate) mod defaults {
     pub(crate) fn max_connections() -> usize {
         10_000
     }
+    pub(crate) fn release_buffers_above() -> usize {
+        1_000
+    }
     pub(crate) fn request_body_timeout_ms() -> u64 {
         30_000
     }
@@ -353,6 +356,9 @@ pub struct Limits {
     pub idle_timeout: Option<Duration>,
     /// The most client connections served at once; more wait to be accepted.
     pub max_connections: usize,
+    /// While more client connections than this are open, an idle HTTP/1.1 connection
+    /// drops its buffers as soon as it is idle, not a watchdog tick later (0: always).
+    pub release_buffers_above: usize,
     /// A request body must progress: its next frame within this time, and on average at
     /// least `request_body_min_rate` bytes a second past it (`None`: no limit).
     pub request_body_timeout: Option<Duration>,
@@ -401,6 +407,7 @@ impl Default for Limits {
             max_header_bytes: defaults::max_header_bytes(),
             idle_timeout: millis(defaults::idle_timeout_ms()),
             max_connections: defaults::max_connections(),
+            release_buffers_above: defaults::release_buffers_above(),
             request_body_timeout: millis(defaults::request_body_timeout_ms()),
             request_body_min_rate: defaults::request_body_min_rate(),
             send_timeout: millis(defaults::send_timeout_ms()),
@@ -608,6 +615,7 @@ impl Config {
                 max_header_bytes: raw.max_header_bytes,
                 idle_timeout: millis(raw.idle_timeout_ms),
                 max_connections: raw.max_connections,
+                release_buffers_above: raw.release_buffers_above,
                 request_body_timeout: millis(raw.request_body_timeout_ms),
                 request_body_min_rate: raw.request_body_min_rate,
                 send_timeout: millis(raw.send_timeout_ms),

@@ -17,6 +17,7 @@ carriers = [{ kind = "flag" }, { kind = "lane" }]
 rules = "rules.toml"
 instances = "/abs/instances.toml"
 max_connections = 5
+release_buffers_above = 0
 idle_timeout_ms = 0
 [services.orders]
 preset = "seed-000"
@@ -35,6 +36,7 @@ pick = "round-robin"
     assert_eq!(cfg.strip, ["x-internal"]);
     assert_eq!(cfg.carriers.len(), 2);
     assert_eq!(cfg.limits.max_connections, 5);
+    assert_eq!(cfg.limits.release_buffers_above, 0);
     assert_eq!(cfg.limits.idle_timeout, None);
     assert_eq!(
         cfg.limits.header_read_timeout,

@@ -7,7 +7,7 @@ mod fd;
 mod flight;
 mod warn;
 
-use hyper_util::{rt::TokioExecutor, server::conn::auto};
+use hyper_util::rt::TokioExecutor;
 
 use crate::config::Limits;
 
@@ -21,9 +21,11 @@ pub(crate) use warn::{Warning, warn};
 /// Applies the HTTP/2 limits: streams per connection, the response bytes a stream may
 /// buffer beyond its client's window (a stalled reader holds at most that), the receive
 /// windows (request bytes a client may send ahead), and hyper's reset-stream limits.
-pub(crate) fn http2(builder: &mut auto::Builder<TokioExecutor>, limits: &Limits) {
+pub(crate) fn http2(
+    builder: &mut hyper::server::conn::http2::Builder<TokioExecutor>,
+    limits: &Limits,
+) {
     builder
-        .http2()
         .max_concurrent_streams(limits.http2_max_concurrent_streams)
         .max_send_buf_size(limits.http2_max_send_buf_size)
         .initial_stream_window_size(limits.http2_stream_window)

@@ -41,6 +41,7 @@ instances = "{instances}"
 # stain of a trusted client (wrk, 127.0.0.1) decides, as nginx's and HAProxy's routing do.
 rules = "{rules}"
 workers = 1
+{extra}
 {tls}
 # Round-robin within the lane's instances: the algorithm of nginx's upstream blocks.
 [services.svc]
@@ -127,6 +128,7 @@ impl Kind for Gateway {
             ("admin", setup.admin.to_string()),
             ("instances", instances.display().to_string()),
             ("rules", rules.display().to_string()),
+            ("extra", setup.settings.gateway_config.clone()),
             // Only when not the default: a gateway built before the key existed (a
             // `gateway#LABEL` target) still reads the configuration.
             (

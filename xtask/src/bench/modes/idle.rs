@@ -6,11 +6,11 @@
 //! `/proc/<pid>/status`: nginx's worker, the gateway), then a client (Python's `socket` and
 //! `ssl`, in the run's directory) opens `IDLE_CONNECTIONS` connections one after the other,
 //! sends one request on each (`GET /svc/bench`, HTTP/1.1, half of them gray), reads its
-//! response and keeps the connection open; once all are open and idle, the resident memory
-//! is read again. The figure is the growth over the number of connections. TLS targets are
-//! measured on both listeners (each in a process of its own): plaintext, then TLS (a full
-//! handshake per connection, ALPN `http/1.1`, TLS 1.3). The connections stay well within
-//! every target's idle timeout.
+//! response and keeps the connection open; once all are open and have been idle for
+//! `IDLE_SETTLE` seconds, the resident memory is read again. The figure is the growth over
+//! the number of connections. TLS targets are measured on both listeners (each in a process
+//! of its own): plaintext, then TLS (a full handshake per connection, ALPN `http/1.1`, TLS
+//! 1.3). The connections stay well within every target's idle timeout.
 
 use std::{
     io::{BufRead, BufReader, Write as _},
@@ -129,8 +129,9 @@ impl Mode for IdleMemory {
                 let before = rss_kb(&pids)?;
                 let cafile = if tls { Some(cert.as_path()) } else { None };
                 let after = hold(&client, addr, n, cafile, || {
-                    // Let the last connection's buffers settle.
-                    std::thread::sleep(Duration::from_millis(500));
+                    // Idle for a while, as idle connections are: the gateway parks them
+                    // (drops their buffers) seconds after their last response.
+                    std::thread::sleep(Duration::from_secs(s.idle_settle));
                     rss_kb(&pids)
                 })
                 .map_err(|e| format!("{}: {e}", bench.targets[i].label))?;

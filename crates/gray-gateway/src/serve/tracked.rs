@@ -1,0 +1,145 @@
+//! The connection's service as hyper calls it ([`Adapter`]), keeping the connection's
+//! [`Activity`] of its requests ([`Tracked`], [`TrackedBody`]).
+
+use std::{
+    future::Future,
+    net::SocketAddr,
+    pin::Pin,
+    sync::{Arc, atomic::Ordering},
+    task::{Context, Poll, ready},
+};
+
+use http::{Request, Response};
+use hyper::body::{Body, Frame, Incoming, SizeHint};
+use pin_project_lite::pin_project;
+use tower::Service;
+
+use super::watchdog::{Activity, InFlight};
+
+/// The connection's service, keeping its [`Activity`]'s count of requests in flight.
+#[derive(Debug, Clone)]
+pub(super) struct Tracked<S> {
+    pub(super) inner: S,
+    pub(super) activity: Arc<Activity>,
+    pub(super) peer: SocketAddr,
+}
+
+impl<S, B> Service<Request<Incoming>> for Tracked<S>
+where
+    S: Service<Request<Incoming>, Response = Response<B>>,
+{
+    type Response = Response<TrackedBody<B>>;
+    type Error = S::Error;
+    type Future = TrackedFuture<S::Future>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), S::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, req: Request<Incoming>) -> Self::Future {
+        self.activity.begin(req.body().is_end_stream());
+        if self.activity.cancels.begin() {
+            let peer = self.peer;
+            crate::limits::warn(crate::limits::Warning::Cancelling, |suppressed| {
+                tracing::warn!(%peer, suppressed, "GOAWAY: the client cancels most of its streams (max_cancelled_streams_percent)");
+            });
+        }
+        TrackedFuture {
+            inner: self.inner.call(req),
+            flight: Some(InFlight(self.activity.clone(), false)),
+        }
+    }
+}
+
+pin_project! {
+    /// The response future of [`Tracked`]: moves the request's flight into the body.
+    pub(super) struct TrackedFuture<F> {
+        #[pin]
+        inner: F,
+        flight: Option<InFlight>,
+    }
+}
+
+impl<F, B, E> Future for TrackedFuture<F>
+where
+    F: Future<Output = Result<Response<B>, E>>,
+{
+    type Output = Result<Response<TrackedBody<B>>, E>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.project();
+        let res = ready!(this.inner.poll(cx))?;
+        let flight = this.flight.take().map(|mut flight| {
+            flight.0.bodies.fetch_add(1, Ordering::Relaxed);
+            flight.1 = true;
+            flight
+        });
+        Poll::Ready(Ok(res.map(|inner| TrackedBody {
+            inner,
+            _flight: flight,
+        })))
+    }
+}
+
+pin_project! {
+    /// A response body that ends its request's flight when dropped.
+    #[derive(Debug)]
+    pub(crate) struct TrackedBody<B> {
+        #[pin]
+        inner: B,
+        _flight: Option<InFlight>,
+    }
+}
+
+impl<B: Body> Body for TrackedBody<B> {
+    type Data = B::Data;
+    type Error = B::Error;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<B::Data>, B::Error>>> {
+        let this = self.project();
+        let frame = ready!(this.inner.poll_frame(cx));
+        if let (Some(flight), Some(Ok(_))) = (this._flight.as_ref(), &frame) {
+            flight.0.sent.fetch_add(1, Ordering::Relaxed);
+        }
+        Poll::Ready(frame)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+/// The connection's tower service as hyper calls it: each request goes through a clone of
+/// it, called at once when it is ready (the proxy stack always is), else through
+/// `Oneshot`.
+#[derive(Clone)]
+pub(super) struct Adapter<S> {
+    pub(super) service: S,
+}
+
+impl<S> hyper::service::Service<Request<Incoming>> for Adapter<S>
+where
+    S: Service<Request<Incoming>> + Clone,
+{
+    type Response = S::Response;
+    type Error = S::Error;
+    type Future =
+        futures_util::future::Either<S::Future, tower::util::Oneshot<S, Request<Incoming>>>;
+
+    fn call(&self, req: Request<Incoming>) -> Self::Future {
+        use tower::ServiceExt;
+        let mut service = self.service.clone();
+        let mut noop = std::task::Context::from_waker(std::task::Waker::noop());
+        match service.poll_ready(&mut noop) {
+            Poll::Ready(Ok(())) => futures_util::future::Either::Left(service.call(req)),
+            _ => futures_util::future::Either::Right(service.oneshot(req)),
+        }
+    }
+}
