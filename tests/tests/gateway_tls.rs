@@ -58,6 +58,11 @@ impl Setup {
     /// certificate issued by `self.ca` for `localhost` and 127.0.0.1; `clients`' CA
     /// written to `clients.pem`.
     async fn start(tag: &str, extra: &str, clients: Option<&Ca>) -> Setup {
+        Setup::start_with(tag, "", extra, clients).await
+    }
+
+    /// As [`Setup::start`], with `top` keys at the top of the configuration.
+    async fn start_with(tag: &str, top: &str, extra: &str, clients: Option<&Ca>) -> Setup {
         let dir = TempDir::new(tag);
         let base = echo("svc-base").await;
         let gray = echo("svc-gray").await;
@@ -84,7 +89,7 @@ impl Setup {
         std::fs::write(
             dir.path().join("gateway.toml"),
             format!(
-                "listen = \"127.0.0.1:0\"\nadmin = \"127.0.0.1:0\"\ntrusted_clients = [\"{TRUSTED}/32\"]\nrules = \"rules.toml\"\ninstances = \"instances.toml\"\n\n[tls]\nlisten = \"127.0.0.1:0\"\ncert_file = \"cert.pem\"\nkey_file = \"key.pem\"\n{extra}\n[services.svc]\nfallback = \"baseline\"\n"
+                "{top}\nlisten = \"127.0.0.1:0\"\nadmin = \"127.0.0.1:0\"\ntrusted_clients = [\"{TRUSTED}/32\"]\nrules = \"rules.toml\"\ninstances = \"instances.toml\"\n\n[tls]\nlisten = \"127.0.0.1:0\"\ncert_file = \"cert.pem\"\nkey_file = \"key.pem\"\n{extra}\n[services.svc]\nfallback = \"baseline\"\n"
             ),
         )
         .unwrap();
@@ -284,6 +289,38 @@ async fn curl_reqwest_and_a_rustls_client_are_routed_by_the_stain_and_untrusted_
     // A client without a trusted root is refused by the handshake.
     let untrusting = TlsClient::new(&Ca::new("another CA"), H2, None);
     assert!(untrusting.connect(setup.tls_addr()).await.is_err());
+    setup.gateway.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_keep_alive_connections_parked_between_requests_serve_the_next_ones() {
+    // Every idle connection parked at once: its hyper connection and buffers dropped
+    // after each response, the TLS stream kept.
+    let setup = Setup::start_with("gateway-tls-park", "release_buffers_above = 0", "", None).await;
+    let ca = reqwest_ring::Certificate::from_pem(setup.ca.cert_pem().as_bytes()).unwrap();
+    let client = reqwest_ring::Client::builder()
+        .no_proxy()
+        .tls_built_in_root_certs(false)
+        .add_root_certificate(ca)
+        .resolve("localhost", setup.tls_addr())
+        .http1_only()
+        .timeout(WAIT)
+        .build()
+        .unwrap();
+    for i in 0..30 {
+        let gray = i % 2 == 0;
+        let request = client.get(setup.https("/svc/a"));
+        let request = if gray {
+            request.header("x-canary", "yes")
+        } else {
+            request
+        };
+        let response = request.send().await.unwrap();
+        assert_eq!(response.version(), http::Version::HTTP_11);
+        let body: serde_json::Value = response.json().await.unwrap();
+        let want = if gray { "svc-gray" } else { "svc-base" };
+        assert_eq!(body["id"], want, "request {i}: {body}");
+    }
     setup.gateway.shutdown().await;
 }
 
