@@ -244,5 +244,25 @@ async fn the_gateways_own_answers_are_grpc_statuses() {
         .unwrap_err();
     assert_eq!(status.code(), Code::Unimplemented, "{status:?}");
     assert_eq!(status.message(), "unknown service");
+
+    // A path the edge refuses before routing (an encoded slash): INTERNAL, with the reason,
+    // not an HTTP 400 with a JSON body.
+    let channel = Channel::from_shared(format!("http://{}", gw.addr()))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let mut grpc = tonic::client::Grpc::new(channel);
+    grpc.ready().await.unwrap();
+    let status = grpc
+        .unary::<HelloRequest, HelloReply, _>(
+            hello("eve", false),
+            "/greeter.Greeter%2FSayHello".parse().unwrap(),
+            tonic_prost::ProstCodec::default(),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(status.code(), Code::Internal, "{status:?}");
+    assert!(status.message().contains("encoded_slash"), "{status:?}");
     gw.shutdown().await;
 }

@@ -4,12 +4,12 @@
 //! A request whose `content-type` is `application/grpc` (or `application/grpc+proto`, …)
 //! that the gateway answers itself gets a *trailers-only* response: HTTP 200, `content-type:
 //! application/grpc`, `grpc-status` and `grpc-message` (percent-encoded) in the head, no
-//! body. The status follows gRPC's "HTTP to gRPC status code mapping", except that the
-//! gateway's own timeout is the deadline it is:
+//! body (`gray_tower::grpc`). The status follows gRPC's "HTTP to gRPC status code mapping",
+//! except that the gateway's own timeout is the deadline it is:
 //!
 //! | gateway answer | gRPC status |
 //! |---|---|
-//! | 400 (invalid path) | `INTERNAL` (13) |
+//! | 400 (invalid path: the edge's refusal, answered by gray-tower's `Edge` the same way) | `INTERNAL` (13) |
 //! | 404 (no or unknown service) | `UNIMPLEMENTED` (12) |
 //! | 429 (`max_in_flight_per_client` reached) | `UNAVAILABLE` (14) |
 //! | 502 (the instance failed) | `UNAVAILABLE` (14) |
@@ -18,84 +18,17 @@
 //! | anything else | `UNKNOWN` (2) |
 
 use bytes::Bytes;
-use http::{HeaderMap, HeaderValue, Response, StatusCode, header};
+use http::{Response, StatusCode};
 use http_body_util::{Either, Full};
 
 use crate::proxy::Body;
 
-/// Whether `headers` are a gRPC request's: `content-type: application/grpc` or
-/// `application/grpc+…` / `application/grpc;…`.
-pub(crate) fn is_grpc(headers: &HeaderMap) -> bool {
-    headers
-        .get(header::CONTENT_TYPE)
-        .and_then(|v| v.as_bytes().strip_prefix(b"application/grpc"))
-        .is_some_and(|rest| rest.is_empty() || rest[0] == b'+' || rest[0] == b';')
-}
+pub(crate) use gray_tower::grpc::is_grpc;
 
-/// The gRPC status code of a gateway answer of `status`; see the [module docs](self).
-pub(crate) fn code(status: StatusCode) -> u8 {
-    match status.as_u16() {
-        400 => 13,
-        404 => 12,
-        429 | 502 | 503 => 14,
-        504 => 4,
-        _ => 2,
-    }
-}
-
-/// The trailers-only response for a gateway answer of `status` with `message`.
+/// The trailers-only response for a gateway answer of `status` with `message`
+/// ([`gray_tower::grpc::answer`]).
 pub(crate) fn status(status: StatusCode, message: &str) -> Response<Body> {
     let mut res = Response::new(Either::Right(Full::new(Bytes::new())));
-    let headers = res.headers_mut();
-    headers.insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("application/grpc"),
-    );
-    headers.insert("grpc-status", HeaderValue::from(u16::from(code(status))));
-    if let Ok(message) = HeaderValue::from_str(&percent_encode(message)) {
-        headers.insert("grpc-message", message);
-    }
+    gray_tower::grpc::answer(&mut res, status, message);
     res
-}
-
-/// `message` as `grpc-message` carries it: bytes outside printable ASCII, and `%`,
-/// percent-encoded.
-fn percent_encode(message: &str) -> String {
-    let mut out = String::with_capacity(message.len());
-    for &b in message.as_bytes() {
-        if (0x20..=0x7e).contains(&b) && b != b'%' {
-            out.push(char::from(b));
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
-    }
-    out
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn grpc_requests_and_their_statuses() {
-        let mut headers = HeaderMap::new();
-        for (value, grpc) in [
-            ("application/grpc", true),
-            ("application/grpc+proto", true),
-            ("application/grpc-web", false),
-            ("application/json", false),
-        ] {
-            headers.insert(header::CONTENT_TYPE, HeaderValue::from_static(value));
-            assert_eq!(is_grpc(&headers), grpc, "{value}");
-        }
-        let res = status(StatusCode::SERVICE_UNAVAILABLE, "no instance: 100% é");
-        assert_eq!(res.status(), StatusCode::OK);
-        assert_eq!(res.headers()["grpc-status"], "14");
-        assert_eq!(res.headers()["grpc-message"], "no instance: 100%25 %C3%A9");
-        assert_eq!(code(StatusCode::GATEWAY_TIMEOUT), 4);
-        assert_eq!(code(StatusCode::TOO_MANY_REQUESTS), 14);
-        assert_eq!(code(StatusCode::NOT_FOUND), 12);
-        assert_eq!(code(StatusCode::BAD_REQUEST), 13);
-        assert_eq!(code(StatusCode::INTERNAL_SERVER_ERROR), 2);
-    }
 }

@@ -107,6 +107,7 @@ pub mod baggage;
 pub mod capture;
 pub mod edge;
 pub mod extract;
+pub mod grpc;
 #[cfg(feature = "opentelemetry")]
 pub mod otel;
 pub mod propagate;

@@ -7,6 +7,7 @@ use std::{
     task::{Context, Poll},
 };
 
+use bytes::Bytes;
 use http::{HeaderValue, Response, header::CONTENT_TYPE};
 use pin_project_lite::pin_project;
 
@@ -27,7 +28,7 @@ pin_project! {
     #[project = StateProj]
     enum State<F> {
         Passed { #[pin] inner: StainedFuture<F> },
-        Refused { refusal: Refusal },
+        Refused { refusal: Refusal, grpc: bool },
     }
 }
 
@@ -40,9 +41,10 @@ impl<F> EdgeFuture<F> {
         }
     }
 
-    pub(crate) fn refused(refusal: Refusal) -> Self {
+    /// The edge's own answer: JSON, or a gRPC status to a gRPC request (`grpc`).
+    pub(crate) fn refused(refusal: Refusal, grpc: bool) -> Self {
         EdgeFuture {
-            state: State::Refused { refusal },
+            state: State::Refused { refusal, grpc },
         }
     }
 }
@@ -68,7 +70,18 @@ where
             StateProj::Passed { inner } => inner
                 .poll(cx)
                 .map(|result| result.map(|res| res.map(EdgeBody::inner))),
-            StateProj::Refused { refusal } => {
+            StateProj::Refused {
+                refusal,
+                grpc: true,
+            } => {
+                let mut res = Response::new(EdgeBody::from_answer(Bytes::new()));
+                crate::grpc::answer(&mut res, refusal.status(), &refusal.message());
+                Poll::Ready(Ok(res))
+            }
+            StateProj::Refused {
+                refusal,
+                grpc: false,
+            } => {
                 let mut res = Response::new(EdgeBody::from_answer(refusal.body()));
                 *res.status_mut() = refusal.status();
                 res.headers_mut()

@@ -44,7 +44,27 @@ impl Refusal {
 
     /// The JSON body: `{"error": …, "reason": …, "detail": …}`.
     pub(crate) fn body(self) -> Bytes {
-        let (error, reason, detail): (&str, &str, Cow<'_, str>) = match self {
+        let (error, reason, detail) = self.parts();
+        let mut json = String::with_capacity(64 + detail.len());
+        json.push_str("{\"error\":");
+        push_json_string(&mut json, error);
+        json.push_str(",\"reason\":");
+        push_json_string(&mut json, reason);
+        json.push_str(",\"detail\":");
+        push_json_string(&mut json, &detail);
+        json.push('}');
+        Bytes::from(json)
+    }
+
+    /// The message of a gRPC status: `<error> (<reason>): <detail>`.
+    pub(crate) fn message(self) -> String {
+        let (error, reason, detail) = self.parts();
+        format!("{error} ({reason}): {detail}")
+    }
+
+    /// What failed, its short reason, and the detail.
+    fn parts(self) -> (&'static str, &'static str, Cow<'static, str>) {
+        match self {
             Refusal::Path(e) => ("invalid path", e.kind().as_str(), e.to_string().into()),
             Refusal::PrefixEscape => (
                 "invalid path",
@@ -56,16 +76,7 @@ impl Refusal {
                 "after_routing",
                 AFTER_ROUTING.into(),
             ),
-        };
-        let mut json = String::with_capacity(64 + detail.len());
-        json.push_str("{\"error\":");
-        push_json_string(&mut json, error);
-        json.push_str(",\"reason\":");
-        push_json_string(&mut json, reason);
-        json.push_str(",\"detail\":");
-        push_json_string(&mut json, &detail);
-        json.push('}');
-        Bytes::from(json)
+        }
     }
 }
 

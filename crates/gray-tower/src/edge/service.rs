@@ -21,7 +21,7 @@ use super::{
     hop,
     refusal::{NeedsIp, Refusal, escapes_prefix},
 };
-use crate::extract::StainedFuture;
+use crate::{extract::StainedFuture, grpc};
 
 /// What decided a request's stain at the edge.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -191,7 +191,7 @@ where
                 .is_some()
         {
             config.notices.after_routing();
-            return EdgeFuture::refused(Refusal::AfterRouting);
+            return EdgeFuture::refused(Refusal::AfterRouting, grpc::is_grpc(req.headers()));
         }
         // The path first: a rejected one is answered here, and no rule ever sees it.
         let raw_uri = if config.normalize_paths {
@@ -199,7 +199,7 @@ where
                 Ok(raw) => raw,
                 Err(e) => {
                     tracing::debug!(target: "gray::edge", error = %e, "path rejected: 400");
-                    return EdgeFuture::refused(Refusal::Path(e));
+                    return EdgeFuture::refused(Refusal::Path(e), grpc::is_grpc(req.headers()));
                 }
             }
         } else {
@@ -211,7 +211,10 @@ where
             if let Some(RawUri(raw)) = &raw_uri {
                 if escapes_prefix(raw.path(), req.uri().path()) {
                     tracing::debug!(target: "gray::edge", path = %raw, "path leaves its first segment: 400");
-                    return EdgeFuture::refused(Refusal::PrefixEscape);
+                    return EdgeFuture::refused(
+                        Refusal::PrefixEscape,
+                        grpc::is_grpc(req.headers()),
+                    );
                 }
             }
         }
