@@ -69,11 +69,12 @@ pub async fn check(path: &Path) -> Result<String, BoxError> {
     };
     let _ = writeln!(
         out,
-        "limits: header_read_timeout {}, max_header_bytes {}, idle_timeout {}, max_connections {}, upstream_timeout {} ms, head_hold {} ms",
+        "limits: header_read_timeout {}, max_header_bytes {}, idle_timeout {}, max_connections {} (idle ones drop their buffers at once above {}), upstream_timeout {} ms, head_hold {} ms",
         ms(limits.header_read_timeout),
         limits.max_header_bytes,
         ms(limits.idle_timeout),
         limits.max_connections,
+        limits.release_buffers_above,
         config.upstream_timeout.as_millis(),
         config.head_hold.as_millis(),
     );

@@ -68,7 +68,7 @@ fn a_good_config_exits_0_and_says_what_would_run() {
     for expected in [
         "the configuration is valid",
         "listen 127.0.0.1:8080, admin 127.0.0.1:9901",
-        "max_connections 100",
+        "max_connections 100 (idle ones drop their buffers at once above 1000)",
         "client limits: request_body_timeout 30000 ms (min rate 500 bytes/s), send_timeout 60000 ms, max_in_flight 4096, per client off",
         "carriers: lane x-gray-lane, route x-gray-info",
         "rules.toml: 2 rules",
