@@ -142,12 +142,15 @@ impl<T> Connects<T> {
                     return None;
                 }
                 // That request gave up: the next one.
-                Err(returned) => {
-                    let Some(back) = returned.ok().and_then(Handoff::take) else {
-                        unreachable!("an unsent handoff holds its connection")
-                    };
-                    conn = back;
-                }
+                // An unsent handoff gives its connection back (never empty: it was
+                // just filled; were it, there would be nothing left to place).
+                Err(returned) => match returned.ok().and_then(Handoff::take) {
+                    Some(back) => conn = back,
+                    None => {
+                        self.waiting.store(state.queue.len(), Ordering::Release);
+                        return None;
+                    }
+                },
             }
         }
         self.waiting.store(0, Ordering::Release);
