@@ -52,7 +52,9 @@ pub(crate) fn poll_first(body: &mut ResponseBody, cx: &mut Context<'_>) -> Poll<
 /// [module docs](self).
 #[derive(Debug)]
 pub(crate) struct Hold {
-    response: Option<(Response<ResponseBody>, Tally)>,
+    /// Boxed, as the timer: a hold is rare, and the proxy's response future, which has
+    /// room for one, moves through the layers by value.
+    response: Option<Box<(Response<ResponseBody>, Tally)>>,
     timer: Pin<Box<Sleep>>,
 }
 
@@ -62,7 +64,7 @@ impl Hold {
     /// Holds `response`, whose body showed nothing yet, for at most `bound`.
     pub(crate) fn new(response: Response<ResponseBody>, tally: Tally, bound: Duration) -> Self {
         Hold {
-            response: Some((response, tally)),
+            response: Some(Box::new((response, tally))),
             timer: Box::pin(tokio::time::sleep(bound)),
         }
     }
@@ -73,10 +75,10 @@ impl Hold {
         &mut self,
         cx: &mut Context<'_>,
     ) -> Poll<Option<(First, Response<ResponseBody>, Tally)>> {
-        let Some((response, _)) = self.response.as_mut() else {
+        let Some(held) = self.response.as_mut() else {
             return Poll::Ready(None);
         };
-        let first = match poll_first(response.body_mut(), cx) {
+        let first = match poll_first(held.0.body_mut(), cx) {
             Poll::Ready(first) => first,
             Poll::Pending => {
                 if self.timer.as_mut().poll(cx).is_pending() {
@@ -85,11 +87,10 @@ impl Hold {
                 First::Nothing
             }
         };
-        Poll::Ready(
-            self.response
-                .take()
-                .map(|(response, tally)| (first, response, tally)),
-        )
+        Poll::Ready(self.response.take().map(|held| {
+            let (response, tally) = *held;
+            (first, response, tally)
+        }))
     }
 }
 

@@ -222,6 +222,7 @@ impl Service<Request<Incoming>> for Proxy {
                 grpc,
                 timing,
                 _flight: flight,
+                yielded: false,
             },
         }
     }
@@ -254,6 +255,8 @@ pin_project_lite::pin_project! {
             timing: Timing,
             // Leaves the in-flight counts with the future.
             _flight: Flight,
+            // The first poll yielded (see `ProxyFuture::poll`).
+            yielded: bool,
         },
     }
 }
@@ -277,15 +280,21 @@ impl ProxyFuture {
 impl Future for ProxyFuture {
     type Output = Result<Response<Body>, std::convert::Infallible>;
 
+    /// Sending to the upstream and answering the client each wait for one pass of the
+    /// scheduler (a wake of the task by itself puts it at the back of the run queue): the
+    /// requests and responses that became ready together then go out together, so that
+    /// the peers are woken once for several (nginx gets the same from its event loop,
+    /// hyper-util's client from its connection tasks). See the gateway docs, *Routing*.
     fn poll(self: Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> Poll<Self::Output> {
-        match self.project().state.project() {
+        let mut state = self.project().state;
+        let response = match state.as_mut().project() {
             StateProj::Ready { response } => {
-                Poll::Ready(Ok(response.take().unwrap_or_else(|| {
+                return Poll::Ready(Ok(response.take().unwrap_or_else(|| {
                     json(
                         StatusCode::INTERNAL_SERVER_ERROR,
                         serde_json::json!({"error": "response polled after completion"}),
                     )
-                })))
+                })));
             }
             StateProj::Upstream {
                 call,
@@ -295,8 +304,15 @@ impl Future for ProxyFuture {
                 lane,
                 grpc,
                 timing,
+                yielded,
                 ..
             } => {
+                if !*yielded {
+                    *yielded = true;
+                    cx.waker().wake_by_ref();
+                    return Poll::Pending;
+                }
+                let mut finished = None;
                 if hold.is_none() {
                     let Served {
                         mut response,
@@ -317,32 +333,41 @@ impl Future for ProxyFuture {
                     };
                     hop::strip(response.headers_mut());
                     // Most bodies bring their first frame with the head: nothing is held.
-                    match poll_first(response.body_mut(), cx) {
-                        Poll::Ready(first) => {
-                            return Poll::Ready(Ok(finish(
-                                service, lane, *grpc, timing, response, tally, first,
-                            )));
+                    let first = match poll_first(response.body_mut(), cx) {
+                        Poll::Ready(first) => Some(first),
+                        Poll::Pending if routes.head_hold.is_zero() => Some(First::Nothing),
+                        Poll::Pending => None,
+                    };
+                    match first {
+                        Some(first) => {
+                            finished =
+                                Some(finish(service, lane, *grpc, timing, response, tally, first));
                         }
-                        Poll::Pending if routes.head_hold.is_zero() => {
-                            let first = First::Nothing;
-                            return Poll::Ready(Ok(finish(
-                                service, lane, *grpc, timing, response, tally, first,
-                            )));
-                        }
-                        Poll::Pending => *hold = Some(Hold::new(response, tally, routes.head_hold)),
+                        None => *hold = Some(Hold::new(response, tally, routes.head_hold)),
                     }
                 }
-                let Some(held) = hold.as_mut() else {
-                    return Poll::Ready(Ok(polled_after_completion()));
-                };
-                Poll::Ready(Ok(match std::task::ready!(held.poll(cx)) {
-                    Some((first, response, tally)) => {
-                        finish(service, lane, *grpc, timing, response, tally, first)
+                match finished {
+                    Some(response) => response,
+                    // Held: polled at once, so that its timer is armed.
+                    None => {
+                        let Some(held) = hold.as_mut() else {
+                            return Poll::Ready(Ok(polled_after_completion()));
+                        };
+                        match std::task::ready!(held.poll(cx)) {
+                            Some((first, response, tally)) => {
+                                finish(service, lane, *grpc, timing, response, tally, first)
+                            }
+                            None => polled_after_completion(),
+                        }
                     }
-                    None => polled_after_completion(),
-                }))
+                }
             }
-        }
+        };
+        state.set(State::Ready {
+            response: Some(response),
+        });
+        cx.waker().wake_by_ref();
+        Poll::Pending
     }
 }
 

@@ -122,6 +122,15 @@ const SETTINGS: &[Spec] = &[
         about: "--instructions: functions and crates listed per target",
     },
     Spec {
+        env: "INS_CACHE_SIM",
+        value: "0|1",
+        default: "0",
+        about: "--instructions: 1 also simulates the caches (callgrind --cache-sim=yes):\n\
+                data and instruction references and misses per request, first level and\n\
+                last level; the VM has no hardware counters, and time per instruction\n\
+                follows memory touched",
+    },
+    Spec {
         env: "SYS_DURATION",
         value: "SECONDS",
         default: "5",
@@ -169,6 +178,8 @@ pub(crate) struct Settings {
     pub(crate) ins_duration: u64,
     pub(crate) ins_warmup: u64,
     pub(crate) ins_top: usize,
+    /// `--cache-sim=yes` under callgrind.
+    pub(crate) ins_cache_sim: bool,
     pub(crate) sys_duration: u64,
     pub(crate) sys_top: usize,
     pub(crate) idle_connections: u64,
@@ -237,6 +248,11 @@ impl Settings {
             ins_duration: number("INS_DURATION", 1)?,
             ins_warmup: number("INS_WARMUP", 0)?,
             ins_top: number("INS_TOP", 0)? as usize,
+            ins_cache_sim: match get("INS_CACHE_SIM").as_str() {
+                "0" => false,
+                "1" => true,
+                other => return Err(format!("INS_CACHE_SIM must be 0 or 1, got `{other}`")),
+            },
             sys_duration: number("SYS_DURATION", 1)?,
             sys_top: number("SYS_TOP", 0)? as usize,
             idle_connections: number("IDLE_CONNECTIONS", 1)?,

@@ -49,7 +49,9 @@ enum Kind<B> {
     Once(B),
     Shared {
         /// The buffer and the rest of the body, while this copy is the one being sent.
-        state: Option<State<B>>,
+        /// Boxed: a request moves through its layers' futures by value, and most carry no
+        /// body to keep.
+        state: Option<Box<State<B>>>,
         shared: Arc<Shared<B>>,
         /// The next buffered chunk to replay; past the end when there is none.
         replay: usize,
@@ -60,7 +62,7 @@ enum Kind<B> {
 /// What the copies of a buffered body share.
 struct Shared<B> {
     /// The state, when no copy holds it, and a copy waiting for it.
-    parked: Mutex<(Option<State<B>>, Option<Waker>)>,
+    parked: Mutex<(Option<Box<State<B>>>, Option<Waker>)>,
     size_hint: SizeHint,
 }
 
@@ -76,7 +78,7 @@ struct State<B> {
 }
 
 impl<B> Shared<B> {
-    fn lock(&self) -> MutexGuard<'_, (Option<State<B>>, Option<Waker>)> {
+    fn lock(&self) -> MutexGuard<'_, (Option<Box<State<B>>>, Option<Waker>)> {
         self.parked.lock().unwrap_or_else(PoisonError::into_inner)
     }
 }
@@ -106,14 +108,14 @@ impl<B: Body> ReplayBody<B> {
         }
         ReplayBody {
             kind: Kind::Shared {
-                state: Some(State {
+                state: Some(Box::new(State {
                     chunks: Vec::new(),
                     buffered: 0,
                     cap,
                     capped: false,
                     trailers: None,
                     rest: Some(body),
-                }),
+                })),
                 shared: Arc::new(Shared {
                     parked: Mutex::new((None, None)),
                     size_hint,

@@ -42,8 +42,8 @@ pin_project! {
         ticket: Option<Ticket<Entry<K, S>>>,
         // The balancer, while the request may still be retried.
         balance: Option<Balance<K, S>>,
-        // A copy of the request to send again, when it was kept.
-        copy: Option<Request<ReplayBody<B>>>,
+        // A copy of each attempt's request is kept while it is in flight.
+        keep: bool,
         idempotent: bool,
         retries: u32,
         tried: Tried,
@@ -55,7 +55,9 @@ pin_project! {
     enum State<S, Req, F> {
         // Waiting for the endpoint's readiness.
         Ready { service: S, request: Option<Req> },
-        Called { #[pin] future: F },
+        // The copy to send again, when one is kept: made as the attempt is called, so that
+        // the future holds one request at a time (it moves through the layers by value).
+        Called { #[pin] future: F, copy: Option<Req> },
         Failed { error: Option<BoxError> },
     }
 }
@@ -70,7 +72,7 @@ where
         request: Request<ReplayBody<B>>,
         ticket: Ticket<Entry<K, S>>,
         balance: Option<Balance<K, S>>,
-        copy: Option<Request<ReplayBody<B>>>,
+        keep: bool,
         idempotent: bool,
     ) -> Self {
         RetryFuture {
@@ -80,7 +82,7 @@ where
             },
             ticket: Some(ticket),
             balance,
-            copy,
+            keep,
             idempotent,
             retries: 0,
             tried: Tried::NONE,
@@ -92,7 +94,7 @@ where
             state: State::Failed { error: Some(error) },
             ticket: None,
             balance: None,
-            copy: None,
+            keep: false,
             idempotent: false,
             retries: 0,
             tried: Tried::NONE,
@@ -138,8 +140,12 @@ where
                                 "response future polled after completion".into()
                             ));
                         };
+                        let copy = match *this.keep {
+                            true => copy(&request),
+                            false => None,
+                        };
                         let future = service.call(request);
-                        this.state.set(State::Called { future });
+                        this.state.set(State::Called { future, copy });
                         continue;
                     }
                     // Never called: nothing was sent, and the request is still here.
@@ -150,7 +156,7 @@ where
                         (Failure::Unsent, e.into(), request.take())
                     }
                 },
-                StateProj::Called { future } => match ready!(future.poll(cx)) {
+                StateProj::Called { future, copy } => match ready!(future.poll(cx)) {
                     Ok(response) => {
                         if let Some(mut ticket) = this.ticket.take() {
                             ticket.finish(Completion::Success);
@@ -165,12 +171,13 @@ where
                             failure = (ticket.meter().feedback().classify)(&*e);
                             ticket.finish(Completion::Failed(failure));
                         }
-                        // An endpoint that sent nothing may have handed the request back.
-                        let request = match failure.nothing_sent() {
+                        // An endpoint that sent nothing may have handed the request back;
+                        // else the copy, if one was kept.
+                        let handed = match failure.nothing_sent() {
                             true => Unsent::find(&*e).and_then(Unsent::take),
                             false => None,
                         };
-                        (failure, e, request)
+                        (failure, e, handed.or_else(|| copy.take()))
                     }
                 },
                 StateProj::Failed { error } => {
@@ -194,8 +201,8 @@ where
 }
 
 /// The next attempt after one that failed with `failure` (`error`), if the policy, the
-/// budget and the endpoints allow one: the endpoint, and the request (handed back by
-/// the endpoint, else a copy).
+/// budget and the endpoints allow one: the endpoint, and `request` (handed back by the
+/// endpoint, else the attempt's copy).
 fn again<K, S, B>(
     this: &mut RetryFutureProj<'_, K, S, B>,
     failure: Failure,
@@ -213,10 +220,7 @@ where
         return None;
     }
     let failed = ticket.meter().id();
-    let mut request = match request {
-        Some(request) => request,
-        None => copy(this.copy.as_ref()?)?,
-    };
+    let mut request = request?;
     if !this.tried.push(failed) {
         return None;
     }

@@ -178,8 +178,6 @@ where
             };
             retries.deposit(now);
         }
-        // Copied before its route is recorded: a retry records its own.
-        let copy = if kept { copy(&request) } else { None };
         if let Some(routed) = chosen.routed {
             request.record_routed(routed);
         }
@@ -189,7 +187,7 @@ where
             request,
             chosen.ticket,
             again,
-            copy,
+            kept,
             idempotent,
         )
     }

@@ -500,113 +500,121 @@ where
     }
 
     /// Sends `request` over HTTP/1.1.
-    pub(crate) async fn run_h1(
+    ///
+    /// Not an `async fn`, which keeps its arguments twice in its future (as captured and as
+    /// locals): this future is boxed for every request, so it is kept small (about 800
+    /// bytes), with the rare connect path in a box of its own.
+    pub(crate) fn run_h1(
         mut self,
         mut request: Request<B>,
         deadline: Deadline,
-    ) -> Result<Response<ResponseBody>, BoxError> {
+    ) -> impl Future<Output = Result<Response<ResponseBody>, BoxError>> + Send + 'static {
         *request.version_mut() = Version::HTTP_11;
         let added_host = !request.headers().contains_key(HOST);
         if added_host {
             request.headers_mut().insert(HOST, self.host.clone());
         }
-        loop {
-            // An idle connection that is still open, else a new one.
-            let mut fresh = false;
-            let mut conn = loop {
-                match self.pool.take() {
-                    Some(mut conn) => {
-                        if poll_fn(|cx| Poll::Ready(conn.usable(cx))).await {
-                            break conn;
-                        }
-                    }
-                    None => {
-                        fresh = true;
-                        // Connecting is rare: a timer of its own.
-                        let handed = match deadline {
-                            Some((at, after)) => {
-                                match tokio::time::timeout_at(at, self.handed()).await {
-                                    Ok(handed) => handed,
-                                    Err(_) => return Err(self.timeout(after)),
-                                }
-                            }
-                            None => self.handed().await,
-                        };
-                        match handed {
-                            Ok(Some(Opened::Http1(mut conn))) => {
-                                if poll_fn(|cx| Poll::Ready(conn.usable(cx))).await {
-                                    break conn;
-                                }
-                            }
-                            Ok(Some(Opened::Http2)) => {
-                                if added_host {
-                                    request.headers_mut().remove(HOST);
-                                }
-                                return self.run_h2(request, deadline).await;
-                            }
-                            Ok(None) => {}
-                            // Nothing was sent: the request goes back to the caller, as
-                            // it came (a retrying balancer sends it elsewhere).
-                            Err(e) => {
-                                if added_host {
-                                    request.headers_mut().remove(HOST);
-                                }
-                                return Err(Box::new(Unsent::new(request, e)));
+        async move {
+            loop {
+                // An idle connection that is still open, else a new one.
+                let mut fresh = false;
+                let mut conn = loop {
+                    match self.pool.take() {
+                        Some(mut conn) => {
+                            if poll_fn(|cx| Poll::Ready(conn.usable(cx))).await {
+                                break conn;
                             }
                         }
+                        None => {
+                            fresh = true;
+                            // Connecting is rare: a timer of its own, and a box, so that
+                            // the request's future stays small.
+                            let handed = Box::pin(self.handed());
+                            let handed = match deadline {
+                                Some((at, after)) => {
+                                    match tokio::time::timeout_at(at, handed).await {
+                                        Ok(handed) => handed,
+                                        Err(_) => return Err(self.timeout(after)),
+                                    }
+                                }
+                                None => handed.await,
+                            };
+                            match handed {
+                                Ok(Some(Opened::Http1(mut conn))) => {
+                                    if poll_fn(|cx| Poll::Ready(conn.usable(cx))).await {
+                                        break conn;
+                                    }
+                                }
+                                Ok(Some(Opened::Http2)) => {
+                                    if added_host {
+                                        request.headers_mut().remove(HOST);
+                                    }
+                                    return self.run_h2(request, deadline).await;
+                                }
+                                Ok(None) => {}
+                                // Nothing was sent: the request goes back to the caller, as
+                                // it came (a retrying balancer sends it elsewhere).
+                                Err(e) => {
+                                    if added_host {
+                                        request.headers_mut().remove(HOST);
+                                    }
+                                    return Err(Box::new(Unsent::new(request, e)));
+                                }
+                            }
+                        }
                     }
-                }
-            };
-            if let Some((at, _)) = deadline {
-                match &mut conn.timer {
-                    Some(timer) => timer.as_mut().reset(at),
-                    None => conn.timer = Some(Box::pin(tokio::time::sleep_until(at))),
-                }
-            }
-            conn.body_released.store(false, Ordering::Release);
-            let released = Released(conn.body_released.clone(), conn.body_frames.clone());
-            let mut frames_seen = conn.body_frames.load(Ordering::Relaxed);
-            let tracked = request.map(|inner| Tracked { inner, released });
-            let mut sent = std::pin::pin!(conn.sender.try_send_request(tracked));
-            let result = poll_fn(|cx| {
-                conn.drive(cx);
-                if let Poll::Ready(result) = sent.as_mut().poll(cx) {
-                    return Poll::Ready(Some(result));
-                }
-                let (Some(timer), Some((_, after))) = (&mut conn.timer, deadline) else {
-                    return Poll::Pending;
                 };
-                loop {
-                    ready!(timer.as_mut().poll(cx));
-                    // A request body still being sent, and moving since the timer was set,
-                    // is bounded by its own limits (the caller's): the wait for the
-                    // answer starts again.
-                    let frames = conn.body_frames.load(Ordering::Relaxed);
-                    if conn.body_released.load(Ordering::Acquire) || frames == frames_seen {
-                        return Poll::Ready(None);
+                if let Some((at, _)) = deadline {
+                    match &mut conn.timer {
+                        Some(timer) => timer.as_mut().reset(at),
+                        None => conn.timer = Some(Box::pin(tokio::time::sleep_until(at))),
                     }
-                    frames_seen = frames;
-                    timer.as_mut().reset(tokio::time::Instant::now() + after);
                 }
-            })
-            .await;
-            let Some(result) = result else {
-                // Timed out: dropping the connection closes it (its request is in flight).
-                let after = deadline.map_or(Duration::ZERO, |(_, after)| after);
-                return Err(self.timeout(after));
-            };
-            match result {
-                Ok(response) => {
-                    conn.pool = Some(self.pool.clone());
-                    let lease: Box<dyn Lease> = conn;
-                    return Ok(response.map(|body| ResponseBody::new(body, Some(lease))));
+                conn.body_released.store(false, Ordering::Release);
+                let released = Released(conn.body_released.clone(), conn.body_frames.clone());
+                let mut frames_seen = conn.body_frames.load(Ordering::Relaxed);
+                let tracked = request.map(|inner| Tracked { inner, released });
+                let mut sent = std::pin::pin!(conn.sender.try_send_request(tracked));
+                let result = poll_fn(|cx| {
+                    conn.drive(cx);
+                    if let Poll::Ready(result) = sent.as_mut().poll(cx) {
+                        return Poll::Ready(Some(result));
+                    }
+                    let (Some(timer), Some((_, after))) = (&mut conn.timer, deadline) else {
+                        return Poll::Pending;
+                    };
+                    loop {
+                        ready!(timer.as_mut().poll(cx));
+                        // A request body still being sent, and moving since the timer was set,
+                        // is bounded by its own limits (the caller's): the wait for the
+                        // answer starts again.
+                        let frames = conn.body_frames.load(Ordering::Relaxed);
+                        if conn.body_released.load(Ordering::Acquire) || frames == frames_seen {
+                            return Poll::Ready(None);
+                        }
+                        frames_seen = frames;
+                        timer.as_mut().reset(tokio::time::Instant::now() + after);
+                    }
+                })
+                .await;
+                let Some(result) = result else {
+                    // Timed out: dropping the connection closes it (its request is in flight).
+                    let after = deadline.map_or(Duration::ZERO, |(_, after)| after);
+                    return Err(self.timeout(after));
+                };
+                match result {
+                    Ok(response) => {
+                        conn.pool = Some(self.pool.clone());
+                        let lease: Box<dyn Lease> = conn;
+                        return Ok(response.map(|body| ResponseBody::new(body, Some(lease))));
+                    }
+                    // Not sent: the idle connection was closed under us. Try another one; a
+                    // new connection that cannot take the request is an error.
+                    Err(mut e) => match e.take_message() {
+                        Some(unsent) if !fresh => request = unsent.map(Tracked::into_inner),
+                        _ => return Err(self.error(Stage::Send, e.into_error())),
+                    },
                 }
-                // Not sent: the idle connection was closed under us. Try another one; a
-                // new connection that cannot take the request is an error.
-                Err(mut e) => match e.take_message() {
-                    Some(unsent) if !fresh => request = unsent.map(Tracked::into_inner),
-                    _ => return Err(self.error(Stage::Send, e.into_error())),
-                },
             }
         }
     }

@@ -194,7 +194,8 @@ pub(crate) async fn stop_load(stop: &AtomicBool, tasks: Vec<tokio::task::JoinHan
 }
 
 pub(crate) async fn wait_until_seen(seen: &Seen, n: usize) {
-    let deadline = Instant::now() + Duration::from_secs(30);
+    // Generous: the whole suite shares two cores with these debug-built gateways.
+    let deadline = Instant::now() + Duration::from_secs(90);
     while seen.0.lock().unwrap().len() < n {
         assert!(
             Instant::now() < deadline,
@@ -207,7 +208,7 @@ pub(crate) async fn wait_until_seen(seen: &Seen, n: usize) {
 /// The view once the evidence stopped changing (the load stopped, and a look took in its
 /// last requests).
 pub(crate) async fn settled(gateway: &impl Addrs) -> Value {
-    let deadline = Instant::now() + Duration::from_secs(30);
+    let deadline = Instant::now() + Duration::from_secs(60);
     let mut last = admin(gateway, "GET", "/rollouts/svc").await.1;
     loop {
         tokio::time::sleep(Duration::from_millis(400)).await;

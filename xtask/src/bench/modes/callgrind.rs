@@ -15,6 +15,9 @@ use crate::bench::{Result, report::Tally};
 pub(crate) struct Profile {
     /// Instructions (Ir) in all.
     pub(crate) total: u64,
+    /// Every event's total, named as the dump names it (`Ir`; with `--cache-sim=yes` also
+    /// `Dr`, `Dw`, `I1mr`, `D1mr`, `D1mw`, `ILmr`, `DLmr`, `DLmw`).
+    pub(crate) events: Vec<(String, u64)>,
     /// Self instructions per `function [object]`.
     pub(crate) by_function: Tally,
     /// Self instructions per crate of the source line (inlined code counts where it was
@@ -57,6 +60,7 @@ pub(crate) fn parse(dump: impl BufRead) -> Result<Profile> {
 
     let (mut by_function, mut by_crate) = (Tally::default(), Tally::default());
     let mut total = None;
+    let (mut event_names, mut totals): (Vec<String>, Vec<u64>) = (Vec::new(), Vec::new());
     let (mut fl, mut fi, mut func, mut ob) = (
         "???".to_owned(),
         "???".to_owned(),
@@ -107,8 +111,16 @@ pub(crate) fn parse(dump: impl BufRead) -> Result<Profile> {
                 named("fn", value);
             }
             "calls" => skip = true,
+            _ if line.starts_with("events:") => {
+                event_names = line.split_whitespace().skip(1).map(str::to_owned).collect();
+            }
             _ if line.starts_with("summary:") || line.starts_with("totals:") => {
-                total = line.split_whitespace().nth(1).and_then(|n| n.parse().ok());
+                totals = line
+                    .split_whitespace()
+                    .skip(1)
+                    .map_while(|n| n.parse().ok())
+                    .collect();
+                total = totals.first().copied();
             }
             _ => {}
         }
@@ -117,6 +129,7 @@ pub(crate) fn parse(dump: impl BufRead) -> Result<Profile> {
     match total {
         Some(total) if counted.abs_diff(total) <= total / 1000 => Ok(Profile {
             total,
+            events: event_names.into_iter().zip(totals).collect(),
             by_function,
             by_crate: (lines_with_files > 0).then_some(by_crate),
         }),

@@ -6,8 +6,8 @@
 //! the load side (wrk plus an upstream, about 14 µs per request) costs about what nginx
 //! does, so `LOAD_CPU` is often saturated too: CPU per request is the figure that separates
 //! the targets, and the table says which rounds were shared or load-bound (from the busy
-//! time of both CPUs in `/proc/stat`). Ratios are taken within each round, then the median
-//! (min–max) across rounds.
+//! time of both CPUs in `/proc/stat`). Every other round runs the targets in the reverse
+//! order. Ratios are taken within each round, then the median (min–max) across rounds.
 
 use std::time::Instant;
 
@@ -41,22 +41,28 @@ impl Mode for Cpu {
         let clock_ticks = procfs::clock_ticks()?;
         bench.start_all()?;
         step(&format!(
-            "{} rounds × {}s per target, interleaved (wrk -t1 -c{} on CPU {}; half the requests gray)",
+            "{} rounds × {}s per target, interleaved, every other round reversed (wrk -t1 -c{} on CPU {}; half the requests gray)",
             s.rounds, s.duration, s.connections, s.load_cpu
         ));
         let all: Vec<usize> = (0..bench.targets.len()).collect();
         let mut rounds: Vec<Vec<Sample>> = Vec::new();
         for round in 1..=s.rounds {
-            let mut samples = Vec::new();
-            for &i in &all {
+            // Every other round in the reverse order (A B, B A, ...): a drift in the
+            // machine's speed during a round weighs on every target alike.
+            let order: Vec<usize> = match round % 2 {
+                1 => all.clone(),
+                _ => all.iter().rev().copied().collect(),
+            };
+            let mut samples: Vec<Option<Sample>> = (0..all.len()).map(|_| None).collect();
+            for &i in &order {
                 let before = Snapshot::take(bench, i)?;
                 let wrk = bench.load(i, s.duration)?;
                 let after = Snapshot::take(bench, i)?;
-                samples.push(Sample::new(wrk, &before, &after, clock_ticks));
+                samples[i] = Some(Sample::new(wrk, &before, &after, clock_ticks));
                 let when = format!("during round {round} (against {})", bench.targets[i].label);
                 bench.alive(&when, &all)?;
             }
-            rounds.push(samples);
+            rounds.push(samples.into_iter().flatten().collect());
             println!(
                 "  round {round}/{} done (load: {})",
                 s.rounds,

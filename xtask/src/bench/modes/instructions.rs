@@ -73,11 +73,14 @@ impl Mode for Instructions {
         for i in 0..bench.targets.len() {
             let label = bench.targets[i].label.clone();
             let out = bench.dir.join(format!("{label}.cg.%p"));
-            let wrapper: Vec<OsString> = vec![
+            let mut wrapper: Vec<OsString> = vec![
                 "valgrind".into(),
                 "--tool=callgrind".into(),
                 format!("--callgrind-out-file={}", out.display()).into(),
             ];
+            if s.ins_cache_sim {
+                wrapper.push("--cache-sim=yes".into());
+            }
             let pid = bench.start_target(i, &wrapper)?;
             bench.wait_target(i)?;
             bench.alive("after startup", &[])?;
@@ -112,6 +115,39 @@ impl Mode for Instructions {
         ));
         print_results(bench, &rows);
         Ok(())
+    }
+}
+
+/// With `INS_CACHE_SIM=1`: the simulated caches' references and misses per request.
+fn print_cache(labels: &[&str], rows: &[(u64, Profile)], w: usize) {
+    // (column, the events it adds up)
+    const COLUMNS: [(&str, &[&str]); 5] = [
+        ("data refs", &["Dr", "Dw"]),
+        ("D1 misses", &["D1mr", "D1mw"]),
+        ("LL data misses", &["DLmr", "DLmw"]),
+        ("I1 misses", &["I1mr"]),
+        ("LL instr misses", &["ILmr"]),
+    ];
+    println!(
+        "\nSimulated caches (callgrind --cache-sim=yes: this machine's cache sizes, no prefetch), per request:"
+    );
+    let mut header = format!("{:>w$}", "target");
+    for (name, _) in COLUMNS {
+        header += &format!("  {name:>15}");
+    }
+    println!("{header}");
+    for (label, (requests, profile)) in labels.iter().zip(rows) {
+        let mut line = format!("{label:>w$}");
+        for (_, events) in COLUMNS {
+            let sum: u64 = profile
+                .events
+                .iter()
+                .filter(|(name, _)| events.contains(&name.as_str()))
+                .map(|(_, n)| n)
+                .sum();
+            line += &format!("  {:>15.1}", sum as f64 / (*requests).max(1) as f64);
+        }
+        println!("{line}");
     }
 }
 
@@ -176,6 +212,10 @@ fn print_results(bench: &Bench<'_>, rows: &[(u64, Profile)]) {
             line += &format!("  {:>9.3}", per / per_request(&rows[r]));
         }
         println!("{line}");
+    }
+
+    if s.ins_cache_sim {
+        print_cache(&labels, rows, w);
     }
 
     for (label, (requests, profile)) in labels.iter().zip(rows) {

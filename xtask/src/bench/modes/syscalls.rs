@@ -5,7 +5,8 @@
 //! `perf stat -e 'syscalls:sys_enter_*'` (or `strace -c -f` where tracepoints are not
 //! available, which slows the target: then only the counts mean something) attaches to the
 //! processes that serve its requests (nginx: the worker), the bench reads
-//! `voluntary/nonvoluntary_ctxt_switches` of each of their threads in /proc, runs
+//! `voluntary/nonvoluntary_ctxt_switches` of each of their threads (and the upstreams'
+//! voluntary ones: how often the target woke them) in /proc, runs
 //! `SYS_DURATION` seconds of wrk, waits a second for the closed connections, and divides by
 //! the requests. A voluntary switch is the target blocking (in `epoll_wait` or a futex) and
 //! being woken again; an involuntary one is a preemption.
@@ -22,7 +23,7 @@ use std::{
 use super::Mode;
 use crate::bench::{
     Result,
-    harness::Bench,
+    harness::{Bench, UPSTREAMS},
     procfs,
     report::{Tally, label_width, load_average},
     step,
@@ -144,11 +145,18 @@ impl Mode for Syscalls {
             // Let the tracer attach to every thread before the load starts.
             thread::sleep(Duration::from_secs(1));
             bench.procs.alive(TRACER, &format!("early for {label}"))?;
-            let before = procfs::ctxt_switches(&pids);
+            let upstreams = [bench.procs.pid(UPSTREAMS)?];
+            let (before, peers_before) = (
+                procfs::ctxt_switches(&pids),
+                procfs::ctxt_switches(&upstreams),
+            );
             let wrk = bench.load(i, s.sys_duration)?;
             // Let the target finish with the connections wrk closed.
             thread::sleep(Duration::from_secs(1));
-            let after = procfs::ctxt_switches(&pids);
+            let (after, peers_after) = (
+                procfs::ctxt_switches(&pids),
+                procfs::ctxt_switches(&upstreams),
+            );
             match tracer {
                 Tracer::Perf => {
                     let status = bench.procs.wait(TRACER, Duration::from_secs(30))?;
@@ -171,6 +179,7 @@ impl Mode for Syscalls {
                 counts,
                 voluntary: after.0.saturating_sub(before.0),
                 nonvoluntary: after.1.saturating_sub(before.1),
+                upstream_wakeups: peers_after.0.saturating_sub(peers_before.0),
             });
         }
         step(&format!(
@@ -190,6 +199,9 @@ struct Row {
     counts: Tally,
     voluntary: u64,
     nonvoluntary: u64,
+    /// The upstreams' voluntary context switches: each is an upstream that waited for the
+    /// target and was woken by it.
+    upstream_wakeups: u64,
 }
 
 fn read_counts(out: &Path, tracer: Tracer) -> Result<Tally> {
@@ -254,8 +266,8 @@ fn print_results(bench: &Bench<'_>, tracer: Tracer, rows: &[Row]) {
         header += &format!("  {:>9}", format!("÷ {r}"));
     }
     header += &format!(
-        "  {:>10}  {:>9}  {:>9}",
-        "ctx sw/req", "voluntary", "involunt."
+        "  {:>10}  {:>9}  {:>9}  {:>17}",
+        "ctx sw/req", "voluntary", "involunt.", "upstream wakeups"
     );
     println!("{header}");
     for (label, row) in labels.iter().zip(rows) {
@@ -272,10 +284,11 @@ fn print_results(bench: &Bench<'_>, tracer: Tracer, rows: &[Row]) {
         }
         let requests = row.requests as f64;
         line += &format!(
-            "  {:>10.3}  {:>9.3}  {:>9.3}",
+            "  {:>10.3}  {:>9.3}  {:>9.3}  {:>17.3}",
             (row.voluntary + row.nonvoluntary) as f64 / requests,
             row.voluntary as f64 / requests,
-            row.nonvoluntary as f64 / requests
+            row.nonvoluntary as f64 / requests,
+            row.upstream_wakeups as f64 / requests
         );
         println!("{line}");
     }
@@ -297,7 +310,11 @@ fn print_results(bench: &Bench<'_>, tracer: Tracer, rows: &[Row]) {
     println!(
         "(/proc/<pid>/task/*/status). A voluntary switch is the target blocking (in epoll_wait"
     );
-    println!("or a futex) and being woken again.");
+    println!("or a futex) and being woken again. Upstream wakeups: the upstreams' voluntary");
+    println!(
+        "switches over the same time, each an upstream that waited and was woken by the target"
+    );
+    println!("(a target that sends to the upstreams together wakes them less often).");
     if tracer == Tracer::Strace {
         println!(
             "strace stops the target at every system call: these counts are right, its speed is not."
