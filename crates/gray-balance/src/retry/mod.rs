@@ -45,10 +45,11 @@
 //! request is retried as it is, body and all, and nothing was copied beforehand. A
 //! request that may be retried after it was sent (an idempotent one), and every request
 //! under [`Copies::All`] (for endpoints that drop a request they could not send, such as
-//! tonic's `Channel`), is copied before its first attempt: its head (method, URI,
-//! headers, extensions) and its body through a [`ReplayBody`] that buffers what it sends,
-//! up to [`max_replay_bytes`](RetryPolicy::with_max_replay_bytes) (64 KiB); beyond, the
-//! request is not retried. The endpoints of a `Retry` take `http::Request<ReplayBody<B>>`.
+//! tonic's `Channel`), is copied as each attempt is called, and the copy is kept while
+//! that attempt is in flight: its head (method, URI, headers, extensions) and its body
+//! through a [`ReplayBody`] that buffers what it sends, up to
+//! [`max_replay_bytes`](RetryPolicy::with_max_replay_bytes) (64 KiB); beyond, the request
+//! is not retried. The endpoints of a `Retry` take `http::Request<ReplayBody<B>>`.
 //!
 //! So a request that is not copied (a non-idempotent one, or any request when
 //! [idempotent retries](RetryPolicy::with_idempotent) are off) costs a retrying balancer
@@ -127,7 +128,7 @@ pub use self::{
 };
 use crate::health::Failure;
 
-/// Which requests a [`Retry`] copies before their first attempt; see the
+/// Which requests a [`Retry`] copies (as each attempt is called); see the
 /// [module docs](self), "Bodies and copies".
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 #[non_exhaustive]
@@ -253,7 +254,7 @@ impl RetryPolicy {
         self
     }
 
-    /// Which requests are copied before their first attempt.
+    /// Which requests are copied (as each attempt is called).
     #[must_use]
     pub fn with_copies(mut self, copies: Copies) -> Self {
         self.copies = copies;
