@@ -341,6 +341,38 @@ totals: 1000
         assert_eq!(by_crate.get("gray-gateway"), 350);
         assert_eq!(by_crate.get("hyper"), 200);
         assert_eq!(by_crate.get("(no line info: libc.so.6)"), 450);
+        assert_eq!(profile.events, [("Ir".to_owned(), 1000)]);
+    }
+
+    #[test]
+    fn cache_simulation_totals_every_event_and_ir_stays_first() {
+        // `--cache-sim=yes`: more columns; a line may leave its trailing zeros out.
+        let dump = DUMP
+            .replace(
+                "events: Ir",
+                "events: Ir Dr Dw I1mr D1mr D1mw ILmr DLmr DLmw",
+            )
+            .replace("10 300", "10 300 90 40 7 5 3")
+            .replace("totals: 1000", "totals: 1000 120 60 9 8 4 1 0 2");
+        let profile = parse(dump.as_bytes()).unwrap();
+        assert_eq!(profile.total, 1000);
+        let event = |name: &str| {
+            profile
+                .events
+                .iter()
+                .find(|(n, _)| n == name)
+                .map(|(_, v)| *v)
+        };
+        assert_eq!(
+            (event("Ir"), event("D1mr"), event("DLmw"), event("I1mr")),
+            (Some(1000), Some(8), Some(2), Some(9))
+        );
+        assert_eq!(
+            profile
+                .by_function
+                .get("gray_gateway::proxy::Proxy::call [gray-gateway]"),
+            550
+        );
     }
 
     #[test]
