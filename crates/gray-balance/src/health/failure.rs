@@ -66,7 +66,8 @@ pub type Classifier = fn(&(dyn Error + 'static)) -> Failure;
 ///   [`Failure::Unsent`];
 /// - an `io::Error` of kind `ConnectionReset`, `ConnectionAborted`, `BrokenPipe`,
 ///   `NotConnected` or `UnexpectedEof`, or (feature `hyper-util`) a hyper error that
-///   `is_incomplete_message()` (the connection closed before the response), or (feature
+///   `is_incomplete_message()` (the connection closed before the response) or
+///   `is_canceled()` (it closed with the request queued on it), or (feature
 ///   `rustls`) a `rustls::Error`, bare or inside an `io::Error` (how tokio-rustls reports
 ///   a failed handshake: an unknown CA, a wrong name, an expired or refused certificate):
 ///   [`Failure::Broken`]. A TLS error alone does not tell whether the handshake or a
@@ -113,7 +114,9 @@ pub fn classify(error: &(dyn Error + 'static)) -> Failure {
                 unsent |= client.is_connect();
             }
             if let Some(hyper) = e.downcast_ref::<hyper::Error>() {
-                broken |= hyper.is_incomplete_message();
+                // Canceled: the connection went away with the request queued on it
+                // (tonic's channels report a killed instance so).
+                broken |= hyper.is_incomplete_message() || hyper.is_canceled();
             }
         }
         current = e.source();
