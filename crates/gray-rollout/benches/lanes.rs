@@ -6,6 +6,8 @@
 //!
 //! Run with: `cargo bench -p gray-rollout --features tower --bench lanes`
 
+#![allow(clippy::disallowed_methods, reason = "a benchmark times itself")]
+
 use std::{convert::Infallible, hint::black_box, sync::Arc, time::Instant};
 
 use criterion::{Criterion, criterion_group, criterion_main};

@@ -13,6 +13,8 @@
 //!
 //! Run with: `cargo bench -p gray-rollout --bench record`
 
+#![allow(clippy::disallowed_methods, reason = "a benchmark times itself")]
+
 use std::hint::black_box;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
