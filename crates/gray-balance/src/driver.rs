@@ -31,7 +31,7 @@ use tower::{
 
 use crate::{
     health::{Probe, ProbeFuture},
-    index::{Entry, Index, Snapshot, State},
+    index::{Entry, Index, Snapshot, Standing},
     meter::{Event, Feedback, Id, Meter},
 };
 
@@ -231,11 +231,11 @@ where
     fn apply(&mut self, event: Event) -> bool {
         let (id, to) = match event {
             Event::Measured(id) => return self.index.measured(id),
-            Event::Eject(id) => (id, State::Ejected),
-            Event::Unready(id) => (id, State::Unready),
+            Event::Eject(id) => (id, Standing::Ejected),
+            Event::Unready(id) => (id, Standing::Unready),
         };
         // Only a ready endpoint leaves: an unready or ejected one is out already.
-        if self.index.state(id) != Some(State::Ready) {
+        if self.index.state(id) != Some(Standing::Ready) {
             return false;
         }
         let Some(entry) = self.index.entry(id) else {
@@ -251,7 +251,7 @@ where
             streak,
             "{}",
             match to {
-                State::Ejected => "endpoint ejected after consecutive connection errors",
+                Standing::Ejected => "endpoint ejected after consecutive connection errors",
                 _ => "endpoint unready: its readiness check failed",
             },
         );
@@ -298,7 +298,7 @@ where
     /// Brings `id` back into its subsets; `true` when it was out.
     fn readmit(&mut self, id: Id, entry: &Entry<D::Key, D::Service>, why: &str) -> bool {
         entry.meter.readmitted();
-        let back = self.index.set_state(id, State::Ready);
+        let back = self.index.set_state(id, Standing::Ready);
         if back {
             tracing::debug!(target: "gray::balance", service = %self.service, endpoint = ?entry.key, "endpoint readmitted: {why}");
         }

@@ -95,10 +95,12 @@ impl fmt::Debug for Config {
 /// [`Labelled`] services, whose changes a background task ([`Driver`]) applies as they
 /// come.
 pub struct Balance<K, S> {
-    pub(crate) inner: Arc<Inner<K, S>>,
+    pub(crate) inner: Arc<Core<K, S>>,
 }
 
-pub(crate) struct Inner<K, S> {
+/// What every handle of one balancer shares: the router, the published snapshot of its
+/// endpoints, and the retries over it.
+pub(crate) struct Core<K, S> {
     pub(crate) router: Router,
     pub(crate) snapshot: Arc<ArcSwap<Snapshot<K, S>>>,
     /// The retry policy, budget and counts of the `Retry` services and reqwest routing
@@ -210,7 +212,7 @@ where
                 published: snapshot.clone(),
             },
         );
-        let inner = Inner {
+        let inner = Core {
             router: config.router,
             snapshot,
             retries: Retries::new(config.retry),

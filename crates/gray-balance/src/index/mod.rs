@@ -19,7 +19,7 @@ use crate::meter::{Id, Meter, Metered};
 
 pub(crate) use self::{
     snapshot::{Parts, Snapshot},
-    writer::{Index, State},
+    writer::{Index, Standing},
 };
 
 /// Every endpoint.

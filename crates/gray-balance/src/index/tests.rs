@@ -8,7 +8,7 @@ use gray_policy::{
     route::{Class, Counts, Subset},
 };
 
-use super::{Entry, Index, State};
+use super::{Entry, Index, Standing};
 use crate::meter::{Clock, Feedback, Id, Meter};
 
 fn class(pairs: &[(&str, &str)]) -> Class {
@@ -51,7 +51,7 @@ fn lists_follow_state_changes() {
     );
     assert!(index.measured(a));
     index.check();
-    assert!(index.set_state(a, State::Unready));
+    assert!(index.set_state(a, Standing::Unready));
     index.check();
     let snap = index.snapshot();
     assert_eq!(snap.ready_at(lane, 0).unwrap().entry.key, 2);
@@ -62,7 +62,7 @@ fn lists_follow_state_changes() {
             ready: 1
         }
     );
-    assert!(index.set_state(b, State::Ejected));
+    assert!(index.set_state(b, Standing::Ejected));
     index.check();
     let after = index.snapshot();
     assert_eq!(
@@ -74,8 +74,8 @@ fn lists_follow_state_changes() {
     );
     // The earlier snapshot is untouched.
     assert_eq!(snap.counts(lane).ready, 1);
-    assert!(index.set_state(b, State::Ready));
-    assert!(!index.set_state(b, State::Ready));
+    assert!(index.set_state(b, Standing::Ready));
+    assert!(!index.set_state(b, Standing::Ready));
     index.check();
     // Replacing a key frees the old generation.
     let b2 = add(&mut index, 2, &[]);
@@ -114,7 +114,7 @@ fn many_changes_keep_the_lists_consistent() {
             }
             3 => {
                 if let Some(&id) = ids.get(&key) {
-                    let state = [State::Ready, State::Unready, State::Ejected][rng.index(3)];
+                    let state = [Standing::Ready, Standing::Unready, Standing::Ejected][rng.index(3)];
                     index.set_state(id, state);
                 }
             }

@@ -20,7 +20,7 @@ fn forget<N: Hash + Eq + Clone>(names: &mut Arc<HashMap<N, u32>>, name: &N, memb
 
 /// Where an endpoint stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum State {
+pub(crate) enum Standing {
     /// In its subsets' ready lists.
     Ready,
     /// Its `poll_ready` failed: present, not ready.
@@ -29,14 +29,14 @@ pub(crate) enum State {
     Ejected,
 }
 
-// === impl State ===
+// === impl Standing ===
 
-impl State {
+impl Standing {
     fn availability(self) -> Availability {
         match self {
-            State::Ready => Availability::Ready,
-            State::Unready => Availability::Unready,
-            State::Ejected => Availability::Ejected,
+            Standing::Ready => Availability::Ready,
+            Standing::Unready => Availability::Unready,
+            Standing::Ejected => Availability::Ejected,
         }
     }
 }
@@ -54,7 +54,7 @@ struct Link {
 #[derive(Debug)]
 struct Meta {
     class: Class,
-    state: State,
+    state: Standing,
     generation: u32,
     fresh: bool,
     links: Vec<Link>,
@@ -114,7 +114,7 @@ impl<K: Hash + Eq + Clone, S> Index<K, S> {
         self.snapshot.slot(id.slot).map(|s| &s.entry)
     }
 
-    pub(crate) fn state(&self, id: Id) -> Option<State> {
+    pub(crate) fn state(&self, id: Id) -> Option<Standing> {
         match self.metas.get(id.slot as usize)? {
             Some(meta) if meta.generation == id.generation => Some(meta.state),
             _ => None,
@@ -199,7 +199,7 @@ impl<K: Hash + Eq + Clone, S> Index<K, S> {
         };
         let meta = Meta {
             class,
-            state: State::Ready,
+            state: Standing::Ready,
             generation: id.generation,
             fresh: true,
             links,
@@ -232,7 +232,7 @@ impl<K: Hash + Eq + Clone, S> Index<K, S> {
         };
         for link in &meta.links {
             let i = link.subset as usize;
-            if meta.state != State::Ejected {
+            if meta.state != Standing::Ejected {
                 self.snapshot.subsets[i].present -= 1;
             }
             self.members[i] -= 1;
@@ -257,14 +257,14 @@ impl<K: Hash + Eq + Clone, S> Index<K, S> {
 
     /// Moves the endpoint `id` to `state`; `false` when it is gone or already there.
     /// Coming back to `Ready` makes it probing again.
-    pub(crate) fn set_state(&mut self, id: Id, state: State) -> bool {
+    pub(crate) fn set_state(&mut self, id: Id, state: Standing) -> bool {
         let Some(old) = self.state(id) else {
             return false;
         };
         if old == state {
             return false;
         }
-        if old == State::Ready {
+        if old == Standing::Ready {
             self.leave(id.slot, List::Fresh);
             self.leave(id.slot, List::Ready);
         }
@@ -273,15 +273,15 @@ impl<K: Hash + Eq + Clone, S> Index<K, S> {
         };
         meta.state = state;
         let delta: isize = match (old, state) {
-            (State::Ejected, _) => 1,
-            (_, State::Ejected) => -1,
+            (Standing::Ejected, _) => 1,
+            (_, Standing::Ejected) => -1,
             _ => 0,
         };
         for link in &meta.links {
             let present = &mut self.snapshot.subsets[link.subset as usize].present;
             *present = present.saturating_add_signed(delta);
         }
-        if state == State::Ready {
+        if state == Standing::Ready {
             meta.fresh = true;
             self.join(id.slot, List::Ready);
             self.join(id.slot, List::Fresh);
@@ -310,7 +310,7 @@ impl<K: Hash + Eq + Clone, S> Index<K, S> {
         let Some(meta) = self.metas[slot as usize].as_mut() else {
             return;
         };
-        if meta.state != State::Ready || (matches!(list, List::Fresh) && !meta.fresh) {
+        if meta.state != Standing::Ready || (matches!(list, List::Fresh) && !meta.fresh) {
             return;
         }
         for link in &mut meta.links {
@@ -379,7 +379,7 @@ impl<K: Hash + Eq + Clone, S> Index<K, S> {
             for (list, items) in [(List::Ready, &view.ready), (List::Fresh, &view.fresh)] {
                 for (pos, &slot) in items.iter().enumerate() {
                     let meta = self.metas[slot as usize].as_ref().expect("a live slot");
-                    assert_eq!(meta.state, State::Ready);
+                    assert_eq!(meta.state, Standing::Ready);
                     let link = meta
                         .links
                         .iter()
@@ -400,7 +400,7 @@ impl<K: Hash + Eq + Clone, S> Index<K, S> {
                 .iter()
                 .flatten()
                 .filter(|m| {
-                    m.state != State::Ejected && m.links.iter().any(|l| l.subset as usize == sid)
+                    m.state != Standing::Ejected && m.links.iter().any(|l| l.subset as usize == sid)
                 })
                 .count();
             if self.members[sid] > 0 || sid < FIXED as usize {

@@ -47,26 +47,29 @@ pub struct ReplayBody<B> {
 enum Kind<B> {
     Empty,
     Once(B),
-    Shared {
+    Buffered {
         /// The buffer and the rest of the body, while this copy is the one being sent.
         /// Boxed: a request moves through its layers' futures by value, and most carry no
         /// body to keep.
-        state: Option<Box<State<B>>>,
-        shared: Arc<Shared<B>>,
-        /// The next buffered chunk to replay; past the end when there is none.
-        replay: usize,
+        state: Option<Box<Buffer<B>>>,
+        shared: Arc<Handoff<B>>,
+        /// The next buffered chunk to replay: `None` for the first copy, which reads the
+        /// body, and for a copy once it has replayed every chunk.
+        replay: Option<usize>,
         replay_trailers: bool,
     },
 }
 
-/// What the copies of a buffered body share.
-struct Shared<B> {
+/// What the copies of a buffered body share: the buffer, handed from one copy to the
+/// next.
+struct Handoff<B> {
     /// The state, when no copy holds it, and a copy waiting for it.
-    parked: Mutex<(Option<Box<State<B>>>, Option<Waker>)>,
+    parked: Mutex<(Option<Box<Buffer<B>>>, Option<Waker>)>,
     size_hint: SizeHint,
 }
 
-struct State<B> {
+/// A buffered body: the chunks sent so far (up to the cap), and the rest unread.
+struct Buffer<B> {
     chunks: Vec<Bytes>,
     /// Bytes buffered, and the cap.
     buffered: usize,
@@ -77,8 +80,8 @@ struct State<B> {
     rest: Option<B>,
 }
 
-impl<B> Shared<B> {
-    fn lock(&self) -> MutexGuard<'_, (Option<Box<State<B>>>, Option<Waker>)> {
+impl<B> Handoff<B> {
+    fn lock(&self) -> MutexGuard<'_, (Option<Box<Buffer<B>>>, Option<Waker>)> {
         self.parked.lock().unwrap_or_else(PoisonError::into_inner)
     }
 }
@@ -107,8 +110,8 @@ impl<B: Body> ReplayBody<B> {
             };
         }
         ReplayBody {
-            kind: Kind::Shared {
-                state: Some(Box::new(State {
+            kind: Kind::Buffered {
+                state: Some(Box::new(Buffer {
                     chunks: Vec::new(),
                     buffered: 0,
                     cap,
@@ -116,11 +119,11 @@ impl<B: Body> ReplayBody<B> {
                     trailers: None,
                     rest: Some(body),
                 })),
-                shared: Arc::new(Shared {
+                shared: Arc::new(Handoff {
                     parked: Mutex::new((None, None)),
                     size_hint,
                 }),
-                replay: usize::MAX,
+                replay: None,
                 replay_trailers: false,
             },
         }
@@ -134,16 +137,16 @@ impl<B> ReplayBody<B> {
         match &self.kind {
             Kind::Empty => Some(ReplayBody { kind: Kind::Empty }),
             Kind::Once(_) => None,
-            Kind::Shared { state, shared, .. } => {
+            Kind::Buffered { state, shared, .. } => {
                 let capped = match state {
                     Some(state) => state.capped,
                     None => shared.lock().0.as_ref().is_some_and(|s| s.capped),
                 };
                 (!capped).then(|| ReplayBody {
-                    kind: Kind::Shared {
+                    kind: Kind::Buffered {
                         state: None,
                         shared: shared.clone(),
-                        replay: 0,
+                        replay: Some(0),
                         replay_trailers: true,
                     },
                 })
@@ -163,7 +166,7 @@ impl<B> fmt::Debug for ReplayBody<B> {
         let kind = match self.kind {
             Kind::Empty => "empty",
             Kind::Once(_) => "once",
-            Kind::Shared { .. } => "buffered",
+            Kind::Buffered { .. } => "buffered",
         };
         f.debug_struct("ReplayBody")
             .field("kind", &kind)
@@ -174,7 +177,7 @@ impl<B> fmt::Debug for ReplayBody<B> {
 impl<B> Drop for ReplayBody<B> {
     /// A copy that held the state hands it to the next copy.
     fn drop(&mut self) {
-        if let Kind::Shared { state, shared, .. } = &mut self.kind {
+        if let Kind::Buffered { state, shared, .. } = &mut self.kind {
             if let Some(state) = state.take() {
                 let mut parked = shared.lock();
                 parked.0 = Some(state);
@@ -208,7 +211,7 @@ where
                         .map_err(Into::into)
                 })
             }),
-            Kind::Shared {
+            Kind::Buffered {
                 state,
                 shared,
                 replay,
@@ -228,12 +231,13 @@ where
                 let Some(state) = state.as_mut() else {
                     return Poll::Pending;
                 };
-                if *replay < state.chunks.len() {
-                    let chunk = state.chunks[*replay].clone();
-                    *replay += 1;
-                    return Poll::Ready(Some(Ok(Frame::data(chunk))));
+                if let Some(next) = *replay {
+                    if let Some(chunk) = state.chunks.get(next) {
+                        *replay = Some(next + 1);
+                        return Poll::Ready(Some(Ok(Frame::data(chunk.clone()))));
+                    }
+                    *replay = None;
                 }
-                *replay = usize::MAX;
                 if state.capped && *replay_trailers {
                     return Poll::Ready(Some(Err(Capped.into())));
                 }
@@ -251,14 +255,14 @@ where
         match &self.kind {
             Kind::Empty => true,
             Kind::Once(body) => body.is_end_stream(),
-            Kind::Shared {
+            Kind::Buffered {
                 state,
                 replay,
                 replay_trailers,
                 ..
             } => match state {
                 Some(state) => {
-                    *replay >= state.chunks.len()
+                    replay.is_none_or(|next| next >= state.chunks.len())
                         && !(*replay_trailers && state.trailers.is_some())
                         && state.rest.as_ref().is_none_or(Body::is_end_stream)
                 }
@@ -271,12 +275,12 @@ where
         match &self.kind {
             Kind::Empty => SizeHint::with_exact(0),
             Kind::Once(body) => body.size_hint(),
-            Kind::Shared { shared, .. } => shared.size_hint,
+            Kind::Buffered { shared, .. } => shared.size_hint,
         }
     }
 }
 
-impl<B> State<B>
+impl<B> Buffer<B>
 where
     B: Body + Unpin,
     B::Error: Into<BoxError>,
