@@ -97,10 +97,13 @@
 mod body;
 mod connecting;
 mod error;
+mod h1;
 mod h2;
 mod pool;
 mod protocol;
+mod sent_body;
 mod settings;
+mod target;
 #[cfg(feature = "tls")]
 mod tls;
 mod transport;
@@ -129,9 +132,12 @@ use tower_service::Service;
 
 #[cfg(feature = "tls")]
 pub use self::tls::Tls;
-pub use self::{body::ResponseBody, error::RequestError, pool::EndpointFuture, protocol::Protocol};
+pub use self::{
+    body::ResponseBody, error::RequestError, protocol::Protocol, target::EndpointFuture,
+};
 use self::{
-    pool::{Settings, Shared, Target},
+    settings::Settings,
+    target::{Peer, Target},
     transport::Secure,
 };
 /// The rustls this crate is built with (feature `tls`): build a [`Tls`]'s `ClientConfig`
@@ -343,9 +349,9 @@ where
     pub fn endpoint(&self, instance: Instance) -> HttpEndpoint<C, B> {
         let address = instance.address();
         let secure = self.secure(address);
-        let shared = Shared::new(self.settings.clone(), address.uri(), secure);
+        let peer = Peer::new(self.settings.clone(), address.uri(), secure);
         HttpEndpoint {
-            target: Target::new(self.connector.clone(), shared),
+            target: Target::new(self.connector.clone(), peer),
             instance,
         }
     }

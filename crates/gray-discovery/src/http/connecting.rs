@@ -72,10 +72,11 @@ pub(crate) struct Connects<T> {
     /// Waiters in the queue (some may have given up): lets a released connection skip the
     /// lock when nobody waits, the common case.
     waiting: AtomicUsize,
-    state: Mutex<State<T>>,
+    state: Mutex<Queue<T>>,
 }
 
-struct State<T> {
+/// The connects running, and the requests waiting for a connection.
+struct Queue<T> {
     /// Connect tasks running.
     running: usize,
     queue: VecDeque<oneshot::Sender<Handed<T>>>,
@@ -89,14 +90,14 @@ impl<T> Connects<T> {
         Connects {
             max: max.max(1),
             waiting: AtomicUsize::new(0),
-            state: Mutex::new(State {
+            state: Mutex::new(Queue {
                 running: 0,
                 queue: VecDeque::new(),
             }),
         }
     }
 
-    fn lock(&self) -> MutexGuard<'_, State<T>> {
+    fn lock(&self) -> MutexGuard<'_, Queue<T>> {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 

@@ -6,8 +6,11 @@
 //! request opens one and every request that arrives meanwhile waits for that same opening
 //! (and gets its error if it fails): a burst of requests to a new instance opens one
 //! connection, not one each. A connection that closed (the instance went away, or sent
-//! `GOAWAY`) is replaced by the next request; a request it could not take is sent once
-//! more on the new one.
+//! `GOAWAY`) is replaced by the next request. A request that hyper hands back unsent (the
+//! connection closed before the request went out) is sent once more, on a new connection.
+//! A stream the instance refused once it was sent (`REFUSED_STREAM`, or a stream above a
+//! `GOAWAY`'s last stream id) is not sent again here: the request fails with the
+//! stream's error, and whether it goes elsewhere is the caller's retry policy.
 //!
 //! Requests beyond the instance's `SETTINGS_MAX_CONCURRENT_STREAMS` wait on the same
 //! connection for a stream to end (hyper queues them): no second connection is opened,
@@ -45,7 +48,8 @@ use tower_service::Service;
 use super::{
     body::ResponseBody,
     error::{RequestError, Stage},
-    pool::{Conn, Deadline, Mode, Target},
+    h1::Conn,
+    target::{Deadline, Mode, Target},
     transport::open,
 };
 
@@ -53,25 +57,26 @@ use super::{
 type Sender<B> = SendRequest<Pin<Box<B>>>;
 
 /// An opening connection, awaited by every request that needs it.
-type Opening<B> = Shared<Pin<Box<dyn Future<Output = Result<Opened<B>, RequestError>> + Send>>>;
+type Opening<B> = Shared<Pin<Box<dyn Future<Output = Result<Chosen<B>, RequestError>> + Send>>>;
 
-/// What opening a connection gave.
-enum Opened<B> {
+/// What opening a connection gave: ALPN's choice, with the HTTP/2 handle when it chose `h2`.
+enum Chosen<B> {
     Http2(Sender<B>),
     /// ALPN chose HTTP/1.1: the connection went to the idle HTTP/1 connections.
     Http1,
 }
 
-impl<B> Clone for Opened<B> {
+impl<B> Clone for Chosen<B> {
     fn clone(&self) -> Self {
         match self {
-            Opened::Http2(sender) => Opened::Http2(sender.clone()),
-            Opened::Http1 => Opened::Http1,
+            Chosen::Http2(sender) => Chosen::Http2(sender.clone()),
+            Chosen::Http1 => Chosen::Http1,
         }
     }
 }
 
-enum State<B> {
+/// The instance's HTTP/2 connection, as far as it goes.
+enum Slot<B> {
     Empty,
     /// Being opened; the number tells this opening from later ones.
     Opening(u64, Opening<B>),
@@ -80,7 +85,7 @@ enum State<B> {
 
 /// The HTTP/2 connection of one instance; see the [module docs](self).
 pub(crate) struct H2<B> {
-    state: Mutex<State<B>>,
+    state: Mutex<Slot<B>>,
     openings: AtomicU64,
     /// ALPN chose HTTP/1.1 on the last connection opened ([`Mode::Alpn`] only).
     speaks_http1: AtomicBool,
@@ -91,13 +96,13 @@ pub(crate) struct H2<B> {
 impl<B> H2<B> {
     pub(crate) fn new() -> Self {
         H2 {
-            state: Mutex::new(State::Empty),
+            state: Mutex::new(Slot::Empty),
             openings: AtomicU64::new(0),
             speaks_http1: AtomicBool::new(false),
         }
     }
 
-    fn lock(&self) -> MutexGuard<'_, State<B>> {
+    fn lock(&self) -> MutexGuard<'_, Slot<B>> {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
@@ -113,8 +118,8 @@ impl<B> H2<B> {
     /// Forgets the connection of opening `number`, which could not take a request.
     fn forget(&self, number: u64) {
         let mut state = self.lock();
-        if matches!(&*state, State::Ready(n, _) if *n == number) {
-            *state = State::Empty;
+        if matches!(&*state, Slot::Ready(n, _) if *n == number) {
+            *state = Slot::Empty;
         }
     }
 }
@@ -135,37 +140,37 @@ where
         let (number, opening) = {
             let mut state = self.h2.lock();
             match &*state {
-                State::Ready(number, sender) if !sender.is_closed() => {
+                Slot::Ready(number, sender) if !sender.is_closed() => {
                     return Ok(Some((*number, sender.clone())));
                 }
-                State::Opening(number, opening) => (*number, opening.clone()),
+                Slot::Opening(number, opening) => (*number, opening.clone()),
                 _ => {
                     let number = self.h2.openings.fetch_add(1, Ordering::Relaxed);
                     let opening = self.opening().shared();
-                    *state = State::Opening(number, opening.clone());
+                    *state = Slot::Opening(number, opening.clone());
                     (number, opening)
                 }
             }
         };
         let opened = opening.await;
         let mut state = self.h2.lock();
-        let current = matches!(&*state, State::Opening(n, _) if *n == number);
+        let current = matches!(&*state, Slot::Opening(n, _) if *n == number);
         match opened {
-            Ok(Opened::Http2(sender)) => {
+            Ok(Chosen::Http2(sender)) => {
                 if current {
-                    *state = State::Ready(number, sender.clone());
+                    *state = Slot::Ready(number, sender.clone());
                 }
                 Ok(Some((number, sender)))
             }
-            Ok(Opened::Http1) => {
+            Ok(Chosen::Http1) => {
                 if current {
-                    *state = State::Empty;
+                    *state = Slot::Empty;
                 }
                 Ok(None)
             }
             Err(e) => {
                 if current {
-                    *state = State::Empty;
+                    *state = Slot::Empty;
                 }
                 Err(e)
             }
@@ -174,7 +179,7 @@ where
 
     /// Opens a connection. It holds no reference to the endpoint: an opening nobody
     /// awaits any more keeps nothing alive.
-    fn opening(&self) -> Pin<Box<dyn Future<Output = Result<Opened<B>, RequestError>> + Send>> {
+    fn opening(&self) -> Pin<Box<dyn Future<Output = Result<Chosen<B>, RequestError>> + Send>> {
         let connector = self.connector.clone();
         let uri = self.uri.clone();
         let secure = self.secure.clone();
@@ -188,7 +193,7 @@ where
                     .await
                     .map_err(|e| RequestError::new(Stage::Handshake, uri.clone(), e))?;
                 pool.put(conn);
-                return Ok(Opened::Http1);
+                return Ok(Chosen::Http1);
             }
             let (sender, connection) = settings
                 .http2
@@ -200,7 +205,7 @@ where
                     tracing::debug!(target: "gray::discovery", instance = %uri, error = %e, "HTTP/2 connection closed");
                 }
             });
-            Ok(Opened::Http2(sender))
+            Ok(Chosen::Http2(sender))
         })
     }
 

@@ -17,62 +17,62 @@ use super::error::{RequestError, Stage};
 
 /// A connection's IO: the connector's, or (feature `tls`) a TLS session over it. Boxed,
 /// a TLS session keeps a plain connection's allocation small.
-pub(crate) enum Transport<IO> {
+pub(crate) enum UpstreamIo<IO> {
     Plain(IO),
     #[cfg(feature = "tls")]
     Tls(Box<super::tls::Stream<IO>>),
 }
 
-// === impl Transport ===
+// === impl UpstreamIo ===
 
-impl<IO: Read + Write + Unpin> Read for Transport<IO> {
+impl<IO: Read + Write + Unpin> Read for UpstreamIo<IO> {
     fn poll_read(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
         buf: ReadBufCursor<'_>,
     ) -> Poll<io::Result<()>> {
         match self.get_mut() {
-            Transport::Plain(io) => Pin::new(io).poll_read(cx, buf),
+            UpstreamIo::Plain(io) => Pin::new(io).poll_read(cx, buf),
             #[cfg(feature = "tls")]
-            Transport::Tls(tls) => Pin::new(&mut **tls).poll_read(cx, buf),
+            UpstreamIo::Tls(tls) => Pin::new(&mut **tls).poll_read(cx, buf),
         }
     }
 }
 
-impl<IO: Read + Write + Unpin> Write for Transport<IO> {
+impl<IO: Read + Write + Unpin> Write for UpstreamIo<IO> {
     fn poll_write(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
         match self.get_mut() {
-            Transport::Plain(io) => Pin::new(io).poll_write(cx, buf),
+            UpstreamIo::Plain(io) => Pin::new(io).poll_write(cx, buf),
             #[cfg(feature = "tls")]
-            Transport::Tls(tls) => Pin::new(&mut **tls).poll_write(cx, buf),
+            UpstreamIo::Tls(tls) => Pin::new(&mut **tls).poll_write(cx, buf),
         }
     }
 
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         match self.get_mut() {
-            Transport::Plain(io) => Pin::new(io).poll_flush(cx),
+            UpstreamIo::Plain(io) => Pin::new(io).poll_flush(cx),
             #[cfg(feature = "tls")]
-            Transport::Tls(tls) => Pin::new(&mut **tls).poll_flush(cx),
+            UpstreamIo::Tls(tls) => Pin::new(&mut **tls).poll_flush(cx),
         }
     }
 
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         match self.get_mut() {
-            Transport::Plain(io) => Pin::new(io).poll_shutdown(cx),
+            UpstreamIo::Plain(io) => Pin::new(io).poll_shutdown(cx),
             #[cfg(feature = "tls")]
-            Transport::Tls(tls) => Pin::new(&mut **tls).poll_shutdown(cx),
+            UpstreamIo::Tls(tls) => Pin::new(&mut **tls).poll_shutdown(cx),
         }
     }
 
     fn is_write_vectored(&self) -> bool {
         match self {
-            Transport::Plain(io) => io.is_write_vectored(),
+            UpstreamIo::Plain(io) => io.is_write_vectored(),
             #[cfg(feature = "tls")]
-            Transport::Tls(tls) => tls.is_write_vectored(),
+            UpstreamIo::Tls(tls) => tls.is_write_vectored(),
         }
     }
 
@@ -82,9 +82,9 @@ impl<IO: Read + Write + Unpin> Write for Transport<IO> {
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
         match self.get_mut() {
-            Transport::Plain(io) => Pin::new(io).poll_write_vectored(cx, bufs),
+            UpstreamIo::Plain(io) => Pin::new(io).poll_write_vectored(cx, bufs),
             #[cfg(feature = "tls")]
-            Transport::Tls(tls) => Pin::new(&mut **tls).poll_write_vectored(cx, bufs),
+            UpstreamIo::Tls(tls) => Pin::new(&mut **tls).poll_write_vectored(cx, bufs),
         }
     }
 }
@@ -117,7 +117,7 @@ pub(crate) async fn open<C>(
     mut connector: C,
     uri: &Uri,
     secure: &Secure,
-) -> Result<(Transport<C::Response>, bool), RequestError>
+) -> Result<(UpstreamIo<C::Response>, bool), RequestError>
 where
     C: Service<Uri>,
     C::Error: Into<BoxError>,
@@ -141,8 +141,8 @@ where
                 .handshake(io)
                 .await
                 .map_err(|e| error(Stage::Tls, e.into()))?;
-            Ok((Transport::Tls(Box::new(stream)), h2))
+            Ok((UpstreamIo::Tls(Box::new(stream)), h2))
         }
-        _ => Ok((Transport::Plain(io), false)),
+        _ => Ok((UpstreamIo::Plain(io), false)),
     }
 }

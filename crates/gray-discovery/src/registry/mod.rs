@@ -94,11 +94,11 @@ use crate::{Error, Instance, instance::check_service};
 /// see the [module docs](self). Cheap to clone: clones share everything.
 #[derive(Clone)]
 pub struct Registry {
-    inner: Arc<Inner>,
+    inner: Arc<Core>,
 }
 
 /// What every handle shares; the task stops when the last handle drops it.
-pub(crate) struct Inner {
+pub(crate) struct Core {
     catalog: Arc<Catalog>,
     status: StatusHandle,
     describe: String,
@@ -231,7 +231,7 @@ impl Registry {
         tracing::info!(target: "gray::discovery", source = %describe,
             services = catalog.lock().len(), "registry started");
         Ok(Registry {
-            inner: Arc::new(Inner {
+            inner: Arc::new(Core {
                 catalog,
                 status,
                 describe,
@@ -259,7 +259,7 @@ impl Registry {
         let status = StatusHandle::new();
         status.update(|s| s.connected = true);
         Ok(Registry {
-            inner: Arc::new(Inner {
+            inner: Arc::new(Core {
                 catalog,
                 status,
                 describe: "static list".to_owned(),

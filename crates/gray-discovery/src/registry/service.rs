@@ -12,7 +12,7 @@ use std::{
 use futures_core::Stream;
 use tower::discover::Change;
 
-use super::Inner;
+use super::Core;
 use crate::{Endpoints, Instance, InstanceId, InstanceSet, MakeEndpoint};
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -24,10 +24,11 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 /// The instances of one service and the streams that follow them.
 pub(crate) struct ServiceState {
     name: Arc<str>,
-    inner: Mutex<ServiceInner>,
+    inner: Mutex<Followers>,
 }
 
-struct ServiceInner {
+/// The service's instances and the streams subscribed to them.
+struct Followers {
     set: InstanceSet,
     subscribers: Vec<Weak<Subscriber>>,
 }
@@ -36,7 +37,7 @@ impl ServiceState {
     pub(crate) fn new(name: Arc<str>) -> Self {
         ServiceState {
             name,
-            inner: Mutex::new(ServiceInner {
+            inner: Mutex::new(Followers {
                 set: InstanceSet::new(),
                 subscribers: Vec::new(),
             }),
@@ -102,7 +103,7 @@ fn sorted(set: &InstanceSet) -> Vec<Instance> {
     instances
 }
 
-impl ServiceInner {
+impl Followers {
     /// Hands `changes` to every subscriber still listening, and forgets the others.
     fn publish(&mut self, changes: &[Change<InstanceId, Instance>]) {
         if changes.is_empty() {
@@ -170,7 +171,7 @@ struct Subscriber {
 /// running.
 #[derive(Clone)]
 pub struct ServiceInstances {
-    registry: Arc<Inner>,
+    registry: Arc<Core>,
     state: Arc<ServiceState>,
 }
 
@@ -184,7 +185,7 @@ impl fmt::Debug for ServiceInstances {
 }
 
 impl ServiceInstances {
-    pub(crate) fn new(registry: Arc<Inner>, state: Arc<ServiceState>) -> Self {
+    pub(crate) fn new(registry: Arc<Core>, state: Arc<ServiceState>) -> Self {
         ServiceInstances { registry, state }
     }
 
@@ -232,7 +233,7 @@ pub struct InstanceDiscover {
     /// instance that came and went while the stream was not polled) is not yielded.
     known: HashSet<InstanceId>,
     service: Arc<str>,
-    _registry: Arc<Inner>,
+    _registry: Arc<Core>,
 }
 
 impl fmt::Debug for InstanceDiscover {

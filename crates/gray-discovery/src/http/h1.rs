@@ -1,0 +1,312 @@
+//! HTTP/1.1 to one instance: its connections ([`Conn`]), driven by the requests that use
+//! them, and a request's exchange ([`Target::run_h1`]).
+//!
+//! A hyper HTTP/1 connection is a future that must be polled for the connection to read and
+//! write. hyper-util's pooled client spawns a task per connection for that, so each request
+//! crosses two tasks and two channels. Here the request's own future polls the connection
+//! until the response head arrives, and the response body ([`ResponseBody`]) polls it while
+//! the body is read; when the body ends, the connection goes back to the instance's idle
+//! list. One task, no hand-off, and nothing to clean up: an idle connection that the
+//! instance closed is found closed (and dropped) the next time it is taken.
+//!
+//! A connection goes back to the idle list only once it no longer holds its request body.
+//! An instance may answer before it has read the body (then close): the response ends
+//! while the body is still being sent, and nobody would poll an idle connection to send
+//! the rest. In a proxy, that body is the client's upload, and the client's connection
+//! would wait for an unrelated request to take this one. So such a connection is closed
+//! when its response ends, which drops the request body, and the request is over.
+
+use std::{
+    future::{Future, poll_fn},
+    pin::Pin,
+    sync::{
+        Arc,
+        atomic::{AtomicBool, AtomicU64, Ordering},
+    },
+    task::{Context, Poll, ready},
+    time::{Duration, Instant},
+};
+
+use gray_core::unsent::Unsent;
+use http::{Request, Response, Uri, Version, header::HOST};
+use http_body::Body;
+use hyper::{
+    client::conn::http1::{Connection, SendRequest},
+    rt::{Read, Write},
+};
+use tokio::time::Sleep;
+use tower::BoxError;
+use tower_service::Service;
+
+use super::{
+    body::{Lease, ResponseBody},
+    error::Stage,
+    pool::Pool,
+    sent_body::{BodyProgress, SentBody},
+    settings::Settings,
+    target::{Deadline, Mode, Target},
+    transport::{UpstreamIo, open},
+};
+
+/// An HTTP/1 connection and the handle that sends requests on it.
+pub(crate) struct Conn<IO: Read + Write + Unpin, B: Body + 'static> {
+    pub(super) sender: SendRequest<SentBody<B>>,
+    pub(super) driver: Connection<UpstreamIo<IO>, SentBody<B>>,
+    /// Whether the connection has let go of the last request's body (sent it whole, or
+    /// dropped it): only then may it wait idle for the next request.
+    pub(super) body_released: Arc<AtomicBool>,
+    /// Frames of request bodies sent so far: a body still moving holds off the response
+    /// timeout.
+    pub(super) body_frames: Arc<AtomicU64>,
+    /// The driver finished: the connection is closed (or failed).
+    pub(super) ended: bool,
+    /// When it was released to the idle list.
+    pub(super) idle_since: Instant,
+    /// The pool it returns to, while it is leased.
+    pub(super) pool: Option<Arc<Pool<IO, B>>>,
+    /// The response timeout of the request in flight, kept for the next request: moving a
+    /// registered tokio timer to a later deadline is one atomic operation, where a new timer
+    /// per request takes the timer wheel's lock twice (register, deregister).
+    pub(super) timer: Option<Pin<Box<Sleep>>>,
+}
+
+// === impl Conn ===
+
+impl<IO, B> Conn<IO, B>
+where
+    IO: Read + Write + Unpin,
+    B: Body + 'static,
+    B::Data: Send,
+    B::Error: Into<BoxError>,
+{
+    /// The HTTP/1 handshake over `io` (it sends nothing).
+    pub(crate) async fn handshake(
+        io: UpstreamIo<IO>,
+        settings: &Settings,
+    ) -> Result<Box<Self>, hyper::Error> {
+        let (sender, driver) = settings.http1.handshake(io).await?;
+        Ok(Box::new(Conn {
+            sender,
+            driver,
+            body_released: Arc::new(AtomicBool::new(true)),
+            body_frames: Arc::new(AtomicU64::new(0)),
+            ended: false,
+            idle_since: Instant::now(),
+            pool: None,
+            timer: None,
+        }))
+    }
+
+    /// Lets the connection read and write what it can. Never waits.
+    pub(super) fn drive(&mut self, cx: &mut Context<'_>) {
+        if !self.ended && Pin::new(&mut self.driver).poll(cx).is_ready() {
+            // Closed by the peer, or failed: the request or body in flight sees the error
+            // through its own channel.
+            self.ended = true;
+        }
+    }
+
+    /// Whether a new request can be sent now: the connection is open and idle.
+    fn usable(&mut self, cx: &mut Context<'_>) -> bool {
+        self.drive(cx);
+        !self.ended && matches!(self.sender.poll_ready(cx), Poll::Ready(Ok(())))
+    }
+}
+
+/// A new connection, as an HTTP/1 request opened it.
+pub(super) enum Fresh<IO: Read + Write + Unpin, B: Body + 'static> {
+    Http1(Box<Conn<IO, B>>),
+    /// ALPN chose HTTP/2 ([`Mode::Alpn`]): the request goes to the HTTP/2 connection.
+    Http2,
+}
+
+// === impl Target: HTTP/1.1 ===
+
+impl<C, IO, B> Target<C, IO, B>
+where
+    C: Service<Uri, Response = IO> + Clone + Send + 'static,
+    C::Future: Send,
+    C::Error: Into<BoxError>,
+    IO: Read + Write + Unpin + Send + 'static,
+    B: Body + Send + 'static,
+    B::Data: Send,
+    B::Error: Into<BoxError>,
+{
+    /// A new HTTP/1 connection (what the capped connects of [`Connects`] open).
+    pub(super) async fn connect_h1(&mut self) -> Result<Box<Conn<IO, B>>, BoxError> {
+        let (io, _) = open(self.connector.clone(), &self.uri, &self.secure).await?;
+        Conn::handshake(io, &self.pool.settings)
+            .await
+            .map_err(|e| self.error(Stage::Handshake, e))
+    }
+
+    /// A connection for a request that found no idle one: from the instance's
+    /// [`Connects`], once one is free (a connect started here if fewer than the cap run,
+    /// or a connection released by another request); over TLS with ALPN to choose
+    /// ([`Mode::Alpn`]), a connection of its own, which may turn out to speak HTTP/2.
+    pub(super) async fn handed(&mut self) -> Result<Option<Fresh<IO, B>>, BoxError> {
+        if self.mode == Mode::Alpn {
+            return self.connect().await.map(Some);
+        }
+        let waiter = self.pool.connects.wait();
+        if waiter.start {
+            let mut target = self.clone();
+            // Bounded like a request's connect, whether or not the request still waits.
+            let limit = self.pool.settings.response_timeout;
+            tokio::spawn(async move {
+                let pool = target.pool.clone();
+                loop {
+                    let connected = match limit {
+                        Some(after) => tokio::time::timeout(after, target.connect_h1())
+                            .await
+                            .unwrap_or_else(|_| Err(target.timeout(after))),
+                        None => target.connect_h1().await,
+                    };
+                    if !pool.connects.finished(connected, &pool) {
+                        break;
+                    }
+                }
+            });
+        }
+        match waiter.handed.await {
+            Ok(handed) => handed.map(|h| h.take().map(Fresh::Http1)),
+            Err(_) => Err(self.error(Stage::Connect, "the connect task ended")),
+        }
+    }
+
+    async fn connect(&mut self) -> Result<Fresh<IO, B>, BoxError> {
+        let (io, h2) = open(self.connector.clone(), &self.uri, &self.secure).await?;
+        if h2 && self.mode == Mode::Alpn {
+            // The instance speaks HTTP/2 again: this connection is not needed.
+            self.h2.set_speaks_http1(false);
+            return Ok(Fresh::Http2);
+        }
+        let conn = Conn::handshake(io, &self.pool.settings)
+            .await
+            .map_err(|e| self.error(Stage::Handshake, e))?;
+        Ok(Fresh::Http1(conn))
+    }
+
+    /// Sends `request` over HTTP/1.1.
+    ///
+    /// Not an `async fn`, which keeps its arguments twice in its future (as captured and as
+    /// locals): this future is boxed for every request, so it is kept small (about 800
+    /// bytes), with the rare connect path in a box of its own.
+    pub(crate) fn run_h1(
+        mut self,
+        mut request: Request<B>,
+        deadline: Deadline,
+    ) -> impl Future<Output = Result<Response<ResponseBody>, BoxError>> + Send + 'static {
+        *request.version_mut() = Version::HTTP_11;
+        let added_host = !request.headers().contains_key(HOST);
+        if added_host {
+            request.headers_mut().insert(HOST, self.host.clone());
+        }
+        async move {
+            loop {
+                // An idle connection that is still open, else a new one.
+                let mut fresh = false;
+                let mut conn = loop {
+                    match self.pool.take() {
+                        Some(mut conn) => {
+                            if poll_fn(|cx| Poll::Ready(conn.usable(cx))).await {
+                                break conn;
+                            }
+                        }
+                        None => {
+                            fresh = true;
+                            // Connecting is rare: a timer of its own, and a box, so that
+                            // the request's future stays small.
+                            let handed = Box::pin(self.handed());
+                            let handed = match deadline {
+                                Some((at, after)) => {
+                                    match tokio::time::timeout_at(at, handed).await {
+                                        Ok(handed) => handed,
+                                        Err(_) => return Err(self.timeout(after)),
+                                    }
+                                }
+                                None => handed.await,
+                            };
+                            match handed {
+                                Ok(Some(Fresh::Http1(mut conn))) => {
+                                    if poll_fn(|cx| Poll::Ready(conn.usable(cx))).await {
+                                        break conn;
+                                    }
+                                }
+                                Ok(Some(Fresh::Http2)) => {
+                                    if added_host {
+                                        request.headers_mut().remove(HOST);
+                                    }
+                                    return self.run_h2(request, deadline).await;
+                                }
+                                Ok(None) => {}
+                                // Nothing was sent: the request goes back to the caller, as
+                                // it came (a retrying balancer sends it elsewhere).
+                                Err(e) => {
+                                    if added_host {
+                                        request.headers_mut().remove(HOST);
+                                    }
+                                    return Err(Box::new(Unsent::new(request, e)));
+                                }
+                            }
+                        }
+                    }
+                };
+                if let Some((at, _)) = deadline {
+                    match &mut conn.timer {
+                        Some(timer) => timer.as_mut().reset(at),
+                        None => conn.timer = Some(Box::pin(tokio::time::sleep_until(at))),
+                    }
+                }
+                conn.body_released.store(false, Ordering::Release);
+                let progress = BodyProgress {
+                    released: conn.body_released.clone(),
+                    frames: conn.body_frames.clone(),
+                };
+                let mut frames_seen = conn.body_frames.load(Ordering::Relaxed);
+                let sent_body = request.map(|body| SentBody::new(body, progress));
+                let mut sent = std::pin::pin!(conn.sender.try_send_request(sent_body));
+                let result = poll_fn(|cx| {
+                    conn.drive(cx);
+                    if let Poll::Ready(result) = sent.as_mut().poll(cx) {
+                        return Poll::Ready(Some(result));
+                    }
+                    let (Some(timer), Some((_, after))) = (&mut conn.timer, deadline) else {
+                        return Poll::Pending;
+                    };
+                    loop {
+                        ready!(timer.as_mut().poll(cx));
+                        // A request body still being sent, and moving since the timer was set,
+                        // is bounded by its own limits (the caller's): the wait for the
+                        // answer starts again.
+                        let frames = conn.body_frames.load(Ordering::Relaxed);
+                        if conn.body_released.load(Ordering::Acquire) || frames == frames_seen {
+                            return Poll::Ready(None);
+                        }
+                        frames_seen = frames;
+                        timer.as_mut().reset(tokio::time::Instant::now() + after);
+                    }
+                })
+                .await;
+                let Some(result) = result else {
+                    // Timed out: dropping the connection closes it (its request is in flight).
+                    let after = deadline.map_or(Duration::ZERO, |(_, after)| after);
+                    return Err(self.timeout(after));
+                };
+                match result {
+                    Ok(response) => {
+                        conn.pool = Some(self.pool.clone());
+                        let lease: Box<dyn Lease> = conn;
+                        return Ok(response.map(|body| ResponseBody::new(body, Some(lease))));
+                    }
+                    // Not sent: the idle connection was closed under us. Try another one; a
+                    // new connection that cannot take the request is an error.
+                    Err(mut e) => match e.take_message() {
+                        Some(unsent) if !fresh => request = unsent.map(SentBody::into_inner),
+                        _ => return Err(self.error(Stage::Send, e.into_error())),
+                    },
+                }
+            }
+        }
+    }
+}
