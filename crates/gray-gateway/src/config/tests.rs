@@ -1,4 +1,15 @@
-use super::*;
+use std::{path::Path, time::Duration};
+
+use gray_balance::{
+    Pick,
+    health::{Ejection, Probe},
+    retry::RetryPolicy,
+};
+use gray_config::Document;
+use gray_core::CarrierConfig;
+use gray_tower::edge::ForwardedHeader;
+
+use super::{parse::needs_feature, *};
 
 fn parse(text: &str) -> Result<Config, ConfigError> {
     Config::parse(text, Path::new("gw.toml"))
