@@ -142,7 +142,7 @@ pub async fn check(path: &Path) -> Result<String, BoxError> {
                 out,
                 "rules: etcd key {key} at {:?} ({}; not read: --check does not contact etcd)",
                 etcd.client.endpoints(),
-                crate::rules_format(key),
+                crate::start::rules_format(key),
             );
         }
         _ => {

@@ -49,11 +49,13 @@ mod tests;
 mod transport;
 mod upstream;
 
+#[cfg(feature = "etcd")]
+pub use self::model::EtcdSettings;
 pub(crate) use self::transport::system_tls;
 pub use self::{
     model::{
-        ClientCerts, Config, Discovery, EtcdSettings, Limits, RolloutSettings, Rules,
-        ServiceConfig, TlsSettings, TlsVersion,
+        ClientCerts, Config, Discovery, Limits, RolloutSettings, Rules, ServiceConfig, TlsSettings,
+        TlsVersion,
     },
     parse::default_carriers,
     transport::UpstreamTransport,

@@ -2,11 +2,21 @@
 //! in-flight caps fitted under it with a reserve.
 //!
 //! Each client connection holds a descriptor, and each request in flight to an upstream
-//! one more (an upstream connection; idle ones were in flight before). So the caps are
-//! fitted to keep `max_connections + max_in_flight` within the limit less [`RESERVE`]
-//! (the listeners, the admin endpoint, etcd, files, connects under way): the accept loop
-//! then stops accepting at `max_connections` before the process runs out, and a request
-//! over `max_in_flight` gets a 503 instead of an upstream connect that fails.
+//! one more (its upstream connection). So the caps are fitted to keep
+//! `max_connections + max_in_flight` within the limit less [`RESERVE`] (the listeners, the
+//! admin endpoint, etcd, files, connects under way): the accept loop then stops accepting
+//! at `max_connections` before the process runs out, and a request over `max_in_flight`
+//! gets a 503 instead of an upstream connect that fails.
+//!
+//! What the budget leaves out: the **idle upstream connections**. Each instance keeps up
+//! to 256 idle HTTP/1.1 connections (gray-discovery's `max_idle_per_instance`), and its
+//! one HTTP/2 connection, between requests; an idle one is closed when a request finds it
+//! expired or closed, or with its instance, not by a timer. An instance's idle connections
+//! never outnumber the requests it had in flight at its busiest, so with one service of
+//! one instance the budget holds; with many instances, the idle connections of those not
+//! busy now add up to 257 descriptors an instance beyond `max_connections + max_in_flight`.
+//! Size the hard limit for `max_connections + max_in_flight + 257 × instances + 64`
+//! (`--check` prints the caps in force).
 
 use rustix::process::{Resource, Rlimit, getrlimit, setrlimit};
 
