@@ -21,8 +21,10 @@ use hyper_util::server::graceful::GracefulConnection;
 use crate::limits::Cancels;
 use tokio::sync::{Notify, futures::OwnedNotified};
 
+/// What a drain and its members share: whether it is closing, and how many connections
+/// are still open.
 #[derive(Debug, Default)]
-struct Shared {
+struct Roster {
     closing: AtomicBool,
     /// Wakes the connections when `closing` is set.
     close: Arc<Notify>,
@@ -35,7 +37,7 @@ struct Shared {
 /// The set of connections a shutdown waits for (its clones are the same set).
 #[derive(Debug, Default, Clone)]
 pub(crate) struct Drain {
-    shared: Arc<Shared>,
+    shared: Arc<Roster>,
 }
 
 impl Drain {
@@ -73,7 +75,7 @@ impl Drain {
 /// One connection of a [`Drain`]: counted until dropped, and told when the drain shuts
 /// down.
 pub(crate) struct Member {
-    shared: Arc<Shared>,
+    shared: Arc<Roster>,
     notified: Pin<Box<OwnedNotified>>,
     /// The waker the notification is registered with.
     registered: Option<Waker>,
@@ -100,8 +102,8 @@ impl Member {
     }
 
     /// Watches `conn` as this member.
-    pub(crate) fn watch<C: GracefulConnection>(self, conn: C) -> Watched<C> {
-        Watched {
+    pub(crate) fn watch<C: GracefulConnection>(self, conn: C) -> Draining<C> {
+        Draining {
             conn: Box::pin(conn),
             member: self,
             shutting_down: false,
@@ -124,10 +126,10 @@ impl Drop for Member {
     }
 }
 
-// === Watched ===
+// === Draining ===
 
-/// A watched connection; see [`Member::watch`].
-pub(crate) struct Watched<C> {
+/// A connection that shuts down gracefully when its drain closes; see [`Member::watch`].
+pub(crate) struct Draining<C> {
     conn: Pin<Box<C>>,
     member: Member,
     shutting_down: bool,
@@ -135,7 +137,7 @@ pub(crate) struct Watched<C> {
     cancels: Option<Arc<Cancels>>,
 }
 
-impl<C> Watched<C> {
+impl<C> Draining<C> {
     /// Shuts the connection down as well when `cancels` says so.
     pub(crate) fn with_cancels(mut self, cancels: Arc<Cancels>) -> Self {
         self.cancels = Some(cancels);
@@ -143,15 +145,15 @@ impl<C> Watched<C> {
     }
 }
 
-impl<C> std::fmt::Debug for Watched<C> {
+impl<C> std::fmt::Debug for Draining<C> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Watched")
+        f.debug_struct("Draining")
             .field("shutting_down", &self.shutting_down)
             .finish_non_exhaustive()
     }
 }
 
-impl<C: GracefulConnection> Future for Watched<C> {
+impl<C: GracefulConnection> Future for Draining<C> {
     type Output = C::Output;
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<C::Output> {

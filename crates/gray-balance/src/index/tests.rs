@@ -114,7 +114,8 @@ fn many_changes_keep_the_lists_consistent() {
             }
             3 => {
                 if let Some(&id) = ids.get(&key) {
-                    let state = [Standing::Ready, Standing::Unready, Standing::Ejected][rng.index(3)];
+                    let state =
+                        [Standing::Ready, Standing::Unready, Standing::Ejected][rng.index(3)];
                     index.set_state(id, state);
                 }
             }

@@ -6,7 +6,8 @@
 //! first) for the connection's life, with no setting to release them while it is idle:
 //! 17.6 kB per idle keep-alive connection, where nginx keeps about 0.5 kB. So a burst is
 //! one hyper connection over the client's socket, run while the client sends; once the
-//! connection has nothing left to do until its client sends again ([`Activity::parkable`]:
+//! connection has nothing left to do until its client sends again
+//! ([`ConnState::parkable`](super::state::ConnState::parkable):
 //! the last request had no body, its response is finished and flushed, and the last read
 //! found nothing), the hyper connection is closed gracefully without shutting the socket
 //! down, and dropped with its buffers. The socket is then **parked**: the task waits for
@@ -38,8 +39,8 @@ use tower::Service;
 
 use super::{
     Server,
-    tracked::{Adapter, Tracked},
-    watchdog::Watched,
+    counted::{Adapter, Counted},
+    observed::ObservedIo,
 };
 use crate::drain::Member;
 
@@ -50,13 +51,13 @@ type BoxError = Box<dyn std::error::Error + Send + Sync>;
 const PREFACE: &[u8; 24] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 
 /// A client connection ready for HTTP: its socket, or its TLS stream over the socket.
-pub(crate) trait Transport: AsyncRead + AsyncWrite + Unpin + Send + 'static {
+pub(crate) trait ClientIo: AsyncRead + AsyncWrite + Unpin + Send + 'static {
     /// Ready once the client's socket has bytes to read, or is closed or failed: where a
     /// parked connection waits, holding no buffer.
     fn poll_read_ready(&self, cx: &mut Context<'_>) -> Poll<io::Result<()>>;
 }
 
-impl Transport for TcpStream {
+impl ClientIo for TcpStream {
     fn poll_read_ready(&self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         TcpStream::poll_read_ready(self, cx)
     }
@@ -72,11 +73,11 @@ impl Transport for TcpStream {
 pub(super) async fn serve<I, S, B>(
     server: &Server,
     mut io: I,
-    mut service: Adapter<Tracked<S>>,
+    mut service: Adapter<Counted<S>>,
     mut member: Member,
 ) -> Result<(), BoxError>
 where
-    I: Transport,
+    I: ClientIo,
     S: Service<Request, Response = http::Response<B>, Error = std::convert::Infallible>
         + Clone
         + Send
@@ -87,14 +88,14 @@ where
     B::Data: Send,
     B::Error: Into<BoxError>,
 {
-    let activity = service.service.activity.clone();
+    let state = service.service.state.clone();
     let (h2, mut prefix) = read_version(&mut io).await?;
     if h2 {
-        let io = TokioIo::new(Watched::new(Prefixed::new(io, prefix), activity.clone()));
+        let io = TokioIo::new(ObservedIo::new(Prefixed::new(io, prefix), state.clone()));
         let conn = server.http2.serve_connection(io, service);
         return Ok(member
             .watch(conn)
-            .with_cancels(activity.cancels.clone())
+            .with_cancels(state.cancels().clone())
             .await?);
     }
     if prefix.is_empty() {
@@ -117,13 +118,13 @@ where
                 return Ok(());
             }
         }
-        activity.unpark();
-        let io_ = TokioIo::new(Watched::new(Prefixed::new(io, prefix), activity.clone()));
+        state.unpark();
+        let io_ = TokioIo::new(ObservedIo::new(Prefixed::new(io, prefix), state.clone()));
         let mut conn = Box::pin(server.http1.serve_connection(io_, service));
         let (mut shutting_down, mut registered) = (false, false);
         let parked = poll_fn(|cx| {
             if !registered {
-                activity.register(cx.waker());
+                state.register(cx.waker());
                 registered = true;
             }
             if !shutting_down && member.poll_closing(cx, None) {
@@ -132,7 +133,7 @@ where
             }
             match conn.as_mut().poll(cx) {
                 Poll::Ready(done) => Poll::Ready(Some(done)),
-                Poll::Pending if !shutting_down && activity.parkable(|| server.crowded()) => {
+                Poll::Pending if !shutting_down && state.parkable(|| server.crowded()).is_ok() => {
                     Poll::Ready(None)
                 }
                 Poll::Pending => Poll::Pending,
@@ -157,7 +158,7 @@ where
         prefix = ahead.freeze();
         #[cfg(test)]
         if prefix.is_empty() {
-            activity.parked();
+            state.parked();
         }
     }
 }

@@ -46,8 +46,12 @@
 
 mod conn;
 #[cfg(test)]
+mod contract;
+mod counted;
+mod observed;
+mod state;
+#[cfg(test)]
 mod tests;
-mod tracked;
 mod watchdog;
 
 use std::{convert::Infallible, future::Future, io, net::SocketAddr, sync::Arc, time::Duration};
@@ -63,9 +67,10 @@ use tower::Service;
 
 use crate::config::Limits;
 
-pub(crate) use conn::Transport;
-use tracked::Tracked;
-use watchdog::{Activity, Timeouts, watchdog};
+pub(crate) use conn::ClientIo;
+use counted::Counted;
+use state::ConnState;
+use watchdog::{Timeouts, watchdog};
 
 /// How long a shutdown waits for the connections to finish before it drops them.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
@@ -76,7 +81,7 @@ const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
 /// watchdog's head timeout, which starts at the accept, covers it.
 pub(crate) trait Handshake: Send + Sync + 'static {
     /// The connection once it is ready for HTTP.
-    type Io: Transport;
+    type Io: ClientIo;
     /// The handshake in progress.
     type Future: Future<Output = io::Result<Self::Io>> + Send + 'static;
 
@@ -165,6 +170,8 @@ pub(crate) async fn serve<H, M, S, B>(
     let graceful = crate::drain::Drain::new();
     let limits = server.limits;
     let timeouts = Timeouts::from(&limits);
+    // The connections' tasks: what a shutdown closes once its grace is over.
+    let mut connections = tokio::task::JoinSet::new();
     loop {
         let permit = tokio::select! {
             permit = server.permits.clone().acquire_owned() => match permit {
@@ -187,19 +194,21 @@ pub(crate) async fn serve<H, M, S, B>(
             () = until_stopped(&mut stopped) => break,
         };
         let _ = stream.set_nodelay(true);
-        let activity = Arc::new(Activity::new(&limits));
-        let service = Tracked {
+        let state = Arc::new(ConnState::new(&limits));
+        let service = Counted {
             inner: make(peer),
-            activity: activity.clone(),
+            state: state.clone(),
             peer,
         };
         let handshaking = handshake.handshake(stream);
         let (server, graceful) = (server.clone(), graceful.clone());
-        let task = tokio::spawn(async move {
+        // Reaps the connections that ended, so the set holds only open ones.
+        while connections.try_join_next().is_some() {}
+        let task = connections.spawn(async move {
             match handshaking.await {
                 Ok(io) => {
                     let member = graceful.join();
-                    let service = tracked::Adapter { service };
+                    let service = counted::Adapter { service };
                     if let Err(e) = conn::serve(&server, io, service, member).await {
                         tracing::debug!(error = %e, %peer, "connection closed with an error");
                     }
@@ -208,14 +217,20 @@ pub(crate) async fn serve<H, M, S, B>(
             }
             drop(permit);
         });
-        tokio::spawn(watchdog(activity, task.abort_handle(), timeouts, peer));
+        tokio::spawn(watchdog(state, task, timeouts, peer));
     }
     drop(listener);
     if tokio::time::timeout(SHUTDOWN_GRACE, graceful.shutdown())
         .await
         .is_err()
     {
-        tracing::warn!("connections still open after {SHUTDOWN_GRACE:?}; closing them");
+        tracing::warn!(
+            open = connections.len(),
+            "connections still open after {SHUTDOWN_GRACE:?}; closing them"
+        );
+        // Dropping a task closes its connection: its socket is dropped with it.
+        connections.abort_all();
+        while connections.join_next().await.is_some() {}
     }
 }
 

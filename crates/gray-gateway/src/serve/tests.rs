@@ -14,11 +14,7 @@ use tokio::{
     task::JoinHandle,
 };
 
-use super::{
-    Server, conn,
-    tracked::Tracked,
-    watchdog::{Activity, watchdog},
-};
+use super::{Server, conn, counted::Counted, state::ConnState, watchdog::watchdog};
 use crate::{config::Limits, drain::Drain};
 
 /// A bound on every wait: generous, for a loaded machine.
@@ -34,10 +30,10 @@ async fn echo(req: Request<Incoming>) -> Result<Response<Full<Bytes>>, Infallibl
 }
 
 /// One client connection served by `conn::serve`: the client's end, the connection's
-/// activity, and the task serving it.
+/// state, and the task serving it.
 struct Served {
     client: TcpStream,
-    activity: Arc<Activity>,
+    state: Arc<ConnState>,
     task: JoinHandle<()>,
     drain: Drain,
 }
@@ -59,10 +55,10 @@ async fn served_with(limits: Limits, watched: bool) -> Served {
         .unwrap();
     let (stream, peer): (TcpStream, SocketAddr) = listener.accept().await.unwrap();
     let server = Server::new(limits);
-    let activity = Arc::new(Activity::new(&limits));
-    let service = Tracked {
+    let state = Arc::new(ConnState::new(&limits));
+    let service = Counted {
         inner: tower::service_fn(echo),
-        activity: activity.clone(),
+        state: state.clone(),
         peer,
     };
     let drain = Drain::new();
@@ -70,13 +66,13 @@ async fn served_with(limits: Limits, watched: bool) -> Served {
     // The connection's slot, as the accept loop takes it.
     let permit = server.permits.clone().try_acquire_owned().unwrap();
     let task = tokio::spawn(async move {
-        let service = super::tracked::Adapter { service };
+        let service = super::counted::Adapter { service };
         conn::serve(&server, stream, service, member).await.unwrap();
         drop(permit);
     });
     if watched {
         tokio::spawn(watchdog(
-            activity.clone(),
+            state.clone(),
             task.abort_handle(),
             (&limits).into(),
             peer,
@@ -84,7 +80,7 @@ async fn served_with(limits: Limits, watched: bool) -> Served {
     }
     Served {
         client,
-        activity,
+        state,
         task,
         drain,
     }
@@ -106,13 +102,13 @@ impl Served {
     /// Waits until the connection has been parked `n` times in all.
     async fn parked(&self, n: u64) {
         tokio::time::timeout(WAIT, async {
-            while self.activity.parks() < n {
+            while self.state.parks() < n {
                 tokio::task::yield_now().await;
             }
         })
         .await
-        .unwrap_or_else(|_| panic!("parked {} times, not {n}", self.activity.parks()));
-        assert_eq!(self.activity.parks(), n);
+        .unwrap_or_else(|_| panic!("parked {} times, not {n}", self.state.parks()));
+        assert_eq!(self.state.parks(), n);
     }
 }
 
@@ -175,14 +171,14 @@ async fn a_request_body_is_read_whole_and_parking_waits_for_a_request_without_on
     // A request with a body leaves the connection running (hyper may still be reading
     // it), even once the watchdog has seen it idle and the task has been woken.
     tokio::time::timeout(WAIT, async {
-        while !s.activity.park_requested() {
+        while !s.state.park_requested() {
             tokio::task::yield_now().await;
         }
     })
     .await
     .expect("the watchdog saw the connection idle");
     tokio::task::yield_now().await;
-    assert_eq!(s.activity.parks(), 0);
+    assert_eq!(s.state.parks(), 0);
     s.client.write_all(GET).await.unwrap();
     assert_eq!(s.answers(1).await, ["GET /a "]);
     s.parked(1).await;

@@ -134,11 +134,11 @@ impl Acceptor {
     }
 }
 
-impl crate::serve::Transport for TlsStream<TcpStream> {
+impl crate::serve::ClientIo for TlsStream<TcpStream> {
     fn poll_read_ready(&self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         // A TLS stream is parked only after a read of it found nothing: no record it
         // received is left undecrypted or unread, so only new bytes on the socket matter.
-        crate::serve::Transport::poll_read_ready(self.get_ref().0, cx)
+        crate::serve::ClientIo::poll_read_ready(self.get_ref().0, cx)
     }
 }
 

@@ -1,11 +1,12 @@
-//! The connection's service as hyper calls it ([`Adapter`]), keeping the connection's
-//! [`Activity`] of its requests ([`Tracked`], [`TrackedBody`]).
+//! The connection's service as hyper calls it ([`Adapter`]), telling the connection's
+//! [`ConnState`] of its requests ([`Counted`]) and their responses ([`CountedBody`]),
+//! each through the request's [`Flight`].
 
 use std::{
     future::Future,
     net::SocketAddr,
     pin::Pin,
-    sync::{Arc, atomic::Ordering},
+    sync::Arc,
     task::{Context, Poll, ready},
 };
 
@@ -14,84 +15,83 @@ use hyper::body::{Body, Frame, Incoming, SizeHint};
 use pin_project_lite::pin_project;
 use tower::Service;
 
-use super::watchdog::{Activity, InFlight};
+use super::state::{ConnState, Flight};
 
-/// The connection's service, keeping its [`Activity`]'s count of requests in flight.
+/// The connection's service, telling its [`ConnState`] of each request.
 #[derive(Debug, Clone)]
-pub(super) struct Tracked<S> {
+pub(super) struct Counted<S> {
     pub(super) inner: S,
-    pub(super) activity: Arc<Activity>,
+    pub(super) state: Arc<ConnState>,
     pub(super) peer: SocketAddr,
 }
 
-impl<S, B> Service<Request<Incoming>> for Tracked<S>
+impl<S, B> Service<Request<Incoming>> for Counted<S>
 where
     S: Service<Request<Incoming>, Response = Response<B>>,
 {
-    type Response = Response<TrackedBody<B>>;
+    type Response = Response<CountedBody<B>>;
     type Error = S::Error;
-    type Future = TrackedFuture<S::Future>;
+    type Future = CountedFuture<S::Future>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), S::Error>> {
         self.inner.poll_ready(cx)
     }
 
     fn call(&mut self, req: Request<Incoming>) -> Self::Future {
-        self.activity.begin(req.body().is_end_stream());
-        if self.activity.cancels.begin() {
+        let (flight, goaway) = self.state.begin(
+            req.body().is_end_stream(),
+            req.version() == http::Version::HTTP_2,
+        );
+        if goaway {
             let peer = self.peer;
             crate::limits::warn(crate::limits::Warning::Cancelling, |suppressed| {
                 tracing::warn!(%peer, suppressed, "GOAWAY: the client cancels most of its streams (max_cancelled_streams_percent)");
             });
         }
-        TrackedFuture {
+        CountedFuture {
             inner: self.inner.call(req),
-            flight: Some(InFlight(self.activity.clone(), false)),
+            flight: Some(flight),
         }
     }
 }
 
 pin_project! {
-    /// The response future of [`Tracked`]: moves the request's flight into the body.
-    pub(super) struct TrackedFuture<F> {
+    /// The response future of [`Counted`]: moves the request's flight into the body.
+    pub(super) struct CountedFuture<F> {
         #[pin]
         inner: F,
-        flight: Option<InFlight>,
+        flight: Option<Flight>,
     }
 }
 
-impl<F, B, E> Future for TrackedFuture<F>
+impl<F, B, E> Future for CountedFuture<F>
 where
     F: Future<Output = Result<Response<B>, E>>,
 {
-    type Output = Result<Response<TrackedBody<B>>, E>;
+    type Output = Result<Response<CountedBody<B>>, E>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.project();
         let res = ready!(this.inner.poll(cx))?;
         let flight = this.flight.take().map(|mut flight| {
-            flight.0.bodies.fetch_add(1, Ordering::Relaxed);
-            flight.1 = true;
+            flight.response_began();
             flight
         });
-        Poll::Ready(Ok(res.map(|inner| TrackedBody {
-            inner,
-            _flight: flight,
-        })))
+        Poll::Ready(Ok(res.map(|inner| CountedBody { inner, flight })))
     }
 }
 
 pin_project! {
     /// A response body that ends its request's flight when dropped.
     #[derive(Debug)]
-    pub(crate) struct TrackedBody<B> {
+    pub(crate) struct CountedBody<B> {
         #[pin]
         inner: B,
-        _flight: Option<InFlight>,
+        flight: Option<Flight>,
     }
 }
 
-impl<B: Body> Body for TrackedBody<B> {
+impl<B: Body> Body for CountedBody<B> {
     type Data = B::Data;
     type Error = B::Error;
 
@@ -101,8 +101,8 @@ impl<B: Body> Body for TrackedBody<B> {
     ) -> Poll<Option<Result<Frame<B::Data>, B::Error>>> {
         let this = self.project();
         let frame = ready!(this.inner.poll_frame(cx));
-        if let (Some(flight), Some(Ok(_))) = (this._flight.as_ref(), &frame) {
-            flight.0.sent.fetch_add(1, Ordering::Relaxed);
+        if let (Some(flight), Some(Ok(_))) = (this.flight.as_ref(), &frame) {
+            flight.frame_sent();
         }
         Poll::Ready(frame)
     }
