@@ -1,5 +1,5 @@
 //! How long a change of the instances takes to reach a balancer with no traffic at all: the
-//! latency behind the README's "a new, relabelled or deleted instance reaches every
+//! latency behind the docs' "a new, relabelled or deleted instance reaches every
 //! balancer within a second", measured here rather than asserted in a test (the tests wait
 //! with a bound no loaded machine reaches).
 //!

@@ -1,8 +1,12 @@
 //! ARCHITECTURE.md's table of the library crates' dependencies on each other is what
-//! `cargo metadata` says, and the rules engine's dependencies stay where the table puts
-//! them.
+//! `cargo metadata` says, the README's crate table lists every crate under `crates/`, and
+//! the rules engine's dependencies stay where the table puts them.
 
-use std::{collections::BTreeMap, path::Path, process::Command};
+use std::{
+    collections::{BTreeMap, BTreeSet},
+    path::Path,
+    process::Command,
+};
 
 /// `crate → (normal dependencies, optional ones)` among the `gray-*` crates, from
 /// `cargo metadata`.
@@ -14,7 +18,8 @@ fn workspace() -> &'static Path {
         .expect("tests/ is inside the workspace")
 }
 
-fn cargo_metadata() -> Edges {
+/// `cargo metadata` of the workspace, without its dependencies.
+fn metadata() -> serde_json::Value {
     let out = Command::new(env!("CARGO"))
         .args([
             "metadata",
@@ -31,7 +36,11 @@ fn cargo_metadata() -> Edges {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let meta: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    serde_json::from_slice(&out.stdout).expect("JSON")
+}
+
+fn cargo_metadata() -> Edges {
+    let meta = metadata();
     let mut edges = Edges::new();
     for package in meta["packages"].as_array().expect("packages") {
         let name = package["name"].as_str().unwrap_or_default();
@@ -115,6 +124,58 @@ fn the_dependency_table_is_what_cargo_metadata_says() {
     assert_eq!(
         documented, actual,
         "ARCHITECTURE.md's dependency table (left) differs from cargo metadata (right)"
+    );
+}
+
+/// Every package whose manifest is in `crates/`, by name.
+fn crates_folder() -> BTreeSet<String> {
+    let crates = workspace().join("crates");
+    metadata()["packages"]
+        .as_array()
+        .expect("packages")
+        .iter()
+        .filter(|p| {
+            p["manifest_path"]
+                .as_str()
+                .is_some_and(|m| Path::new(m).starts_with(&crates))
+        })
+        .filter_map(|p| p["name"].as_str().map(str::to_owned))
+        .collect()
+}
+
+/// The crates the README's "Crates" table names, one a row: ``| [`name`](crates/name) | … |``.
+fn readme_crates() -> BTreeSet<String> {
+    let text = std::fs::read_to_string(workspace().join("README.md")).expect("readable");
+    let table = text
+        .split("| crate | what it owns |")
+        .nth(1)
+        .expect("the README's crate table");
+    table
+        .lines()
+        .skip(2)
+        .take_while(|l| l.starts_with('|'))
+        .map(|row| {
+            let cell = row.split('|').nth(1).unwrap_or_default().trim();
+            let name = cell
+                .trim_start_matches("[`")
+                .split('`')
+                .next()
+                .unwrap_or_default();
+            assert!(
+                cell.ends_with(&format!("(crates/{name})")),
+                "README.md: the row of `{name}` links elsewhere than crates/{name}: {cell}"
+            );
+            name.to_owned()
+        })
+        .collect()
+}
+
+#[test]
+fn the_readme_lists_every_crate() {
+    assert_eq!(
+        readme_crates(),
+        crates_folder(),
+        "README.md's crate table (left) differs from the packages under crates/ (right)"
     );
 }
 

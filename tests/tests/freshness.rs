@@ -6,7 +6,7 @@
 //! request.
 //!
 //! Each step is waited for with a generous bound ([`WAIT`]) that a loaded CI machine never
-//! reaches: how *fast* a change shows (the "within a second" of the README) is measured by
+//! reaches: how *fast* a change shows (the "within a second" of `docs/discovery.md`) is measured by
 //! `cargo bench -p gray-tests --bench freshness`, not asserted here.
 
 use std::{net::SocketAddr, path::Path};

@@ -1,7 +1,8 @@
-//! The README's Rust snippets are compiled code: every `rust` block that is not
-//! `ignore`d follows a `<!-- snippet: path -->` line naming the program it is cut from
-//! (an example, which the test command runs), and stands there verbatim, indented as a
-//! whole or not.
+//! The Rust snippets of the README and of the guides in `docs/` are compiled code: every
+//! `rust` block that is not `ignore`d follows a `<!-- snippet: path -->` line naming the
+//! program it is cut from (an example, which the test command runs), and stands there
+//! verbatim, indented as a whole or not. Every relative link of those pages resolves to a
+//! file of the workspace.
 
 use std::path::Path;
 
@@ -77,26 +78,90 @@ fn stands_in(file: &str, lines: &[String]) -> bool {
     })
 }
 
+/// The workspace's root.
+fn root() -> std::path::PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+/// The README and every guide of `docs/`: their paths from the root, and their text.
+fn pages() -> Vec<(String, String)> {
+    let root = root();
+    let mut pages = vec!["README.md".to_owned()];
+    let mut guides: Vec<String> = std::fs::read_dir(root.join("docs"))
+        .expect("docs/")
+        .filter_map(|e| {
+            let name = e.ok()?.file_name().into_string().ok()?;
+            name.ends_with(".md").then(|| format!("docs/{name}"))
+        })
+        .collect();
+    assert!(!guides.is_empty(), "docs/ holds the guides");
+    guides.sort();
+    pages.extend(guides);
+    pages
+        .into_iter()
+        .map(|page| {
+            let text = std::fs::read_to_string(root.join(&page))
+                .unwrap_or_else(|e| panic!("{page}: {e}"));
+            (page, text)
+        })
+        .collect()
+}
+
 #[test]
 fn every_rust_snippet_is_cut_from_a_program_that_runs() {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-    let readme = std::fs::read_to_string(root.join("README.md")).expect("README.md");
-    for snippet in snippets(&readme) {
-        let Some(source) = &snippet.source else {
-            panic!(
-                "README.md:{}: a `rust` block without `<!-- snippet: path -->` before it",
-                snippet.line
+    let root = root();
+    for (page, text) in pages() {
+        for snippet in snippets(&text) {
+            let Some(source) = &snippet.source else {
+                panic!(
+                    "{page}:{}: a `rust` block without `<!-- snippet: path -->` before it",
+                    snippet.line
+                );
+            };
+            let file = std::fs::read_to_string(root.join(source))
+                .unwrap_or_else(|e| panic!("{page}:{}: {source}: {e}", snippet.line));
+            assert!(
+                stands_in(&file, &snippet.lines),
+                "{page}:{}: the snippet is not in {source} as it is:\n{}",
+                snippet.line,
+                snippet.lines.join("\n")
             );
-        };
-        let file = std::fs::read_to_string(root.join(source))
-            .unwrap_or_else(|e| panic!("README.md:{}: {source}: {e}", snippet.line));
-        assert!(
-            stands_in(&file, &snippet.lines),
-            "README.md:{}: the snippet is not in {source} as it is:\n{}",
-            snippet.line,
-            snippet.lines.join("\n")
-        );
+        }
     }
+}
+
+/// The targets of the relative links of `text` (`[text](target)`), their `#anchor` cut.
+fn relative_links(text: &str) -> Vec<&str> {
+    text.split("](")
+        .skip(1)
+        .filter_map(|rest| rest.split(')').next())
+        .filter(|target| !target.contains("://") && !target.starts_with('#'))
+        .map(|target| target.split('#').next().unwrap_or(target))
+        .filter(|target| !target.is_empty() && !target.contains(' '))
+        .collect()
+}
+
+#[test]
+fn every_relative_link_resolves() {
+    let root = root();
+    for (page, text) in pages() {
+        let folder = Path::new(&page).parent().unwrap_or(Path::new(""));
+        for target in relative_links(&text) {
+            assert!(
+                root.join(folder).join(target).exists(),
+                "{page}: the link to {target} leads nowhere"
+            );
+        }
+    }
+}
+
+#[test]
+fn the_readme_is_read_in_ten_minutes() {
+    let lines = std::fs::read_to_string(root().join("README.md"))
+        .expect("README.md")
+        .lines()
+        .count();
+    assert!(lines <= 300, "README.md has {lines} lines: guides go to docs/");
 }
 
 #[test]
@@ -113,4 +178,6 @@ fn the_check_finds_snippets_and_drift() {
     assert!(!stands_in(program, &drifted));
     let reindented = ["let a = 1;".to_owned(), "  let b = a;".to_owned()];
     assert!(!stands_in(program, &reindented));
+    let links = "[a](docs/a.md) [b](https://x.io/b) [c](#c) [d](../d.rs#L1) `[e](f g)`";
+    assert_eq!(relative_links(links), ["docs/a.md", "../d.rs"]);
 }

@@ -6,7 +6,7 @@
 //! throughput. Each caller holds a clone of one `Balance` handle (no mutex, no `Buffer`).
 //! The figures of the balancer before the shared rewrite, behind a mutex as the gateway
 //! shared it (`Arc<Mutex<Balance>>`: lock, `poll_ready`, `call`, unlock, await), were
-//! recorded with this bench on that code; they are quoted in the README.
+//! recorded with this bench on that code; they are quoted in `docs/performance.md`.
 //!
 //! Run with: `cargo bench -p gray-balance --bench concurrent`
 

@@ -11,7 +11,7 @@
 //! - `registry/initial_load`: `Registry::start` over 10,000 instances (etcd keys, and a
 //!   JSON file).
 //! - `set/*`: the same operations on an [`InstanceSet`] alone (decode and apply, diff,
-//!   initial list), the figures the README gave before the registry existed.
+//!   initial list), the figures `docs/performance.md` gave before the registry existed.
 //!
 //! Run with: cargo bench -p gray-discovery --bench discovery
 

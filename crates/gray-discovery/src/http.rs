@@ -34,13 +34,17 @@
 //! every request with an error that says so: it is never spoken to in cleartext.
 //!
 //! **HTTP/1 connections.** Each endpoint keeps its own idle connections (up to
-//! [`HttpEndpoints::with_max_idle_per_instance`], each for at most
-//! [`HttpEndpoints::with_idle_timeout`]). A request takes the most recent idle connection that
-//! is still open, or opens one; its future drives the connection until the response head
+//! [`HttpEndpoints::with_max_idle_per_instance`]; one idle for longer than
+//! [`HttpEndpoints::with_idle_timeout`] is not reused). A request takes the most recent idle
+//! connection that is still open and fresh, or opens one; the expired and closed ones it
+//! finds on the way are dropped then: nothing reaps the idle list in the background, so an
+//! idle connection stays open until a request finds it expired, or until its endpoint is
+//! dropped with its instance; its future drives the connection until the response head
 //! arrives, and the response's [`ResponseBody`] drives it while the body is read. When the
 //! body ends, the connection is idle again; a body dropped before its end closes it. No
 //! task is spawned per connection and no channel hop is taken per request, which is what
-//! makes this cheaper than hyper-util's pooled client (see the README's figures). A request
+//! makes this cheaper than hyper-util's pooled client (see the figures in the workspace's
+//! `docs/performance.md`). A request
 //! that finds its idle connection closed by the instance is sent again on another one when
 //! it was not sent at all; once written, it is never resent.
 //!

@@ -2,7 +2,7 @@
 //! each attack while well-behaved HTTP/1.1 and HTTP/2 clients are served: what the attack
 //! costs the gateway is measured at the upstream (connections accepted, requests
 //! forwarded) and in /proc (memory, descriptors). The figures print with `--nocapture`;
-//! the README records them beside nginx's.
+//! docs/performance.md records them beside nginx's.
 
 mod abuse;
 

@@ -1,7 +1,7 @@
 //! The statistical acceptance tests of automatic rollouts: seeded simulations on a
 //! simulated clock, many runs each, bounds that fail when the property breaks.
 //!
-//! Figures are printed (run with `--nocapture`) for the README.
+//! Figures are printed (run with `--nocapture`) for `docs/performance.md`.
 
 mod sim;
 

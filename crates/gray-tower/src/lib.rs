@@ -38,7 +38,7 @@
 //! (beside `axum`, `reqwest` and `tokio`, which it has anyway). A service that routes its
 //! outbound calls adds the features `balance` and `discovery`, and a custom gateway
 //! `axum` too: the balancer and the registry are then `gray_tower::balance` and
-//! `gray_tower::discovery`, and nothing else from gray is needed (the README's guide "A
+//! `gray_tower::discovery`, and nothing else from gray is needed (the guide "A
 //! custom gateway" walks through one).
 //!
 //! # Builders

@@ -98,7 +98,7 @@ pub fn instances(service: &ServiceInstances) -> Vec<String> {
 /// Polls `service` (no request, no stream: only the registry's own task moves it) until its
 /// instances are `expected`; fails the test after [`WAIT`], a bound no loaded machine
 /// reaches. How fast a change shows is measured, not asserted: `cargo bench -p gray-tests
-/// --bench freshness` (the README's Performance table).
+/// --bench freshness` (the table in `docs/performance.md`).
 pub async fn until_instances(service: &ServiceInstances, expected: &[&str]) {
     let deadline = tokio::time::Instant::now() + WAIT;
     loop {

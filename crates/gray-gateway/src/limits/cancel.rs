@@ -1,12 +1,13 @@
-//! A connection whose client cancels most of its streams is sent GOAWAY.
+//! An HTTP/2 connection whose client cancels most of its streams is sent GOAWAY.
 //!
-//! A stream cancelled before its response (HTTP/2 `RST_STREAM`, or an HTTP/1.1 client that
-//! closes mid-request) cost the gateway its routing and, often, an upstream request; a
-//! client that does little else is making the gateway pay for nothing. Streams are judged
-//! in windows of [`WINDOW`]: when more than `max_cancelled_percent` of a window's streams
-//! were cancelled before their response, the connection is shut down gracefully (hyper's
-//! GOAWAY: streams in flight finish, no new ones are accepted). Counting costs two relaxed
-//! atomic operations per stream; the connection's task is woken only to shut down.
+//! A stream cancelled before its response (`RST_STREAM`) cost the gateway its routing and,
+//! often, an upstream request; a client that does little else is making the gateway pay
+//! for nothing. Streams are judged in windows of [`WINDOW`]: when more than
+//! `max_cancelled_percent` of a window's streams were cancelled before their response,
+//! the connection is shut down gracefully (hyper's GOAWAY: streams in flight finish, no
+//! new ones are accepted). Counting costs two relaxed
+//! atomic operations per stream; the connection's task is woken only to shut down. HTTP/1.1
+//! requests are not counted: a client that gives up on one closes its connection anyway.
 
 use std::{
     sync::atomic::{AtomicBool, AtomicU32, Ordering},

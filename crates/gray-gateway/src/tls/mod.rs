@@ -18,7 +18,7 @@
 //!   with an ERROR that names the file and the reason while the previous one stays in
 //!   force.
 //!
-//! rustls on `ring`, the workspace's one crypto provider (README, "TLS at the gateway").
+//! rustls on `ring`, the workspace's one crypto provider (`docs/performance.md`, "TLS at the gateway against nginx").
 
 mod load;
 mod reload;
