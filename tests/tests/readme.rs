@@ -100,8 +100,8 @@ fn pages() -> Vec<(String, String)> {
     pages
         .into_iter()
         .map(|page| {
-            let text = std::fs::read_to_string(root.join(&page))
-                .unwrap_or_else(|e| panic!("{page}: {e}"));
+            let text =
+                std::fs::read_to_string(root.join(&page)).unwrap_or_else(|e| panic!("{page}: {e}"));
             (page, text)
         })
         .collect()
@@ -161,7 +161,10 @@ fn the_readme_is_read_in_ten_minutes() {
         .expect("README.md")
         .lines()
         .count();
-    assert!(lines <= 300, "README.md has {lines} lines: guides go to docs/");
+    assert!(
+        lines <= 300,
+        "README.md has {lines} lines: guides go to docs/"
+    );
 }
 
 #[test]

@@ -11,11 +11,11 @@ use gray_config::{ConfigError, Document};
 /// rules.toml:7:30: rules[1] ("testers"), field `when.header.regex`: expected a valid regular expression (regex parse error: …)
 /// ```
 #[derive(Debug, Clone)]
-pub struct RulesError(Box<Inner>);
+pub struct RulesError(Box<Details>);
 
 /// Boxed, so that a `Result` of the compiler stays small.
 #[derive(Debug, Clone)]
-struct Inner {
+struct Details {
     source_name: Arc<str>,
     line: Option<usize>,
     column: Option<usize>,
@@ -68,7 +68,7 @@ impl RulesError {
             Some(feature) => Problem::FormatDisabled(feature),
             None => Problem::Syntax(e.message().to_owned()),
         };
-        RulesError(Box::new(Inner {
+        RulesError(Box::new(Details {
             source_name: e.shared_source().clone(),
             line: e.line(),
             column: e.column(),
@@ -207,7 +207,7 @@ impl At<'_> {
         expected: impl Into<Cow<'static, str>>,
         found: Option<String>,
     ) -> RulesError {
-        RulesError(Box::new(Inner {
+        RulesError(Box::new(Details {
             source_name: self.source_name.clone(),
             line: None,
             column: None,
@@ -254,7 +254,7 @@ mod tests {
     /// feature, as CI builds it): gray-rules' feature, which forwards to gray-config's.
     #[test]
     fn a_disabled_format_names_the_gray_rules_feature() {
-        let e = RulesError(Box::new(Inner {
+        let e = RulesError(Box::new(Details {
             source_name: Arc::from("rules.yaml"),
             line: None,
             column: None,

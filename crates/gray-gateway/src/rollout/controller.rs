@@ -33,7 +33,7 @@ use tokio::sync::{Mutex as AsyncMutex, watch};
 use tower::BoxError;
 
 use super::{
-    Probe, ServiceEvidence,
+    Population, ServiceEvidence,
     store::{Fence, RolloutStore, Saved, Stored},
 };
 use crate::config::RolloutSettings;
@@ -200,29 +200,25 @@ impl Controller {
     fn put_in_force(&self, rollout: &Rollout) {
         let state = rollout.state();
         let cut_off = self.cut_off.load(Ordering::Relaxed);
-        let weight = if cut_off { 0.0 } else { state.weight };
-        if state.phase != Phase::Pending {
+        let in_force = weight_in_force(state, cut_off);
+        if let Some(weight) = in_force {
             if let Err(e) = self.rules.override_percent(&self.config.rule, weight) {
                 tracing::error!(target: "gray::rollout", service = %self.service, rule = %self.config.rule, error = %e, "cannot put the rollout's weight on its rule");
             }
         }
         self.recorder.follow(&rollout.epoch_spec());
-        let probe = state.phase.is_active().then(|| {
-            Arc::new(Probe {
+        let population = state.phase.is_active().then(|| {
+            Arc::new(Population {
                 recorder: self.recorder.clone(),
                 rule: self.config.rule.as_str().into(),
                 rules: self.rules.clone(),
             })
         });
-        self.evidence.set_probe(probe);
+        self.evidence.set_population(population);
         let mut view = self.lock_view();
         view.phase = state.phase;
         view.pause_reason = state.pause;
-        view.weight = if state.phase == Phase::Pending {
-            state.weight
-        } else {
-            weight
-        };
+        view.weight = in_force.unwrap_or(state.weight);
         view.cut_off = cut_off;
         view.step = state.step;
         view.evidence = Some(state.evidence.summary());
@@ -485,5 +481,20 @@ impl Controller {
                 () = crate::serve::until_stopped(&mut stopped) => return,
             }
         }
+    }
+}
+
+/// The percentage a rollout's rule runs at: the one decision of it. The state machine
+/// (gray-rollout's `Rollout`) decides the rollout's weight (`State::weight`), the store
+/// keeps it, and this says what of it is in force on this gateway: that weight,
+/// but 0 while the gateway is cut off from the store for longer than the partition hold;
+/// `None` for a rollout never started, whose rule keeps its source's percentage.
+/// [`Controller::put_in_force`] is the only caller, and the only one that applies it
+/// (`LiveRules::override_percent`, which the sticky rule then reads per request).
+fn weight_in_force(state: &gray_rollout::machine::State, cut_off: bool) -> Option<f64> {
+    match state.phase {
+        Phase::Pending => None,
+        _ if cut_off => Some(0.0),
+        _ => Some(state.weight),
     }
 }

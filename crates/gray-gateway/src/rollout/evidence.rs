@@ -20,12 +20,12 @@ pub(crate) struct ServiceEvidence {
     /// Every request, by lane.
     pub(crate) lanes: LaneStats,
     /// Set while a rollout runs on the service.
-    probe: ArcSwapOption<Probe>,
+    population: ArcSwapOption<Population>,
 }
 
 /// Who counts as evidence of a running rollout, and where it is recorded.
 #[derive(Debug)]
-pub(crate) struct Probe {
+pub(crate) struct Population {
     pub(crate) recorder: Arc<Recorder>,
     pub(crate) rule: Box<str>,
     pub(crate) rules: LiveRules,
@@ -55,20 +55,20 @@ impl ServiceEvidence {
     pub(crate) fn new(max_lanes: usize) -> Self {
         ServiceEvidence {
             lanes: LaneStats::new(max_lanes),
-            probe: ArcSwapOption::empty(),
+            population: ArcSwapOption::empty(),
         }
     }
 
     /// Sets (or, with `None`, removes) what the running rollout records.
-    pub(crate) fn set_probe(&self, probe: Option<Arc<Probe>>) {
-        self.probe.store(probe);
+    pub(crate) fn set_population(&self, population: Option<Arc<Population>>) {
+        self.population.store(population);
     }
 
     /// Starts timing `req` (of `lane`, as the edge decided), before the proxy rewrites its
     /// path: with a rollout running, finds whether it belongs to the rollout's population.
     pub(crate) fn start<B>(self: &Arc<Self>, req: &Request<B>, lane: Option<&Lane>) -> Timing {
-        let sample = match &*self.probe.load() {
-            Some(probe) => probe.sample(req),
+        let sample = match &*self.population.load() {
+            Some(population) => population.sample(req),
             None => None,
         };
         Timing {
@@ -80,9 +80,9 @@ impl ServiceEvidence {
     }
 }
 
-// === impl Probe ===
+// === impl Population ===
 
-impl Probe {
+impl Population {
     /// The arm and user of `req`, when it is of the rollout's population: the rollout's
     /// rule decided it (the percentage put the user in gray), or nothing decided it (no
     /// rule fired, no trusted inbound stain) and the percentage kept the user in baseline.
@@ -147,11 +147,11 @@ mod tests {
          "when": {"path": {"prefix": "/svc/"}, "sticky": {"by": {"header": "x-user"}, "percent": 30}}}
     ]}"#;
 
-    /// The arm the probe gives a request with `headers` on `path`, from `peer`, after the
+    /// The arm the population gives a request with `headers` on `path`, from `peer`, after the
     /// real edge decided it.
     async fn arm(
         edge: &EdgeLayer,
-        probe: &Arc<Probe>,
+        population: &Arc<Population>,
         path: &str,
         headers: &[(&str, &str)],
         peer: [u8; 4],
@@ -163,9 +163,9 @@ mod tests {
         let mut req = req.body(()).unwrap();
         req.extensions_mut()
             .insert(PeerAddr(SocketAddr::from((peer, 1000))));
-        let probe = probe.clone();
+        let population = population.clone();
         let svc = edge.layer(service_fn(move |req: Request<()>| {
-            let sample = probe.sample(&req).map(|s| s.arm);
+            let sample = population.sample(&req).map(|s| s.arm);
             async move { Ok::<_, Infallible>(http::Response::new(sample)) }
         }));
         svc.oneshot(req)
@@ -182,7 +182,7 @@ mod tests {
         let edge = EdgeLayer::new(rules.clone())
             .with_trusted_clients(CidrList::parse(["10.0.0.0/8"]).unwrap())
             .with_task_local(false);
-        let probe = Arc::new(Probe {
+        let population = Arc::new(Population {
             recorder: Arc::new(Recorder::new(1)),
             rule: "canary".into(),
             rules,
@@ -191,7 +191,7 @@ mod tests {
         let (mut gray, mut baseline) = (0, 0);
         for i in 0..200 {
             let user = format!("user-{i}");
-            let plain = arm(&edge, &probe, "/svc/x", &[("x-user", &user)], outside).await;
+            let plain = arm(&edge, &population, "/svc/x", &[("x-user", &user)], outside).await;
             match plain {
                 Some(Arm::Gray) => gray += 1,
                 Some(Arm::Baseline) => baseline += 1,
@@ -199,13 +199,16 @@ mod tests {
             }
             // a tester (stained by the header rule) is no evidence, whatever its bucket
             let tester = [("x-user", user.as_str()), ("x-tester", "1")];
-            assert_eq!(arm(&edge, &probe, "/svc/x", &tester, outside).await, None);
+            assert_eq!(
+                arm(&edge, &population, "/svc/x", &tester, outside).await,
+                None
+            );
             // a trusted client's own stain is no evidence either; the rules go first, so a
             // trusted client the percentage put in gray was decided by it, and counts
             let stained = [("x-user", user.as_str()), ("x-gray-lane", "gray")];
             let expected = (plain == Some(Arm::Gray)).then_some(Arm::Gray);
             assert_eq!(
-                arm(&edge, &probe, "/svc/x", &stained, [10, 1, 2, 3]).await,
+                arm(&edge, &population, "/svc/x", &stained, [10, 1, 2, 3]).await,
                 expected
             );
         }
@@ -213,9 +216,9 @@ mod tests {
         assert_eq!(gray + baseline, 200);
         // another path, or no key: the percentage decided nothing
         assert_eq!(
-            arm(&edge, &probe, "/other/x", &[("x-user", "u")], outside).await,
+            arm(&edge, &population, "/other/x", &[("x-user", "u")], outside).await,
             None
         );
-        assert_eq!(arm(&edge, &probe, "/svc/x", &[], outside).await, None);
+        assert_eq!(arm(&edge, &population, "/svc/x", &[], outside).await, None);
     }
 }

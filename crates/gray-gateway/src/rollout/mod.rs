@@ -40,7 +40,7 @@ use prometheus_client::{
 
 pub(crate) use admin::router;
 pub(crate) use controller::{Command, Controller, Refused, View};
-pub(crate) use evidence::{Probe, ServiceEvidence, Timing};
+pub(crate) use evidence::{Population, ServiceEvidence, Timing};
 pub(crate) use export::LaneDurations;
 
 /// Every configured rollout, by service.

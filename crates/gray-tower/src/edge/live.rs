@@ -164,7 +164,9 @@ pub struct RulesStatus {
     pub last_error: Option<String>,
 }
 
-struct Shared {
+/// What every clone of a [`LiveRules`] shares: the snapshot in force, its one writer, its
+/// counts and status.
+struct RulesCell {
     current: ArcSwap<RulesSnapshot>,
     // Serializes writers so generations are handed out in store order; holds the
     // percentage overrides and the rules as their source gave them.
@@ -177,7 +179,7 @@ struct Shared {
 /// The rule set in force, shared by every clone; see the [module docs](self).
 #[derive(Clone)]
 pub struct LiveRules {
-    shared: Arc<Shared>,
+    shared: Arc<RulesCell>,
 }
 
 // === impl LiveRules ===
@@ -236,7 +238,7 @@ impl LiveRules {
             last_error: None,
         };
         LiveRules {
-            shared: Arc::new(Shared {
+            shared: Arc::new(RulesCell {
                 current: ArcSwap::from_pointee(RulesSnapshot {
                     rules,
                     generation: 1,

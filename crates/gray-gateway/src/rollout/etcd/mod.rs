@@ -82,13 +82,13 @@ use tokio::{
 
 mod session;
 
-use self::session::{Inner, failed, stored};
+use self::session::{Session, failed, stored};
 use super::store::{Contact, Fence, RolloutStore, Saved, StoreError, Stored};
 
 /// The rollouts of several gateways in one etcd; see the [module docs](self).
 #[derive(Debug)]
 pub struct EtcdStore {
-    inner: Arc<Inner>,
+    inner: Arc<Session>,
     stop: Mutex<Option<oneshot::Sender<()>>>,
     keeper: Mutex<Option<JoinHandle<()>>>,
 }
@@ -104,7 +104,7 @@ impl EtcdStore {
         lease_ttl: Duration,
     ) -> Result<Arc<EtcdStore>, StoreError> {
         let ttl_secs = i64::try_from(lease_ttl.as_millis().div_ceil(1000).max(1)).unwrap_or(60);
-        let inner = Arc::new(Inner {
+        let inner = Arc::new(Session {
             root: format!("{}/rollouts/", prefix.trim_end_matches('/')),
             id: format!(
                 "{}-{:016x}",

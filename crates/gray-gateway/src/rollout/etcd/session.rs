@@ -20,7 +20,7 @@ use tokio::{
 use crate::rollout::store::{StoreError, Stored};
 
 /// One gateway's session with etcd; see the [module docs](self).
-pub(super) struct Inner {
+pub(super) struct Session {
     pub(super) config: EtcdConfig,
     /// `<prefix>/rollouts/`.
     pub(super) root: String,
@@ -49,11 +49,11 @@ pub(super) fn failed(what: impl std::fmt::Display, e: impl std::fmt::Display) ->
     format!("etcd: {what}: {e}").into()
 }
 
-// === impl Inner ===
+// === impl Session ===
 
-impl std::fmt::Debug for Inner {
+impl std::fmt::Debug for Session {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Inner")
+        f.debug_struct("Session")
             .field("root", &self.root)
             .field("id", &self.id)
             .field("ttl_secs", &self.ttl_secs)
@@ -62,7 +62,7 @@ impl std::fmt::Debug for Inner {
     }
 }
 
-impl Inner {
+impl Session {
     pub(super) fn key(&self, service: &str, what: &str) -> String {
         format!("{}{service}/{what}", self.root)
     }
