@@ -255,7 +255,8 @@ pin_project_lite::pin_project! {
             timing: Timing,
             // Leaves the in-flight counts with the future.
             _flight: Flight,
-            // The first poll yielded (see `ProxyFuture::poll`).
+            // The first poll was seen (and yielded, when others were in flight: see
+            // `ProxyFuture::poll`).
             yielded: bool,
         },
     }
@@ -280,11 +281,14 @@ impl ProxyFuture {
 impl Future for ProxyFuture {
     type Output = Result<Response<Body>, std::convert::Infallible>;
 
-    /// Sending to the upstream and answering the client each wait for one pass of the
-    /// scheduler (a wake of the task by itself puts it at the back of the run queue): the
-    /// requests and responses that became ready together then go out together, so that
-    /// the peers are woken once for several (nginx gets the same from its event loop,
-    /// hyper-util's client from its connection tasks). See the gateway docs, *Routing*.
+    /// While other requests are in flight, sending to the upstream and answering the
+    /// client each wait for one pass of the scheduler (a wake of the task by itself puts
+    /// it at the back of the run queue): the requests and responses that became ready
+    /// together then go out together, so that the peers are woken once for several (nginx
+    /// gets the same from its event loop, hyper-util's client from its connection tasks).
+    /// A request alone in flight has nothing to wait for: it is sent, and answered, at
+    /// once, which saves the two passes a client sending one request after another would
+    /// pay for nothing. See the gateway docs, *Routing*.
     fn poll(self: Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> Poll<Self::Output> {
         let mut state = self.project().state;
         let response = match state.as_mut().project() {
@@ -304,13 +308,15 @@ impl Future for ProxyFuture {
                 lane,
                 grpc,
                 timing,
+                _flight: flight,
                 yielded,
-                ..
             } => {
                 if !*yielded {
                     *yielded = true;
-                    cx.waker().wake_by_ref();
-                    return Poll::Pending;
+                    if flight.others_in_flight() {
+                        cx.waker().wake_by_ref();
+                        return Poll::Pending;
+                    }
                 }
                 let mut finished = None;
                 if hold.is_none() {
@@ -363,6 +369,15 @@ impl Future for ProxyFuture {
                 }
             }
         };
+        // Alone in flight, there is nothing to batch the answer with: it goes at once.
+        let batch = match state.as_mut().project() {
+            StateProj::Upstream { _flight, .. } => _flight.others_in_flight(),
+            StateProj::Ready { .. } => false,
+        };
+        if !batch {
+            state.set(State::Ready { response: None });
+            return Poll::Ready(Ok(response));
+        }
         state.set(State::Ready {
             response: Some(response),
         });

@@ -91,6 +91,14 @@ impl InFlight {
     }
 }
 
+impl Flight {
+    /// Whether other requests are in flight beside this one: what a request's answer
+    /// could be batched with (`crate::proxy`). One relaxed load.
+    pub(crate) fn others_in_flight(&self) -> bool {
+        self.owner.total.load(Ordering::Relaxed) > 1
+    }
+}
+
 impl Drop for Flight {
     fn drop(&mut self) {
         self.owner.total.fetch_sub(1, Ordering::Relaxed);
