@@ -121,7 +121,7 @@ pub struct ServiceConfig {
 pub enum Discovery {
     /// A watched file (gray-discovery's format).
     File(PathBuf),
-    /// The embedded default file ([`DEFAULT_INSTANCES`]).
+    /// The embedded default file ([`DEFAULT_INSTANCES`](super::DEFAULT_INSTANCES)).
     Embedded,
     /// An etcd prefix (feature `etcd`).
     #[cfg(feature = "etcd")]
