@@ -28,7 +28,7 @@ use std::{
 };
 
 use gray_core::unsent::Unsent;
-use http::{Request, Response, Uri, Version, header::HOST};
+use http::{Request, Response, Version, header::HOST};
 use http_body::Body;
 use hyper::{
     client::conn::http1::{Connection, SendRequest},
@@ -36,7 +36,6 @@ use hyper::{
 };
 use tokio::time::Sleep;
 use tower::BoxError;
-use tower_service::Service;
 
 use super::{
     body::{Lease, ResponseBody},
@@ -44,7 +43,7 @@ use super::{
     pool::Pool,
     sent_body::{BodyProgress, SentBody},
     settings::Settings,
-    target::{Deadline, Mode, Target},
+    target::{Deadline, MakeIo, Mode, SendBody, Target, TargetIo},
     transport::{UpstreamIo, open},
 };
 
@@ -122,16 +121,7 @@ pub(super) enum Fresh<IO: Read + Write + Unpin, B: Body + 'static> {
 
 // === impl Target: HTTP/1.1 ===
 
-impl<C, IO, B> Target<C, IO, B>
-where
-    C: Service<Uri, Response = IO> + Clone + Send + 'static,
-    C::Future: Send,
-    C::Error: Into<BoxError>,
-    IO: Read + Write + Unpin + Send + 'static,
-    B: Body + Send + 'static,
-    B::Data: Send,
-    B::Error: Into<BoxError>,
-{
+impl<C: MakeIo<IO>, IO: TargetIo, B: SendBody> Target<C, IO, B> {
     /// A new HTTP/1 connection (what the capped connects of [`Connects`] open).
     pub(super) async fn connect_h1(&mut self) -> Result<Box<Conn<IO, B>>, BoxError> {
         let (io, _) = open(self.connector.clone(), &self.uri, &self.secure).await?;

@@ -37,19 +37,14 @@ use http::{
     header::HOST,
     uri::{self, Authority, PathAndQuery},
 };
-use http_body::Body;
-use hyper::{
-    client::conn::http2::SendRequest,
-    rt::{Read, Write},
-};
+use hyper::client::conn::http2::SendRequest;
 use tower::BoxError;
-use tower_service::Service;
 
 use super::{
     body::ResponseBody,
     error::{RequestError, Stage},
     h1::Conn,
-    target::{Deadline, Mode, Target},
+    target::{Deadline, MakeIo, Mode, SendBody, Target, TargetIo},
     transport::open,
 };
 
@@ -124,16 +119,7 @@ impl<B> H2<B> {
     }
 }
 
-impl<C, IO, B> Target<C, IO, B>
-where
-    C: Service<Uri, Response = IO> + Clone + Send + 'static,
-    C::Future: Send,
-    C::Error: Into<BoxError>,
-    IO: Read + Write + Unpin + Send + 'static,
-    B: Body + Send + 'static,
-    B::Data: Send,
-    B::Error: Into<BoxError>,
-{
+impl<C: MakeIo<IO>, IO: TargetIo, B: SendBody> Target<C, IO, B> {
     /// The open connection's handle, or the one a new connection gives; `None` when ALPN
     /// chose HTTP/1.1.
     async fn sender(&mut self) -> Result<Option<(u64, Sender<B>)>, RequestError> {

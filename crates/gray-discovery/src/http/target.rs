@@ -143,6 +143,28 @@ impl<C, IO: Read + Write + Unpin, B: Body + 'static> std::ops::Deref for Target<
     }
 }
 
+/// What a [`Target`] connects with: a service from the instance's `Uri` to its I/O, with
+/// the bounds every request needs, named once for `h1`, `h2` and this module.
+pub(crate) trait MakeIo<IO>:
+    Service<Uri, Response = IO, Future: Send, Error: Into<BoxError>> + Clone + Send + 'static
+{
+}
+
+impl<C, IO> MakeIo<IO> for C where
+    C: Service<Uri, Response = IO, Future: Send, Error: Into<BoxError>> + Clone + Send + 'static
+{
+}
+
+/// A connection's I/O, as a [`Target`] reads and writes it.
+pub(crate) trait TargetIo: Read + Write + Unpin + Send + 'static {}
+
+impl<IO: Read + Write + Unpin + Send + 'static> TargetIo for IO {}
+
+/// A request body a [`Target`] sends.
+pub(crate) trait SendBody: Body<Data: Send, Error: Into<BoxError>> + Send + 'static {}
+
+impl<B: Body<Data: Send, Error: Into<BoxError>> + Send + 'static> SendBody for B {}
+
 /// The response future of an endpoint.
 pub struct EndpointFuture {
     inner: Pin<Box<dyn Future<Output = Result<Response<ResponseBody>, BoxError>> + Send>>,
@@ -167,16 +189,7 @@ impl Future for EndpointFuture {
 /// When a request's response head is due, and the limit it was given.
 pub(crate) type Deadline = Option<(tokio::time::Instant, Duration)>;
 
-impl<C, IO, B> Target<C, IO, B>
-where
-    C: Service<Uri, Response = IO> + Clone + Send + 'static,
-    C::Future: Send,
-    C::Error: Into<BoxError>,
-    IO: Read + Write + Unpin + Send + 'static,
-    B: Body + Send + 'static,
-    B::Data: Send,
-    B::Error: Into<BoxError>,
-{
+impl<C: MakeIo<IO>, IO: TargetIo, B: SendBody> Target<C, IO, B> {
     /// Sends `request` (origin-form URI) in the instance's protocol: HTTP/1.1 on an idle
     /// connection or a new one, or HTTP/2 on the instance's connection.
     pub(crate) fn send(self, request: Request<B>) -> EndpointFuture {
