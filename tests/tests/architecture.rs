@@ -39,24 +39,28 @@ fn metadata() -> serde_json::Value {
     serde_json::from_slice(&out.stdout).expect("JSON")
 }
 
+/// Whether a package of `cargo metadata` has a library target.
+fn is_library(package: &serde_json::Value) -> bool {
+    package["targets"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .any(|t| {
+            t["kind"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .any(|k| k == "lib")
+        })
+}
+
 fn cargo_metadata() -> Edges {
     let meta = metadata();
     let mut edges = Edges::new();
     for package in meta["packages"].as_array().expect("packages") {
         let name = package["name"].as_str().unwrap_or_default();
-        let library = package["targets"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .any(|t| {
-                t["kind"]
-                    .as_array()
-                    .into_iter()
-                    .flatten()
-                    .any(|k| k == "lib")
-            });
         let published = !package["publish"].is_array();
-        if !name.starts_with("gray-") || !library || !published {
+        if !name.starts_with("gray-") || !is_library(package) || !published {
             continue;
         }
         let (mut normal, mut optional) = (Vec::new(), Vec::new());
@@ -127,7 +131,7 @@ fn the_dependency_table_is_what_cargo_metadata_says() {
     );
 }
 
-/// Every package whose manifest is in `crates/`, by name.
+/// Every library crate whose manifest is in `crates/` (published or not), by name.
 fn crates_folder() -> BTreeSet<String> {
     let crates = workspace().join("crates");
     metadata()["packages"]
@@ -138,6 +142,7 @@ fn crates_folder() -> BTreeSet<String> {
             p["manifest_path"]
                 .as_str()
                 .is_some_and(|m| Path::new(m).starts_with(&crates))
+                && is_library(p)
         })
         .filter_map(|p| p["name"].as_str().map(str::to_owned))
         .collect()
@@ -175,7 +180,7 @@ fn the_readme_lists_every_crate() {
     assert_eq!(
         readme_crates(),
         crates_folder(),
-        "README.md's crate table (left) differs from the packages under crates/ (right)"
+        "README.md's crate table (left) differs from the library crates under crates/ (right)"
     );
 }
 

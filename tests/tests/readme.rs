@@ -2,7 +2,7 @@
 //! `rust` block that is not `ignore`d follows a `<!-- snippet: path -->` line naming the
 //! program it is cut from (an example, which the test command runs), and stands there
 //! verbatim, indented as a whole or not. Every relative link of those pages resolves to a
-//! file of the workspace.
+//! file of the workspace, and the README's index links every guide of `docs/`.
 
 use std::path::Path;
 
@@ -152,6 +152,19 @@ fn every_relative_link_resolves() {
                 "{page}: the link to {target} leads nowhere"
             );
         }
+    }
+}
+
+#[test]
+fn the_readme_links_every_guide() {
+    let pages = pages();
+    let (_, readme) = &pages[0];
+    let linked = relative_links(readme);
+    for (page, _) in &pages[1..] {
+        assert!(
+            linked.contains(&page.as_str()),
+            "README.md: {page} is missing from the index of the guides"
+        );
     }
 }
 

@@ -111,3 +111,95 @@ where
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::{
+        sync::{Arc, atomic::Ordering},
+        time::{Duration, Instant},
+    };
+
+    use http_body_util::Empty;
+    use hyper_util::rt::TokioIo;
+    use tokio::io::DuplexStream;
+
+    use super::Pool;
+    use crate::http::{h1::Conn, settings::Settings, transport::UpstreamIo};
+
+    type TestPool = Pool<TokioIo<DuplexStream>, Empty<bytes::Bytes>>;
+    type TestConn = Box<Conn<TokioIo<DuplexStream>, Empty<bytes::Bytes>>>;
+
+    /// A pool with `max_idle` and `idle_timeout`.
+    fn pool(max_idle: usize, idle_timeout: Duration) -> Arc<TestPool> {
+        let settings = Settings {
+            max_idle,
+            idle_timeout,
+            ..Settings::default()
+        };
+        Arc::new(Pool::new(Arc::new(settings)))
+    }
+
+    /// An open HTTP/1 connection over an in-memory pipe (the far end kept alive in the
+    /// returned stream), as the pool holds them.
+    async fn conn(pool: &TestPool) -> (TestConn, DuplexStream) {
+        let (ours, theirs) = tokio::io::duplex(1024);
+        let conn = Conn::handshake(UpstreamIo::Plain(TokioIo::new(ours)), &pool.settings)
+            .await
+            .expect("a handshake sends nothing");
+        (conn, theirs)
+    }
+
+    fn id(conn: &TestConn) -> *const () {
+        std::ptr::from_ref(&**conn).cast()
+    }
+
+    #[tokio::test]
+    async fn a_request_takes_the_most_recently_released_connection() {
+        let pool = pool(8, Duration::from_secs(90));
+        let (a, _a) = conn(&pool).await;
+        let (b, _b) = conn(&pool).await;
+        let (a_id, b_id) = (id(&a), id(&b));
+        pool.put(a);
+        pool.put(b);
+        assert_eq!(pool.take().map(|c| id(&c)), Some(b_id));
+        assert_eq!(pool.take().map(|c| id(&c)), Some(a_id));
+        assert!(pool.take().is_none());
+    }
+
+    #[tokio::test]
+    async fn an_idle_connection_past_the_idle_timeout_is_dropped_when_taken() {
+        let pool = pool(8, Duration::from_secs(90));
+        let (old, _old) = conn(&pool).await;
+        let (fresh, _fresh) = conn(&pool).await;
+        let fresh_id = id(&fresh);
+        pool.put(old);
+        pool.put(fresh);
+        // The older one idled past the timeout: taken after the fresh one, it is dropped.
+        pool.lock()[0].idle_since = Instant::now() - Duration::from_secs(91);
+        assert_eq!(pool.take().map(|c| id(&c)), Some(fresh_id));
+        assert!(pool.take().is_none(), "the expired connection was reused");
+        assert!(pool.lock().is_empty());
+    }
+
+    #[tokio::test]
+    async fn at_most_max_idle_connections_are_kept() {
+        let pool = pool(2, Duration::from_secs(90));
+        let mut far_ends = Vec::new();
+        for _ in 0..3 {
+            let (c, far) = conn(&pool).await;
+            far_ends.push(far);
+            pool.put(c);
+        }
+        assert_eq!(pool.lock().len(), 2);
+    }
+
+    #[tokio::test]
+    async fn a_connection_still_holding_its_request_body_is_not_kept() {
+        let pool = pool(8, Duration::from_secs(90));
+        let (c, _far) = conn(&pool).await;
+        // The instance answered before the body was sent whole: nobody would send the rest.
+        c.body_released.store(false, Ordering::Release);
+        pool.put(c);
+        assert!(pool.take().is_none());
+    }
+}
