@@ -16,7 +16,7 @@
 //! one instance the budget holds; with many instances, the idle connections of those not
 //! busy now add up to 257 descriptors an instance beyond `max_connections + max_in_flight`.
 //! Size the hard limit for `max_connections + max_in_flight + 257 × instances + 64`
-//! (`--check` prints the caps in force).
+//! (`--check` prints the caps as configured; the start lowers them to fit, with a WARN).
 
 use rustix::process::{Resource, Rlimit, getrlimit, setrlimit};
 
