@@ -148,7 +148,7 @@ impl ConnState {
         }
     }
 
-    // --- the connection's I/O (`super::io`) ---
+    // --- the connection's I/O (`super::observed`) ---
 
     /// A read found nothing to read (`true`), or returned (`false`).
     pub(super) fn read_pending(&self, pending: bool) {
