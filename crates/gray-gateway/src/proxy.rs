@@ -221,7 +221,7 @@ impl Service<Request<Incoming>> for Proxy {
                 lane,
                 grpc,
                 timing,
-                _flight: flight,
+                flight,
                 yielded: false,
             },
         }
@@ -254,7 +254,7 @@ pin_project_lite::pin_project! {
             grpc: bool,
             timing: Timing,
             // Leaves the in-flight counts with the future.
-            _flight: Flight,
+            flight: Flight,
             // The first poll was seen (and yielded, when others were in flight: see
             // `ProxyFuture::poll`).
             yielded: bool,
@@ -308,7 +308,7 @@ impl Future for ProxyFuture {
                 lane,
                 grpc,
                 timing,
-                _flight: flight,
+                flight,
                 yielded,
             } => {
                 if !*yielded {
@@ -371,7 +371,7 @@ impl Future for ProxyFuture {
         };
         // Alone in flight, there is nothing to batch the answer with: it goes at once.
         let batch = match state.as_mut().project() {
-            StateProj::Upstream { _flight, .. } => _flight.others_in_flight(),
+            StateProj::Upstream { flight, .. } => flight.others_in_flight(),
             StateProj::Ready { .. } => false,
         };
         if !batch {

@@ -111,7 +111,7 @@ where
     /// send that follows drives the connection with the task's own. A waker left in the
     /// connection's request channel here would be woken by that send, a scheduler pass
     /// per request for nothing (at one connection, callgrind: 1 k instructions).
-    fn usable(&mut self, _cx: &mut Context<'_>) -> bool {
+    fn usable(&mut self) -> bool {
         let cx = &mut Context::from_waker(std::task::Waker::noop());
         self.drive(cx);
         !self.ended && matches!(self.sender.poll_ready(cx), Poll::Ready(Ok(())))
@@ -205,7 +205,7 @@ impl<C: MakeIo<IO>, IO: TargetIo, B: SendBody> Target<C, IO, B> {
                 let mut conn = loop {
                     match self.pool.take() {
                         Some(mut conn) => {
-                            if poll_fn(|cx| Poll::Ready(conn.usable(cx))).await {
+                            if conn.usable() {
                                 break conn;
                             }
                         }
@@ -225,7 +225,7 @@ impl<C: MakeIo<IO>, IO: TargetIo, B: SendBody> Target<C, IO, B> {
                             };
                             match handed {
                                 Ok(Some(Fresh::Http1(mut conn))) => {
-                                    if poll_fn(|cx| Poll::Ready(conn.usable(cx))).await {
+                                    if conn.usable() {
                                         break conn;
                                     }
                                 }

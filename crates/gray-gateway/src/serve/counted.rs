@@ -1,6 +1,6 @@
 //! The connection's service as hyper calls it ([`Adapter`]), telling the connection's
 //! [`ConnState`] of its requests ([`Counted`]) and their responses ([`CountedBody`]),
-//! each through the request's [`Flight`].
+//! each through the request's [`Exchange`].
 
 use std::{
     future::Future,
@@ -15,7 +15,7 @@ use hyper::body::{Body, Frame, Incoming, SizeHint};
 use pin_project_lite::pin_project;
 use tower::Service;
 
-use super::state::{ConnState, Flight};
+use super::state::{ConnState, Exchange};
 
 /// The connection's service, telling its [`ConnState`] of each request.
 #[derive(Debug, Clone)]
@@ -60,7 +60,7 @@ pin_project! {
     pub(super) struct CountedFuture<F> {
         #[pin]
         inner: F,
-        flight: Option<Flight>,
+        flight: Option<Exchange>,
     }
 }
 
@@ -87,7 +87,7 @@ pin_project! {
     pub(crate) struct CountedBody<B> {
         #[pin]
         inner: B,
-        flight: Option<Flight>,
+        flight: Option<Exchange>,
     }
 }
 

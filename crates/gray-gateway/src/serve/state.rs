@@ -1,7 +1,7 @@
 //! A client connection's state ([`ConnState`]): every change of it is a method here, called
 //! from where it happens — its reads and writes ([`ObservedIo`](super::observed::ObservedIo)),
 //! its requests and their responses ([`Counted`](super::counted::Counted), through a
-//! request's [`Flight`]), its bursts (`super::conn`) and its [`watchdog`](super::watchdog)
+//! request's [`Exchange`]), its bursts (`super::conn`) and its [`watchdog`](super::watchdog)
 //! — and the two questions asked of it are answered here: whether an HTTP/1.1 connection
 //! may be parked now ([`ConnState::parkable`]), and what the watchdog compares between
 //! its ticks ([`ConnState::idle_since_tick`], [`ConnState::sending`]).
@@ -171,16 +171,16 @@ impl ConnState {
 
     /// A request head was read: the request is in flight, `bodyless` if it has no body,
     /// and counted among the connection's streams when it is an HTTP/2 one (its return:
-    /// whether that decided a GOAWAY, which the caller logs). Ends when its [`Flight`] is
+    /// whether that decided a GOAWAY, which the caller logs). Ends when its [`Exchange`] is
     /// dropped.
-    pub(super) fn begin(self: &Arc<Self>, bodyless: bool, http2: bool) -> (Flight, bool) {
+    pub(super) fn begin(self: &Arc<Self>, bodyless: bool, http2: bool) -> (Exchange, bool) {
         self.bodyless.store(bodyless, Relaxed);
         self.in_flight.fetch_add(1, Relaxed);
         self.head.store(false, Relaxed);
         let goaway = http2 && self.cancels.begin();
-        let flight = Flight {
+        let flight = Exchange {
             state: self.clone(),
-            stage: Stage::Awaiting { counted: http2 },
+            progress: Progress::Awaiting { counted: http2 },
         };
         (flight, goaway)
     }
@@ -249,20 +249,20 @@ fn set(flag: &AtomicBool, on: bool) {
     }
 }
 
-// === Flight ===
+// === Exchange ===
 
 /// One request in flight on its connection: from its head to the end of its response
 /// body, or to its cancellation. Its transitions are the state's: dropped, it ends the
 /// request's flight.
 #[derive(Debug)]
-pub(super) struct Flight {
+pub(super) struct Exchange {
     state: Arc<ConnState>,
-    stage: Stage,
+    progress: Progress,
 }
 
 /// Where a request's flight is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Stage {
+enum Progress {
     /// Waiting for its response; `counted` when it is an HTTP/2 stream, counted toward
     /// the GOAWAY of a client that cancels most of its streams.
     Awaiting { counted: bool },
@@ -270,14 +270,14 @@ enum Stage {
     Streaming,
 }
 
-// === impl Flight ===
+// === impl Exchange ===
 
-impl Flight {
+impl Exchange {
     /// The response head is out: its body is sent from now on.
     pub(super) fn response_began(&mut self) {
-        if self.stage != Stage::Streaming {
+        if self.progress != Progress::Streaming {
             self.state.bodies.fetch_add(1, Relaxed);
-            self.stage = Stage::Streaming;
+            self.progress = Progress::Streaming;
         }
     }
 
@@ -287,15 +287,15 @@ impl Flight {
     }
 }
 
-impl Drop for Flight {
+impl Drop for Exchange {
     fn drop(&mut self) {
-        match self.stage {
-            Stage::Streaming => {
+        match self.progress {
+            Progress::Streaming => {
                 self.state.bodies.fetch_sub(1, Relaxed);
             }
             // The response future was dropped before its response.
-            Stage::Awaiting { counted: true } => self.state.cancels.cancelled(),
-            Stage::Awaiting { counted: false } => {}
+            Progress::Awaiting { counted: true } => self.state.cancels.cancelled(),
+            Progress::Awaiting { counted: false } => {}
         }
         self.state.finished.fetch_add(1, Relaxed);
         self.state.in_flight.fetch_sub(1, Relaxed);
