@@ -213,6 +213,10 @@ pub async fn check(path: &Path) -> Result<String, BoxError> {
                 gates.join(", "),
                 r.alpha,
             );
+            let _ = writeln!(out, "    {}", detection(r));
+            for warning in short_holds(r) {
+                let _ = writeln!(out, "    warning: {warning}");
+            }
         }
     }
     if config.services.iter().any(|s| s.rollout.is_some()) {
@@ -241,6 +245,54 @@ pub async fn check(path: &Path) -> Result<String, BoxError> {
         }
     }
     Ok(out)
+}
+
+/// `detection: …`: the gray users each step must see before it may advance.
+fn detection(r: &gray_rollout::RolloutConfig) -> String {
+    let d = &r.detect;
+    if !d.is_enabled() {
+        return "detection: steps advance on their hold and min_users alone (detect.power = 0)"
+            .to_owned();
+    }
+    let steps: Vec<String> = r
+        .users_to_detect()
+        .iter()
+        .map(|(w, n)| match n {
+            Some(n) => format!("{w} %: {n}"),
+            None => format!("{w} %: never"),
+        })
+        .collect();
+    format!(
+        "detection: to catch {}x baseline's errors or +{} of users with power {}, a step needs \
+         about this many gray users (clean baseline): {}",
+        d.ratio,
+        d.min_rate,
+        d.power,
+        steps.join(", ")
+    )
+}
+
+/// The steps whose hold is shorter than the time to see the users they need, at the
+/// configured `users_per_s`.
+fn short_holds(r: &gray_rollout::RolloutConfig) -> Vec<String> {
+    let Some(rate) = r.users_per_s else {
+        return Vec::new();
+    };
+    r.users_to_detect()
+        .iter()
+        .filter_map(|(w, n)| {
+            let needed = (*n)? as f64 / (rate * w / 100.0);
+            (needed > r.hold.as_secs_f64()).then(|| {
+                format!(
+                    "the {w} % step needs about {needed:.0} s to see {} gray users at \
+                     users_per_s = {rate}, more than hold_ms = {}: it will wait for them \
+                     (see docs/rollout.md, \"Promotion on evidence\")",
+                    n.unwrap_or_default(),
+                    r.hold.as_millis()
+                )
+            })
+        })
+        .collect()
 }
 
 /// `upstream: …`: the HTTP version and TLS of a service's instances.

@@ -71,7 +71,7 @@ async fn start(dir: &TempDir) -> Gateway {
 async fn a_healthy_gray_is_promoted() {
     let s = setup(
         "rollout-promote",
-        "steps = [10, 50, 100]\nhold_ms = 300\nmin_users = 10\n",
+        "steps = [10, 50, 100]\nhold_ms = 300\nmin_users = 10\ndetect = { min_rate = 0.5 }\n",
     )
     .await;
     let (status, view) = admin(&s.gateway, "GET", "/rollouts/svc").await;
@@ -260,7 +260,7 @@ async fn testers_by_header_meeting_a_failing_gray_are_no_evidence() {
 async fn a_manual_abort_a_restart_and_the_cli() {
     let s = setup(
         "rollout-abort",
-        "steps = [20, 50, 100]\nhold_ms = 300\nmin_users = 10\ngates = [50]\n",
+        "steps = [20, 50, 100]\nhold_ms = 300\nmin_users = 10\ngates = [50]\ndetect = { min_rate = 0.5 }\n",
     )
     .await;
     // errors as JSON with a reason

@@ -136,7 +136,7 @@ async fn two_gateways_aborting_at_once_make_one_transition() {
 async fn a_leader_killed_mid_step_hands_over_without_a_double_advance() {
     let s = setup(
         "rollout-etcd-leader",
-        "steps = [10, 20, 30, 50, 100]\nhold_ms = 1000\nmin_users = 10\n",
+        "steps = [10, 20, 30, 50, 100]\nhold_ms = 1000\nmin_users = 10\ndetect = { min_rate = 0.5 }\n",
         "",
     )
     .await;
@@ -383,7 +383,7 @@ async fn a_shared_dependency_failing_both_lanes_rolls_nothing_back_on_two_gatewa
 async fn a_healthy_gray_is_promoted_on_two_gateways() {
     let s = setup(
         "rollout-etcd-promote",
-        "steps = [10, 50, 100]\nhold_ms = 300\nmin_users = 10\n",
+        "steps = [10, 50, 100]\nhold_ms = 300\nmin_users = 10\ndetect = { min_rate = 0.5 }\n",
         "",
     )
     .await;

@@ -39,7 +39,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use crate::evidence::Pair;
+use crate::evidence::{Arm, Pair};
 
 /// The kill switch's settings; see the [module docs](self).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -205,37 +205,68 @@ impl KillWindow {
         }
     }
 
-    /// Whether the switch trips at `now`.
-    pub fn check(&mut self, now: Duration) -> Option<KillEvidence> {
-        let switch = &self.switch;
+    /// The counts over the recent window at `now` (the switch's `window_ms`, from the
+    /// newest sample at or before `now − window` to the latest), also when the switch is
+    /// disabled.
+    pub fn recent(&mut self, now: Duration) -> Recent {
         // the window starts at the newest sample at or before now − window
-        let start = now.saturating_sub(switch.window);
+        let start = now.saturating_sub(self.switch.window);
         while self.samples.len() >= 2 && self.samples[1].at <= start {
             self.samples.pop_front();
         }
-        if !switch.enabled {
-            return None;
-        }
-        let (first, last) = (self.samples.front()?, self.latest);
-        let (a, b) = (first.counts, last.counts);
+        self.since(start)
+    }
+
+    /// The counts over the last `span` at `now`, at most the switch's window (from the
+    /// newest sample at or before `now − span`, samples being kept every 1/32 of the
+    /// window): the shared-outage check reads a shorter window than the switch.
+    pub fn recent_within(&mut self, now: Duration, span: Duration) -> Recent {
+        let _ = self.recent(now);
+        self.since(now.saturating_sub(span))
+    }
+
+    fn since(&self, start: Duration) -> Recent {
+        let first = self
+            .samples
+            .iter()
+            .rev()
+            .find(|s| s.at <= start)
+            .or(self.samples.front())
+            .copied()
+            .unwrap_or(self.latest);
+        let (a, b) = (first.counts, self.latest.counts);
         let diff = |x: Pair, y: Pair| {
             Pair::new(
                 y.gray.saturating_sub(x.gray),
                 y.baseline.saturating_sub(x.baseline),
             )
         };
-        let requests = diff(a.requests, b.requests);
-        let errors = diff(a.errors, b.errors);
-        let users = b.gray_error_users.saturating_sub(a.gray_error_users);
+        Recent {
+            requests: diff(a.requests, b.requests),
+            errors: diff(a.errors, b.errors),
+            gray_error_users: b.gray_error_users.saturating_sub(a.gray_error_users),
+            span: self.latest.at.saturating_sub(first.at),
+        }
+    }
+
+    /// Whether the switch trips at `now`.
+    pub fn check(&mut self, now: Duration) -> Option<KillEvidence> {
+        let recent = self.recent(now);
+        let switch = &self.switch;
+        if !switch.enabled {
+            return None;
+        }
+        let Recent {
+            requests,
+            errors,
+            gray_error_users: users,
+            span,
+        } = recent;
         if requests.gray < switch.min_requests.max(1) || users < switch.min_users {
             return None;
         }
         let gray_ratio = wilson_lower(errors.gray, requests.gray);
-        let baseline_ratio = if requests.baseline == 0 {
-            0.0
-        } else {
-            errors.baseline as f64 / requests.baseline as f64
-        };
+        let baseline_ratio = recent.error_ratio(Arm::Baseline).unwrap_or(0.0);
         (gray_ratio >= switch.error_ratio && baseline_ratio < gray_ratio / 2.0).then(|| {
             KillEvidence {
                 gray_requests: requests.gray,
@@ -243,14 +274,38 @@ impl KillWindow {
                 baseline_requests: requests.baseline,
                 baseline_errors: errors.baseline,
                 gray_error_users: users,
-                window_ms: crate::millis::as_ms(last.at.saturating_sub(first.at)),
+                window_ms: crate::millis::as_ms(span),
             }
         })
     }
 }
 
-/// The lower end of the Wilson score interval of `k` successes in `n` trials, at
-/// z = 3.29 (99.95 % one-sided).
+/// What the recent window counted ([`KillWindow::recent`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Recent {
+    /// Requests per arm.
+    pub requests: Pair,
+    /// Failed requests per arm.
+    pub errors: Pair,
+    /// Gray users whose first error of the rollout fell in the window.
+    pub gray_error_users: u64,
+    /// From the window's first sample to its last.
+    pub span: Duration,
+}
+
+impl Recent {
+    /// The share of `arm`'s requests that failed, if it served any.
+    #[must_use]
+    pub fn error_ratio(&self, arm: Arm) -> Option<f64> {
+        let (requests, errors) = match arm {
+            Arm::Gray => (self.requests.gray, self.errors.gray),
+            Arm::Baseline => (self.requests.baseline, self.errors.baseline),
+        };
+        (requests > 0).then(|| errors.min(requests) as f64 / requests as f64)
+    }
+}
+
 fn wilson_lower(k: u64, n: u64) -> f64 {
     const Z: f64 = 3.29;
     let (k, n) = (k.min(n) as f64, n as f64);

@@ -405,6 +405,7 @@ impl MixtureTest {
     }
 }
 
+mod power;
 mod repr;
 
 #[cfg(test)]

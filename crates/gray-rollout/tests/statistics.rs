@@ -8,7 +8,7 @@ mod sim;
 use std::time::Duration;
 
 use gray_core::rand::Rng;
-use gray_rollout::machine::Reason;
+use gray_rollout::machine::{Detect, Reason};
 use gray_rollout::{Arm, Outcome, Phase, RolloutConfig};
 use sim::{Req, Requests, World, baseline_latency, bernoulli, population, quantile, uniform};
 
@@ -254,8 +254,10 @@ fn a_fault_long_into_a_step_is_still_caught_quickly() {
 
 // === must not roll back ===
 
-/// Runs `runs` rollouts through every default step with 20 s holds at 100 rps; returns
-/// how many were promoted, rolled back, and rolled back by the kill switch.
+/// Runs `runs` rollouts through every default step with 20 s holds at 100 rps (for at most
+/// half an hour: a step also waits until its evidence could catch a degradation, which at
+/// 1 % and about one new gray user a second takes minutes); returns how many were
+/// promoted, rolled back, and rolled back by the kill switch.
 fn step_through(
     runs: u64,
     seed0: u64,
@@ -273,11 +275,13 @@ fn step_through(
         let mut behaviour = behaviour(seed0 + i);
         sim.run(S(30), &mut users, &mut behaviour);
         sim.start();
-        sim.run(S(600), &mut users, &mut behaviour);
+        sim.run(S(1800), &mut users, &mut behaviour);
         match sim.phase() {
             Phase::Promoted => {
                 promoted += 1;
-                let weights: Vec<f64> = sim.transitions.iter().map(|t| t.weight).collect();
+                // step by step (a shared outage pauses and resumes at the same weight)
+                let mut weights: Vec<f64> = sim.transitions.iter().map(|t| t.weight).collect();
+                weights.dedup();
                 assert_eq!(weights, [1.0, 5.0, 10.0, 25.0, 50.0, 100.0], "run {i}");
             }
             Phase::RolledBack => {
@@ -379,4 +383,124 @@ fn one_heavy_user_failing_every_request_in_gray_does_not_roll_back() {
         rolled_back as f64 <= allowed(runs, ALPHA),
         "{rolled_back} rolled back"
     );
+}
+
+// === never promotes what it would catch ===
+
+/// Runs `runs` rollouts of a gray whose every request fails twice as often as baseline's
+/// (4 % against 2 %, about one request per user: twice the users with an error), through
+/// the default steps with 4 s holds and `min_users` 20, at 100 rps; returns how many were
+/// promoted.
+fn promoted_twice_as_bad(runs: u64, seed0: u64, detect: Detect) -> u64 {
+    let mut promoted = 0;
+    for i in 0..runs {
+        let config = RolloutConfig::new("canary")
+            .with_hold(S(4))
+            .with_min_users(20)
+            .with_alpha(ALPHA)
+            .with_detect(detect);
+        let mut sim = Requests::new(seed0 + i, config, 100.0);
+        let mut users = population(200, 0.1);
+        let mut behaviour = |req: Req, rng: &mut Rng| {
+            let rate = if req.arm == Arm::Gray { 0.04 } else { 0.02 };
+            let outcome = if bernoulli(rng, rate) {
+                Outcome::Error
+            } else {
+                Outcome::Ok
+            };
+            (outcome, baseline_latency(rng))
+        };
+        sim.run(S(30), &mut users, &mut behaviour);
+        sim.start();
+        sim.run(S(3600), &mut users, &mut behaviour);
+        match sim.phase() {
+            Phase::Promoted => promoted += 1,
+            Phase::RolledBack => {}
+            other => panic!("run {i} neither promoted nor rolled back after an hour: {other}"),
+        }
+    }
+    promoted
+}
+
+#[test]
+fn a_gray_twice_as_bad_as_baseline_is_promoted_less_than_one_time_in_ten() {
+    // The configured degradation is the default: twice baseline's rate (2 % of users more
+    // when baseline is clean), to be caught with a power of 0.9 at every step.
+    let runs = 200;
+    let promoted = promoted_twice_as_bad(runs, 70_000, Detect::new());
+    let (_, upper) = wilson(promoted, runs);
+    // the same gray, steps advancing on their 4 s holds alone
+    let blind = promoted_twice_as_bad(runs / 4, 80_000, Detect::new().with_power(0.0));
+    eprintln!(
+        "a gray 2x as bad (4 % against 2 %), 4 s holds: promoted {promoted} of {runs} \
+         (95 % interval up to {upper:.3}); with steps on their holds alone: {blind} of {}",
+        runs / 4
+    );
+    assert!(upper <= 0.1, "{promoted} of {runs} promoted");
+    assert!(
+        blind * 4 > promoted,
+        "the power requirement changes nothing here"
+    );
+}
+
+#[test]
+fn a_shared_outage_pauses_the_rollout_and_no_step_advances_during_it() {
+    // 4 s holds, no power requirement (so that only the outage stands between a hold and
+    // the next step), 20 s of every request failing in both arms at a random moment.
+    let runs = 100;
+    for i in 0..runs {
+        let config = RolloutConfig::new("canary")
+            .with_steps([10.0, 25.0, 50.0, 100.0])
+            .with_hold(S(4))
+            .with_min_users(20)
+            .with_alpha(ALPHA)
+            .with_detect(Detect::new().with_power(0.0));
+        let mut sim = Requests::new(90_000 + i, config, 100.0);
+        let mut rng = Rng::seeded(90_000 + i);
+        let start = 5.0f64.mul_add(uniform(&mut rng), 31.0);
+        let end = start + 20.0;
+        let mut users = population(200, 0.1);
+        let mut behaviour = move |req: Req, rng: &mut Rng| {
+            if (start..end).contains(&req.at.as_secs_f64()) {
+                (Outcome::Error, baseline_latency(rng))
+            } else {
+                healthy(req, rng)
+            }
+        };
+        sim.run(S(30), &mut users, &mut behaviour);
+        sim.start();
+        sim.run(S(300), &mut users, &mut behaviour);
+        assert_eq!(
+            sim.phase(),
+            Phase::Promoted,
+            "run {i}: {:?}",
+            sim.transitions
+        );
+        let reasons: Vec<&str> = sim.transitions.iter().map(|t| t.reason.as_str()).collect();
+        let paused = sim
+            .transitions
+            .iter()
+            .find(|t| t.reason.as_str() == "outage");
+        let paused = paused.unwrap_or_else(|| panic!("run {i}: no outage pause: {reasons:?}"));
+        let at = paused.at.as_secs_f64();
+        assert!(
+            at >= start && at <= start + 2.0,
+            "run {i}: outage at {start:.1} s, paused at {at:.1} s"
+        );
+        // nothing entered a new step from 1 s into the outage until the recovery
+        let moved = sim.transitions.iter().find(|t| {
+            let t_at = t.at.as_secs_f64();
+            t.weight > t.from_weight && t_at > start + 1.0 && t_at <= end
+        });
+        assert!(
+            moved.is_none(),
+            "run {i}: advanced in the outage: {moved:?}"
+        );
+        let recovered = sim
+            .transitions
+            .iter()
+            .find(|t| t.reason.as_str() == "recovered")
+            .unwrap_or_else(|| panic!("run {i}: never recovered: {reasons:?}"));
+        assert!(recovered.at.as_secs_f64() >= end, "run {i}");
+    }
 }

@@ -76,7 +76,8 @@ async fn gateway(dir: &std::path::Path, gray: SocketAddr, base: SocketAddr) -> G
          instances = \"instances.toml\"\n\n[rollouts]\ninterval_ms = 200\n\n\
          [services.orders]\npreset = \"seed-000\"\n\n\
          [services.orders.rollout]\nrule = \"canary\"\nsteps = [10, 25, 50, 100]\n\
-         hold_ms = 1500\nmin_users = 20\nalpha = 0.01\n",
+         hold_ms = 1500\nmin_users = 20\nalpha = 0.01\n\
+         detect = { min_rate = 0.5 }\n",
     )
     .unwrap();
     let config = Config::load(&dir.join("gateway.toml")).expect("a valid configuration");

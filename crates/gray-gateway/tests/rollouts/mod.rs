@@ -22,6 +22,7 @@ use serde_json::Value;
 
 #[cfg(feature = "etcd")]
 pub(crate) mod etcd;
+pub(crate) mod process;
 
 /// Where a gateway listens: its proxy and its admin API.
 pub(crate) trait Addrs {
@@ -113,7 +114,7 @@ pub(crate) async fn admin(gateway: &impl Addrs, method: &str, path: &str) -> (u1
 pub(crate) async fn wait_for(
     gateway: &impl Addrs,
     bound: Duration,
-    done: impl Fn(&Value) -> bool,
+    mut done: impl FnMut(&Value) -> bool,
 ) -> Value {
     let deadline = Instant::now() + bound;
     loop {

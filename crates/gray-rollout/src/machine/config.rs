@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use super::{Detect, SharedOutage};
 use crate::evidence::{PerStream, Stream};
 use crate::kill::KillSwitch;
 use crate::sequential::{
@@ -31,6 +32,9 @@ use crate::sequential::{
 /// | `kill_switch` | see [`KillSwitch`] | `enabled`, `error_ratio`, `min_requests`, `min_users`, `window_ms` |
 /// | `stale_ms` | `30000` | evidence older than this (or no gray request for this long) pauses the rollout |
 /// | `min_latency_samples` | `1000` | baseline latencies needed to set an epoch's p99 and p50 thresholds |
+/// | `detect` | see [`Detect`] | `ratio`, `min_rate`, `power`: the degradation a step's evidence must be able to catch before it advances |
+/// | `users_per_s` | none | the distinct users a second the service expects: only the gateway's `--check` reads it, to warn of holds shorter than the time a step needs to see the users of [`users_to_detect`](Self::users_to_detect) |
+/// | `outage` | see [`SharedOutage`] | `enabled`, `error_ratio`, `min_requests`, `window_ms`: when both arms failing together pauses the rollout |
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 #[non_exhaustive]
@@ -64,6 +68,12 @@ pub struct RolloutConfig {
     pub stale_after: Duration,
     /// Baseline latencies needed before an epoch's thresholds are set.
     pub min_latency_samples: u64,
+    /// The degradation a step must be able to catch before it advances.
+    pub detect: Detect,
+    /// When a shared outage pauses the rollout.
+    pub outage: SharedOutage,
+    /// The distinct users a second the service expects (for `--check`'s estimate only).
+    pub users_per_s: Option<f64>,
 }
 
 /// The tolerated degradation `r0` of each stream: the null hypothesis of the stream's
@@ -127,7 +137,7 @@ pub struct ConfigError {
 }
 
 impl ConfigError {
-    fn new(field: impl Into<String>, problem: impl Into<String>) -> Self {
+    pub(super) fn new(field: impl Into<String>, problem: impl Into<String>) -> Self {
         ConfigError {
             field: field.into(),
             problem: problem.into(),
@@ -168,6 +178,9 @@ impl RolloutConfig {
             kill_switch: KillSwitch::new(),
             stale_after: Duration::from_secs(30),
             min_latency_samples: 1000,
+            detect: Detect::new(),
+            outage: SharedOutage::new(),
+            users_per_s: None,
         }
     }
 
@@ -246,6 +259,20 @@ impl RolloutConfig {
     #[must_use]
     pub fn with_min_latency_samples(mut self, n: u64) -> Self {
         self.min_latency_samples = n;
+        self
+    }
+
+    /// The degradation a step must be able to catch before it advances.
+    #[must_use]
+    pub fn with_detect(mut self, detect: Detect) -> Self {
+        self.detect = detect;
+        self
+    }
+
+    /// When a shared outage pauses the rollout.
+    #[must_use]
+    pub fn with_outage(mut self, outage: SharedOutage) -> Self {
+        self.outage = outage;
         self
     }
 
@@ -366,6 +393,16 @@ impl RolloutConfig {
                 ),
             ));
         }
+        self.detect.validate(self.tolerance.errors)?;
+        if let Some(n) = self.users_per_s
+            && !(n.is_finite() && n > 0.0)
+        {
+            return Err(ConfigError::new(
+                "users_per_s",
+                format!("{n} is not a positive number"),
+            ));
+        }
+        self.outage.validate(self.kill_switch.window)?;
         Ok(())
     }
 }
@@ -454,6 +491,14 @@ mod tests {
             field_of(ok.clone().with_min_latency_samples(10)),
             "min_latency_samples"
         );
+        let d = Detect::new().with_ratio(1.0);
+        assert_eq!(field_of(ok.clone().with_detect(d)), "detect.ratio");
+        let d = Detect::new().with_min_rate(0.0);
+        assert_eq!(field_of(ok.clone().with_detect(d)), "detect.min_rate");
+        let d = Detect::new().with_power(1.0);
+        assert_eq!(field_of(ok.clone().with_detect(d)), "detect.power");
+        let o = SharedOutage::new().with_error_ratio(0.0);
+        assert_eq!(field_of(ok.clone().with_outage(o)), "outage.error_ratio");
         let err = ok
             .with_steps([1.0, 5.0, 3.0, 100.0])
             .validate()

@@ -12,8 +12,9 @@
 //! | from | event | to |
 //! |---|---|---|
 //! | `pending`, `promoted`, `rolled_back` | [`start`](Rollout::start) | `step` at the first step (fresh evidence) |
-//! | `step` | [`tick`](Rollout::tick): hold time and `min_users` met | `step` at the next step, `paused` before a gated step, `promoted` at 100 % |
+//! | `step` | [`tick`](Rollout::tick): hold time, `min_users` and the [`Detect`] power met | `step` at the next step, `paused` before a gated step, `promoted` at 100 % |
 //! | `step` | `tick`: no evidence, or no gray request, for `stale_ms` | `paused` (lifts by itself when they come back) |
+//! | `step` | `tick`: both arms failing together ([`SharedOutage`]) | `paused` (lifts by itself when baseline recovers; the step starts again) |
 //! | `step`, `paused` | [`observe`](Rollout::observe): a stream's test alarms, or the kill switch | `rolled_back`, weight 0 |
 //! | `step`, `paused` | [`pause`](Rollout::pause) / [`resume`](Rollout::resume) | `paused` / `step` (a gated step is entered) |
 //! | `step`, `paused` | [`promote`](Rollout::promote) | `promoted`, weight 100 |
@@ -55,14 +56,18 @@
 //! ```
 
 mod config;
+mod detect;
 mod error;
+mod outage;
 mod state;
 
 use std::collections::BTreeMap;
 use std::time::Duration;
 
 pub use config::{ConfigError, RolloutConfig, Tolerance};
+pub use detect::Detect;
 pub use error::{Command, CommandError, RestoreError};
+pub use outage::{OutageEvidence, SharedOutage};
 pub use state::{
     Consumed, Epoch, Evidence, EvidenceSummary, PauseReason, Phase, Reason, State, Transition,
 };
@@ -114,6 +119,7 @@ impl Rollout {
                 requests: Default::default(),
                 errors: Default::default(),
                 epoch: Counters::default(),
+                step_power: None,
             },
             consumed: Consumed::default(),
             last_evidence: None,
@@ -343,6 +349,7 @@ impl Rollout {
                 self.config.min_latency_samples,
             );
         }
+        self.state.evidence.step_power = self.step_power();
         self.kill.observe(now, self.kill_counts());
         if !self.state.phase.is_active() {
             return None;
@@ -422,9 +429,15 @@ impl Rollout {
                     let pause = Some(PauseReason::NoData);
                     return Some(self.transition(now, Phase::Paused, pause, step, weight, reason));
                 }
+                let recent = self.kill.recent_within(now, self.config.outage.window);
+                if self.config.outage.began(&recent) {
+                    let reason = Reason::Outage((&recent).into());
+                    let pause = Some(PauseReason::Outage);
+                    return Some(self.transition(now, Phase::Paused, pause, step, weight, reason));
+                }
                 let held = now.saturating_sub(self.state.epoch.started);
                 let users = self.state.evidence.epoch.gray_users;
-                if held < self.config.hold || users < self.config.min_users {
+                if held < self.config.hold || users < self.config.min_users || !self.powered() {
                     return None;
                 }
                 let next = step.map_or(0, |i| i + 1);
@@ -440,9 +453,29 @@ impl Rollout {
                     Reason::Advance {
                         held_ms: as_ms(held),
                         users,
+                        power: self
+                            .config
+                            .detect
+                            .is_enabled()
+                            .then_some(self.state.evidence.step_power)
+                            .flatten(),
                     }
                 };
                 Some(self.enter(now, next, reason))
+            }
+            (Phase::Paused, Some(PauseReason::Outage)) => {
+                let recent = self.kill.recent_within(now, self.config.outage.window);
+                if !self.config.outage.ended(&recent) {
+                    return None;
+                }
+                // the step starts again: its hold and power are earned after the outage
+                let thresholds = self.state.epoch.thresholds;
+                self.new_epoch(now, weight);
+                if thresholds.is_some() {
+                    self.state.epoch.thresholds = thresholds;
+                }
+                let reason = Reason::Recovered((&recent).into());
+                Some(self.transition(now, Phase::Step, None, step, weight, reason))
             }
             (Phase::Paused, Some(p)) if p.is_automatic() => {
                 // lifts once both evidence and gray traffic arrived since the pause
@@ -491,6 +524,8 @@ impl Rollout {
         reason: Reason,
     ) -> Transition {
         let (from, from_weight) = (self.state.phase, self.state.weight);
+        // the evidence that led here: the step's counts, before a new epoch clears them
+        let evidence = self.state.evidence.summary();
         if weight != self.state.epoch.weight {
             self.new_epoch(now, weight);
         }
@@ -508,7 +543,7 @@ impl Rollout {
             step,
             epoch: state.epoch.index,
             reason,
-            evidence: state.evidence.summary(),
+            evidence,
         };
         state.last_transition = Some(transition.clone());
         state.transitions += 1;
@@ -531,6 +566,7 @@ impl Rollout {
         state.previous_epoch = Some(std::mem::replace(&mut state.epoch, next));
         state.consumed.previous = std::mem::take(&mut state.consumed.current);
         state.evidence.epoch = Counters::default();
+        state.evidence.step_power = None;
         self.latencies.clear();
     }
 }

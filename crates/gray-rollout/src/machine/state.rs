@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use super::OutageEvidence;
 use crate::evidence::{Counters, EpochSpec, Pair, PerStream, Stream, Thresholds};
 use crate::kill::KillEvidence;
 use crate::sequential::{MixtureTest, StreamSummary};
@@ -70,13 +71,19 @@ pub enum PauseReason {
     Stale,
     /// Gray served no request for `stale_ms`; it continues by itself when gray does.
     NoData,
+    /// Both arms are failing together (a shared outage); it continues by itself, with the
+    /// step started again, when baseline's errors are back to normal.
+    Outage,
 }
 
 impl PauseReason {
     /// Whether the pause lifts by itself when the data comes back.
     #[must_use]
     pub fn is_automatic(self) -> bool {
-        matches!(self, PauseReason::Stale | PauseReason::NoData)
+        matches!(
+            self,
+            PauseReason::Stale | PauseReason::NoData | PauseReason::Outage
+        )
     }
 }
 
@@ -109,6 +116,10 @@ pub struct Evidence {
     pub errors: Pair,
     /// The current epoch's counts, summed over every source.
     pub epoch: Counters,
+    /// The errors test's power on the current step's evidence against the configured
+    /// degradation ([`Detect`](super::Detect)), as of the last report; `None` at 0 or 100 %.
+    #[serde(default)]
+    pub step_power: Option<f64>,
 }
 
 impl Evidence {
@@ -120,6 +131,7 @@ impl Evidence {
             requests: self.requests,
             errors: self.errors,
             step_users: self.epoch.gray_users,
+            step_power: self.step_power,
         }
     }
 }
@@ -137,6 +149,10 @@ pub struct EvidenceSummary {
     pub errors: Pair,
     /// Distinct users seen in gray in the current step.
     pub step_users: u64,
+    /// The errors test's power on the current step's evidence
+    /// ([`Evidence::step_power`]).
+    #[serde(default)]
+    pub step_power: Option<f64>,
 }
 
 /// Why a transition happened.
@@ -152,6 +168,10 @@ pub enum Reason {
         held_ms: u64,
         /// Distinct gray users seen in the step.
         users: u64,
+        /// The errors test's power on the step's evidence
+        /// ([`Detect`](super::Detect)), when steps wait for it.
+        #[serde(default)]
+        power: Option<f64>,
     },
     /// The hold was met, and the next step is gated.
     Gate {
@@ -170,6 +190,10 @@ pub enum Reason {
     },
     /// Evidence (and gray traffic) came back after an automatic pause.
     Fresh,
+    /// Both arms failed together over the recent window: paused, the hold not counted.
+    Outage(OutageEvidence),
+    /// Baseline's errors are back to normal after a shared outage: the step starts again.
+    Recovered(OutageEvidence),
     /// A manual pause.
     Pause,
     /// A manual resume.
@@ -201,8 +225,8 @@ pub enum Reason {
 
 impl Reason {
     /// A short name for logs and metric labels: `start`, `advance`, `gate`, `stale`,
-    /// `no_data`, `fresh`, `pause`, `resume`, `alarm`, `kill_switch`, `complete`,
-    /// `promote`, `abort`.
+    /// `no_data`, `fresh`, `outage`, `recovered`, `pause`, `resume`, `alarm`,
+    /// `kill_switch`, `complete`, `promote`, `abort`.
     #[must_use]
     pub fn as_str(&self) -> &'static str {
         match self {
@@ -212,6 +236,8 @@ impl Reason {
             Reason::Stale { .. } => "stale",
             Reason::NoData { .. } => "no_data",
             Reason::Fresh => "fresh",
+            Reason::Outage(_) => "outage",
+            Reason::Recovered(_) => "recovered",
             Reason::Pause => "pause",
             Reason::Resume => "resume",
             Reason::Alarm { .. } => "alarm",

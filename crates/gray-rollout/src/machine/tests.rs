@@ -12,6 +12,8 @@ fn config() -> RolloutConfig {
         .with_steps([1.0, 5.0, 100.0])
         .with_hold(S(10))
         .with_min_users(5)
+        // the power a step needs has tests of its own (below): these count few users
+        .with_detect(Detect::new().with_power(0.0))
 }
 
 /// Cumulative counts of `epoch`: `users` gray users, `requests` per arm, and bad users
@@ -61,7 +63,8 @@ fn steps_advance_when_both_the_hold_and_the_users_are_met() {
         t.reason,
         Reason::Advance {
             held_ms: 10_000,
-            users: 10
+            users: 10,
+            power: None
         }
     );
     r.observe(S(111), &healthy(&r, 1, 4));
@@ -494,4 +497,161 @@ fn a_single_step_of_100_promotes_on_start() {
     let t = r.start(S(0)).unwrap();
     assert_eq!((t.to, t.weight), (Phase::Promoted, 100.0));
     let _ = PerStream::<bool>::default();
+}
+
+/// A report of the current epoch: `users` gray users, the requests of a share `w`, and
+/// `gray_bad` and `base_bad` bad users in the errors stream.
+fn step_report(r: &Rollout, users: u64, gray_bad: u64, base_bad: u64) -> Report {
+    let epoch = r.state().epoch.index;
+    let w = r.state().weight / 100.0;
+    let base_requests = (users as f64 * (1.0 - w) / w) as u64;
+    let errors = Pair::new(gray_bad, base_bad);
+    report(
+        1,
+        vec![counts(
+            epoch,
+            users,
+            Pair::new(users, base_requests),
+            errors,
+        )],
+    )
+}
+
+#[test]
+fn a_step_waits_until_its_evidence_could_catch_the_degradation() {
+    // 25 %, a clean baseline, the defaults: +2 % of users is the degradation to catch
+    let config = RolloutConfig::new("canary")
+        .with_steps([25.0, 100.0])
+        .with_hold(S(4))
+        .with_min_users(50);
+    let mut r = Rollout::new(config).unwrap();
+    r.start(S(0)).unwrap();
+    // hold and min_users met, 100 gray users: 2 bad expected under the degradation,
+    // far from the 7 or so it takes
+    r.observe(S(5), &step_report(&r, 100, 0, 0));
+    assert!(
+        r.tick(S(5)).is_none(),
+        "{:?}",
+        r.state().evidence.step_power
+    );
+    let low = r.state().evidence.step_power.unwrap();
+    assert!(low < 0.1, "{low}");
+    // 400 users: still short of 0.9
+    r.observe(S(30), &step_report(&r, 400, 0, 0));
+    assert!(r.tick(S(30)).is_none());
+    let mid = r.state().evidence.step_power.unwrap();
+    assert!(mid > low && mid < 0.9, "{mid}");
+    // 1,000 users: enough
+    r.observe(S(60), &step_report(&r, 1000, 0, 0));
+    let t = r
+        .tick(S(60))
+        .unwrap_or_else(|| panic!("not powered: {:?}", r.state().evidence));
+    assert_eq!((t.to, t.reason.as_str()), (Phase::Promoted, "complete"));
+    assert!(t.evidence.step_power.unwrap() >= 0.9);
+}
+
+#[test]
+fn a_noisy_baseline_asks_for_more_evidence_and_the_power_is_in_the_advance() {
+    let config = RolloutConfig::new("canary")
+        .with_steps([10.0, 50.0, 100.0])
+        .with_hold(S(1))
+        .with_min_users(1);
+    let (mut clean, mut noisy) = (
+        Rollout::new(config.clone()).unwrap(),
+        Rollout::new(config).unwrap(),
+    );
+    clean.start(S(0)).unwrap();
+    noisy.start(S(0)).unwrap();
+    clean.observe(S(2), &step_report(&clean, 500, 0, 0));
+    // 10 % of baseline's users failed: the degradation is 20 %, but the baseline events
+    // count against the test too
+    noisy.observe(S(2), &step_report(&noisy, 500, 50, 450));
+    let (c, n) = (
+        clean.state().evidence.step_power.unwrap(),
+        noisy.state().evidence.step_power.unwrap(),
+    );
+    assert!(c >= 0.9, "{c}");
+    let t = clean.tick(S(2)).unwrap();
+    assert!(
+        matches!(t.reason, Reason::Advance { power: Some(p), .. } if p == c),
+        "{:?}",
+        t.reason
+    );
+    assert!(n != c, "{n} {c}");
+    // turned off, the hold and the users decide alone
+    let off = RolloutConfig::new("canary")
+        .with_steps([10.0, 100.0])
+        .with_hold(S(1))
+        .with_min_users(1)
+        .with_detect(Detect::new().with_power(0.0));
+    let mut r = Rollout::new(off).unwrap();
+    r.start(S(0)).unwrap();
+    r.observe(S(2), &step_report(&r, 3, 0, 0));
+    assert_eq!(r.tick(S(2)).unwrap().to, Phase::Promoted);
+}
+
+#[test]
+fn a_shared_outage_pauses_and_the_step_starts_again_after_it() {
+    let config = RolloutConfig::new("canary")
+        .with_steps([50.0, 100.0])
+        .with_hold(S(4))
+        .with_min_users(1)
+        .with_detect(Detect::new().with_power(0.0));
+    let mut r = Rollout::new(config).unwrap();
+    r.start(S(0)).unwrap();
+    let epoch = r.state().epoch.index;
+    // cumulative requests and errors per arm, one report a second
+    let send = |r: &mut Rollout, at: u64, requests: u64, errors: u64| {
+        let c = counts(
+            r.state().epoch.index,
+            requests,
+            Pair::new(requests, requests),
+            Pair::new(errors, errors),
+        );
+        r.observe(S(at), &report(1, vec![c]))
+    };
+    assert!(send(&mut r, 1, 10, 0).is_none());
+    assert!(r.tick(S(1)).is_none());
+    // both arms fail every request from 2 s on
+    assert!(send(&mut r, 2, 40, 30).is_none());
+    let t = r.tick(S(2)).expect("an outage");
+    assert_eq!((t.to, t.weight), (Phase::Paused, 50.0));
+    let Reason::Outage(e) = &t.reason else {
+        panic!("{:?}", t.reason)
+    };
+    assert_eq!((e.gray_errors, e.baseline_errors), (30, 30));
+    assert_eq!(r.state().pause, Some(PauseReason::Outage));
+    // the hold passes during the outage: nothing advances
+    for at in 3..12 {
+        assert!(send(&mut r, at, 40 + 30 * (at - 2), 30 + 30 * (at - 2)).is_none());
+        assert!(r.tick(S(at)).is_none(), "at {at} s");
+    }
+    // healthy again: the window still holds the outage until it slides past it
+    let mut at = 12;
+    let resumed = loop {
+        let n = 310 + 30 * (at - 11);
+        assert!(send(&mut r, at, n, 300).is_none());
+        if let Some(t) = r.tick(S(at)) {
+            break t;
+        }
+        at += 1;
+        assert!(at < 40, "never resumed");
+    };
+    assert_eq!(
+        (resumed.to, resumed.reason.as_str()),
+        (Phase::Step, "recovered")
+    );
+    assert!(r.state().epoch.index > epoch, "a fresh epoch");
+    assert_eq!(r.state().epoch.started, S(at));
+    // the hold counts from the recovery
+    let c = counts(
+        r.state().epoch.index,
+        10,
+        Pair::new(10, 10),
+        Pair::default(),
+    );
+    r.observe(S(at + 3), &report(1, vec![c.clone()]));
+    assert!(r.tick(S(at + 3)).is_none(), "3 s since the recovery");
+    r.observe(S(at + 4), &report(1, vec![c]));
+    assert_eq!(r.tick(S(at + 4)).unwrap().to, Phase::Promoted);
 }
