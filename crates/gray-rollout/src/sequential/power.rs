@@ -1,22 +1,4 @@
-//! The test's power: how likely it is to alarm on a period's evidence, had gray been worse
-//! by a given ratio over that period. The state machine asks it before a step advances
-//! ([`Detect`](crate::machine::Detect)).
-//!
-//! Over a period that began at `since`, with gray's share `w`, say `c` bad events are
-//! expected from gray and `b` from baseline (Poisson counts). Take the onset open at
-//! `since` (prior weight `π_j`) and a ratio `r_k` of the grid: the test alarms once
-//!
-//! ```text
-//! ln π_j − ln K + ℓ_k ≥ ln(1/α),    ℓ_k = c·(A_k + D_k) + b·D_k
-//! A_k = ln(r_k/r0),   D_k = ln(1 + w(r0 − 1)) − ln(1 + w(r_k − 1))
-//! ```
-//!
-//! `ℓ_k` has the mean above and the variance `c·(A_k + D_k)² + b·D_k²`; by the normal
-//! approximation, P(alarm) ≈ Φ((mean − line)/sd), and the power is the largest over `k`.
-//! Two things make it an estimate rather than a bound: the onset's evidence from before
-//! `since` (at most `onset_every` of it: a healthy period before lowers `ℓ_k` a little),
-//! and the normal approximation at small counts. The seeded simulations of the state
-//! machine measure what it gives (`crates/gray-rollout/tests/statistics.rs`).
+//! The test's power (see [`MixtureTest::power`]).
 
 use std::time::Duration;
 
@@ -25,14 +7,34 @@ use super::MixtureTest;
 impl MixtureTest {
     /// The chance (normal approximation) that the test alarms on the evidence of a period
     /// from `since`, at gray's share `w` in (0, 1), when `gray` and `baseline` bad events
-    /// are expected in it (means of Poisson counts); see the [module docs](self). 0 when
-    /// nothing can be told at that share, or before the test began.
+    /// are expected in it (means of Poisson counts). 0 when nothing can be told at that
+    /// share, or before the test began.
+    ///
+    /// The test's power: how likely it is to alarm on a period's evidence, had gray been worse
+    /// by a given ratio over that period. The state machine asks it before a step advances
+    /// ([`Detect`](crate::machine::Detect)).
+    ///
+    /// Over a period that began at `since`, with gray's share `w`, say `c` bad events are
+    /// expected from gray and `b` from baseline (Poisson counts). Take the onset open at
+    /// `since` (prior weight `π_j`) and a ratio `r_k` of the grid: the test alarms once
+    ///
+    /// ```text
+    /// ln π_j − ln K + ℓ_k ≥ ln(1/α),    ℓ_k = c·(A_k + D_k) + b·D_k
+    /// A_k = ln(r_k/r0),   D_k = ln(1 + w(r0 − 1)) − ln(1 + w(r_k − 1))
+    /// ```
+    ///
+    /// `ℓ_k` has the mean above and the variance `c·(A_k + D_k)² + b·D_k²`; by the normal
+    /// approximation, P(alarm) ≈ Φ((mean − line)/sd), and the power is the largest over `k`.
+    /// Two things make it an estimate rather than a bound: the onset's evidence from before
+    /// `since` (at most `onset_every` of it: a healthy period before lowers `ℓ_k` a little),
+    /// and the normal approximation at small counts. The seeded simulations of the state
+    /// machine measure what it gives (`crates/gray-rollout/tests/statistics.rs`).
     #[must_use]
     pub fn power(&self, since: Duration, w: f64, gray: f64, baseline: f64) -> f64 {
         let Some(began) = self.began else {
             return 0.0;
         };
-        if !(w > 0.0 && w < 1.0) || !(gray >= 0.0 && baseline >= 0.0) {
+        if !(w > 0.0 && w < 1.0 && gray >= 0.0 && baseline >= 0.0) {
             return 0.0;
         }
         let log_prior = if self.onset_every.is_zero() {
@@ -81,7 +83,7 @@ fn erfc(x: f64) -> f64 {
         0.170_872_77,
     ];
     let sum = poly.iter().rev().fold(0.0_f64, |acc, c| acc.mul_add(t, *c));
-    let r = t * (-z * z + sum).exp();
+    let r = t * (-z).mul_add(z, sum).exp();
     if x >= 0.0 { r } else { 2.0 - r }
 }
 
