@@ -160,6 +160,29 @@ fn a_rollout_is_checked_against_the_rules_and_its_keys() {
         "{out}"
     );
     assert!(out.contains("rollouts: state in"), "{out}");
+    // the users each step needs before it may advance; no warning without users_per_s
+    assert!(
+        out.contains("a step needs about this many gray users (clean baseline): 5 %: 310, 50 %: 891"),
+        "{out}"
+    );
+    assert!(!out.contains("warning:"), "{out}");
+    // with the traffic stated, holds shorter than a step needs are warned of, step by step
+    let path = write(
+        &dir,
+        &rollout(
+            "rule = \"10% of users\"\nsteps = [5, 50, 100]\nhold_ms = 3000\nusers_per_s = 200\n",
+        ),
+        RULES,
+        INSTANCES,
+    );
+    let (code, out, err) = check(&path);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains("warning: the 5 % step needs about 31 s to see 310 gray users at users_per_s = 200, more than hold_ms = 3000"),
+        "{out}"
+    );
+    // 891 / (200 × 50 %) = 9 s
+    assert!(out.contains("warning: the 50 % step needs about 9 s"), "{out}");
 
     // the rule is not a sticky-percentage rule: file, line and field
     let path = write(&dir, &rollout("rule = \"testers\"\n"), RULES, INSTANCES);
@@ -193,6 +216,10 @@ fn a_rollout_is_checked_against_the_rules_and_its_keys() {
         (
             "rule = \"10% of users\"\nalpha = 2.0\n",
             "services.orders.rollout.alpha",
+        ),
+        (
+            "rule = \"10% of users\"\ndetect = { power = 1.5 }\n",
+            "services.orders.rollout.detect",
         ),
     ] {
         let path = write(&dir, &rollout(table), RULES, INSTANCES);
