@@ -262,6 +262,24 @@ pub async fn one_instance_gateway(
 /// lane `gray`.
 pub const TESTERS_RULES: &str = "[[rules]]\nname = \"testers\"\nwhen = { header = { name = \"x-tester\", present = true } }\nlane = \"gray\"\n";
 
+/// The text an admin API at `admin` answers to `GET path` (`/metrics`, `/explain?…`).
+///
+/// # Panics
+///
+/// When the admin API does not answer.
+pub async fn admin_text(admin: SocketAddr, path: &str) -> String {
+    reqwest_builder()
+        .build()
+        .expect("a client")
+        .get(format!("http://{admin}{path}"))
+        .send()
+        .await
+        .expect("the admin API answers")
+        .text()
+        .await
+        .expect("a text body")
+}
+
 /// Starts a gateway from `dir`'s `gateway.toml` (its other files beside it).
 ///
 /// # Panics

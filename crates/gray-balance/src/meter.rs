@@ -361,6 +361,8 @@ impl<O: ?Sized + Metered> Ticket<O> {
                 reset(&m.streak);
             }
             Completion::Failed(Failure::Other) => reset(&m.failures),
+            // The client's body failed: nothing said about the instance, either way.
+            Completion::Failed(Failure::Client) => {}
             // Nothing listens there: out at once. Picks avoid it from now on (`doomed`),
             // and the background task ejects it.
             Completion::Failed(Failure::Refused) if fb.consecutive > 0 => {

@@ -17,6 +17,7 @@
 //! | `task` (feature `task`) | the task-local stain and the carriers that keep it across `spawn` |
 //! | [`rand`], [`backoff`], [`hash`] | the workspace's one random number generator, one retry backoff, one fixed hash |
 //! | [`unsent`] | [`Unsent`](unsent::Unsent): an endpoint's error that hands back the request it did not send, so a balancer can send it elsewhere |
+//! | [`aborted`] | [`ClientAborted`](aborted::ClientAborted): a request body's error from the client, which no balancer charges to the instance |
 //!
 //! Routing policies are in gray-policy, staining rules and path normalisation in
 //! gray-rules, the configuration loader in gray-config.
@@ -45,6 +46,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod aborted;
 pub mod backoff;
 pub mod carriers_config;
 pub mod codec;

@@ -77,14 +77,7 @@ impl Unsent {
 
     /// The first `Unsent` in `error`'s source chain, `error` included.
     pub fn find<'a>(error: &'a (dyn Error + 'static)) -> Option<&'a Unsent> {
-        let mut current = Some(error);
-        while let Some(e) = current {
-            if let Some(unsent) = e.downcast_ref::<Unsent>() {
-                return Some(unsent);
-            }
-            current = e.source();
-        }
-        None
+        find_in_chain(error)
     }
 }
 
@@ -106,6 +99,21 @@ impl Error for Unsent {
     fn source(&self) -> Option<&(dyn Error + 'static)> {
         Some(&*self.error)
     }
+}
+
+/// The first `T` in `error`'s source chain, `error` included: how [`Unsent::find`] and
+/// [`ClientAborted::find`](crate::aborted::ClientAborted::find) look.
+pub(crate) fn find_in_chain<'a, T: Error + 'static>(
+    error: &'a (dyn Error + 'static),
+) -> Option<&'a T> {
+    let mut current = Some(error);
+    while let Some(e) = current {
+        if let Some(found) = e.downcast_ref::<T>() {
+            return Some(found);
+        }
+        current = e.source();
+    }
+    None
 }
 
 #[cfg(test)]

@@ -15,7 +15,13 @@
 //! | 502 (the instance failed) | `UNAVAILABLE` (14) |
 //! | 503 (no instance fits the stain, or an in-flight cap reached) | `UNAVAILABLE` (14), the reason as the message |
 //! | 504 (no response head in `upstream_timeout_ms`) | `DEADLINE_EXCEEDED` (4) |
+//! | 499 (the client abandoned its request body) | `CANCELLED` (1) |
 //! | anything else | `UNKNOWN` (2) |
+//!
+//! Once a call's response has begun, an upstream failing mid-stream (its connection lost,
+//! its stream reset: a killed gRPC server) ends the call with trailers `grpc-status: 14`
+//! (`UNAVAILABLE`), what gRPC gives a lost transport and what clients' retry policies
+//! retry, instead of a reset stream, which clients read as `INTERNAL`.
 
 use bytes::Bytes;
 use http::{Response, StatusCode};

@@ -101,28 +101,30 @@ pub(crate) struct HeldBody {
     first: Option<Frame<Bytes>>,
     /// `None` once the body is known to have ended.
     rest: Option<ResponseBody>,
+    /// The response of a gRPC call: an upstream failure mid-stream ends it with the
+    /// status gRPC gives a lost transport (`UNAVAILABLE`) in trailers, not a reset.
+    grpc: bool,
 }
 
 impl HeldBody {
-    /// `rest`, after what it showed first (not [`First::Failed`], which gets no body).
-    pub(crate) fn new(first: First, rest: ResponseBody) -> Self {
-        match first {
-            First::Frame(frame) => HeldBody {
-                first: Some(frame),
-                rest: Some(rest),
-            },
+    /// `rest`, after what it showed first (not [`First::Failed`], which gets no body);
+    /// `grpc` for the response of a gRPC call.
+    pub(crate) fn new(first: First, rest: ResponseBody, grpc: bool) -> Self {
+        let (first, rest) = match first {
+            First::Frame(frame) => (Some(frame), Some(rest)),
             // An ended body has released its connection: it is not polled again.
-            First::End => HeldBody {
-                first: None,
-                rest: None,
-            },
-            First::Nothing | First::Failed(_) => HeldBody {
-                first: None,
-                rest: Some(rest),
-            },
-        }
+            First::End => (None, None),
+            First::Nothing | First::Failed(_) => (None, Some(rest)),
+        };
+        HeldBody { first, rest, grpc }
     }
 }
+/// The trailers of a gRPC call whose upstream failed with `error` mid-stream.
+fn unavailable(error: &hyper::Error) -> http::HeaderMap {
+    let message = format!("the upstream failed mid-stream: {error}");
+    gray_tower::grpc::status_trailers(14, &message)
+}
+
 impl Body for HeldBody {
     type Data = Bytes;
     type Error = hyper::Error;
@@ -134,9 +136,18 @@ impl Body for HeldBody {
         if let Some(frame) = self.first.take() {
             return Poll::Ready(Some(Ok(frame)));
         }
-        match self.rest.as_mut() {
-            Some(rest) => Pin::new(rest).poll_frame(cx),
-            None => Poll::Ready(None),
+        let Some(rest) = self.rest.as_mut() else {
+            return Poll::Ready(None);
+        };
+        match std::task::ready!(Pin::new(rest).poll_frame(cx)) {
+            Some(Err(error)) if self.grpc => {
+                // The instance's connection or stream went away mid-call: gRPC clients
+                // retry `UNAVAILABLE` (a reset would reach them as `INTERNAL`).
+                self.rest = None;
+                tracing::warn!(error = %error, "gRPC upstream failed mid-stream: ended with UNAVAILABLE");
+                Poll::Ready(Some(Ok(Frame::trailers(unavailable(&error)))))
+            }
+            frame => Poll::Ready(frame),
         }
     }
 

@@ -19,7 +19,7 @@ use std::{
 
 use bytes::Bytes;
 use gray_balance::error::status_of;
-use gray_core::{Lane, Stain};
+use gray_core::{Lane, Stain, aborted::ClientAborted};
 use gray_discovery::http::ResponseBody;
 use gray_policy::Unroutable;
 use http::{
@@ -105,6 +105,71 @@ fn reply(grpc: bool, status: StatusCode, value: serde_json::Value) -> Response<B
     json(status, value)
 }
 
+/// The methods the gateway proxies, as `OPTIONS *` and a refused `CONNECT` list them.
+const ALLOW: &str = "GET, HEAD, POST, PUT, DELETE, PATCH, OPTIONS, TRACE";
+
+/// What the gateway answers itself, or fixes, before routing (RFC 9112 §3.2, RFC 9110
+/// §9.3.6 and §9.3.7):
+///
+/// - an HTTP/1.1 request without `Host`, or with more than one: `400`;
+/// - an HTTP/1.x request in absolute form (`GET http://host/svc/x`): its authority
+///   replaces `Host`, as a proxy must;
+/// - `CONNECT`: `405` with `Allow` (the gateway is a reverse proxy, not a tunnel; an
+///   HTTP/2 extended CONNECT is not offered: the gateway does not announce
+///   `SETTINGS_ENABLE_CONNECT_PROTOCOL`);
+/// - `OPTIONS *`: `204` with `Allow`, the gateway's own (no instance is asked).
+fn refuse_target(req: &mut Request<Incoming>) -> Option<Response<Body>> {
+    let h1 = req.version() <= http::Version::HTTP_11;
+    if h1 {
+        let hosts = req.headers().get_all(header::HOST).iter().count();
+        if req.version() == http::Version::HTTP_11 && hosts != 1 {
+            let error = if hosts == 0 {
+                "an HTTP/1.1 request needs a Host header (RFC 9112 §3.2)"
+            } else {
+                "more than one Host header (RFC 9112 §3.2)"
+            };
+            return Some(json(
+                StatusCode::BAD_REQUEST,
+                serde_json::json!({ "error": error }),
+            ));
+        }
+        if let Some(authority) = req.uri().authority()
+            && req.method() != http::Method::CONNECT
+        {
+            match HeaderValue::from_str(authority.as_str()) {
+                Ok(host) => {
+                    req.headers_mut().insert(header::HOST, host);
+                }
+                Err(_) => {
+                    return Some(json(
+                        StatusCode::BAD_REQUEST,
+                        serde_json::json!({ "error": "invalid authority in the request target" }),
+                    ));
+                }
+            }
+        }
+    }
+    let allowed = |status: StatusCode, value: serde_json::Value| {
+        let mut res = json(status, value);
+        res.headers_mut()
+            .insert(header::ALLOW, HeaderValue::from_static(ALLOW));
+        res
+    };
+    if req.method() == http::Method::CONNECT {
+        return Some(allowed(
+            StatusCode::METHOD_NOT_ALLOWED,
+            serde_json::json!({ "error": "CONNECT is not proxied: the gateway routes /{service}/… to instances, it opens no tunnels" }),
+        ));
+    }
+    if req.method() == http::Method::OPTIONS && req.uri() == "*" {
+        let mut res = allowed(StatusCode::NO_CONTENT, serde_json::Value::Null);
+        *res.body_mut() = Either::Right(Full::new(Bytes::new()));
+        res.headers_mut().remove(header::CONTENT_TYPE);
+        return Some(res);
+    }
+    None
+}
+
 /// Splits `/service/rest?q` into `service` and `/rest?q` (`/service?q` into `service`
 /// and `/?q`).
 fn split(uri: &Uri) -> Option<(&str, Result<PathAndQuery, InvalidUri>)> {
@@ -143,6 +208,9 @@ impl Service<Request<Incoming>> for Proxy {
     fn call(&mut self, mut req: Request<Incoming>) -> ProxyFuture {
         let routes = &*self.routes;
         let grpc = crate::grpc::is_grpc(req.headers());
+        if let Some(res) = refuse_target(&mut req) {
+            return ProxyFuture::ready(res);
+        }
         let Some((service, rest)) = split(req.uri()) else {
             return ProxyFuture::ready(reply(
                 grpc,
@@ -424,7 +492,7 @@ fn finish(
     }
     tally.count(lane, response.status().as_u16());
     timing.done(response.status().as_u16());
-    response.map(|rest| Either::Left(HeldBody::new(first, rest)))
+    response.map(|rest| Either::Left(HeldBody::new(first, rest, grpc)))
 }
 
 /// The answer to a request over an in-flight cap: 503 (all clients), 429 (its client's).
@@ -482,7 +550,15 @@ fn find<'a, T: std::error::Error + 'static>(
     None
 }
 
-/// The gateway's answer when the upstream call failed, by [`status_of`]: 504 for a
+/// The status of a request whose client went away with its body half sent: nginx's 499
+/// (Client Closed Request), in the metrics and the rollout's timing; the client rarely
+/// reads it.
+fn client_closed_request() -> StatusCode {
+    StatusCode::from_u16(499).unwrap_or(StatusCode::BAD_REQUEST)
+}
+
+/// The gateway's answer when the upstream call failed, by [`status_of`]: 408 for a body
+/// too slow and 499 for a body the client abandoned (the client's doing), 504 for a
 /// timeout, 503 naming service, lane and policy when no instance fits, 502 otherwise.
 fn failed(
     routes: &Routes,
@@ -502,6 +578,19 @@ fn failed(
             serde_json::json!({"error": slow.to_string(), "service": &**service}),
         );
         return (status, res);
+    }
+    if let Some(aborted) = find::<ClientAborted>(e) {
+        // The client went away with its body half sent (or reset its stream): nginx's
+        // 499, counted under no instance, warned of at a bounded rate.
+        crate::limits::warn(crate::limits::Warning::ClientAborted, |suppressed| {
+            tracing::warn!(service = %service, lane = lane_label, error = %aborted, suppressed, "client aborted its request body: 499, no instance charged");
+        });
+        let res = reply(
+            grpc,
+            client_closed_request(),
+            serde_json::json!({"error": format!("the request body failed at the client: {aborted}"), "service": &**service}),
+        );
+        return (client_closed_request(), res);
     }
     let status = status_of(e);
     match (status, find::<Unroutable>(e)) {

@@ -224,6 +224,7 @@ fn endpoints(config: &Config) -> HttpEndpoints<Connector, ReplayBody<ClientBody>
         .with_http1(http1)
         .with_response_timeout(config.upstream_timeout)
         .with_max_connects_per_instance(config.limits.upstream_max_connects)
+        .with_idle_timeout(config.limits.upstream_idle_timeout)
 }
 
 /// One [`Upstream`] per service (its balancer over its instances' endpoints), and the

@@ -15,7 +15,7 @@ use crate::limits::ClientBody;
 use futures_util::StreamExt;
 use gray_balance::{
     Balance, BalanceLayer, RecordRouted, Routed,
-    retry::{ReplayBody, Retry, RetryFuture},
+    retry::{Copies, ReplayBody, Retry, RetryFuture},
 };
 use gray_core::{Labelled, Labels, Lane, Origin};
 use gray_discovery::{
@@ -274,10 +274,17 @@ impl Upstream {
                 }
             })
         });
+        // Over HTTP/2 an instance may refuse a stream it was sent (REFUSED_STREAM, a
+        // graceful GOAWAY): never processed, it may go elsewhere whatever its method, which
+        // takes a copy of every request (up to `max_replay_bytes`), not only idempotent ones.
+        let retry = match config.transport.protocol {
+            gray_discovery::http::Protocol::Http1 => config.retry.clone(),
+            _ => config.retry.clone().with_copies(Copies::All),
+        };
         let balancer = BalanceLayer::new(&config.name, config.policy.clone())
             .with_pick(config.pick)
             .with_routed(RecordRouted::Fallbacks)
-            .with_retry(config.retry.clone())
+            .with_retry(retry)
             .with_probe(config.probe.clone())
             .with_ejection(config.ejection)
             .with_max_pending(max_in_flight_per_instance)

@@ -162,7 +162,9 @@ fn a_rollout_is_checked_against_the_rules_and_its_keys() {
     assert!(out.contains("rollouts: state in"), "{out}");
     // the users each step needs before it may advance; no warning without users_per_s
     assert!(
-        out.contains("a step needs about this many gray users (clean baseline): 5 %: 310, 50 %: 891"),
+        out.contains(
+            "a step needs about this many gray users (clean baseline): 5 %: 310, 50 %: 891"
+        ),
         "{out}"
     );
     assert!(!out.contains("warning:"), "{out}");
@@ -182,7 +184,10 @@ fn a_rollout_is_checked_against_the_rules_and_its_keys() {
         "{out}"
     );
     // 891 / (200 × 50 %) = 9 s
-    assert!(out.contains("warning: the 50 % step needs about 9 s"), "{out}");
+    assert!(
+        out.contains("warning: the 50 % step needs about 9 s"),
+        "{out}"
+    );
 
     // the rule is not a sticky-percentage rule: file, line and field
     let path = write(&dir, &rollout("rule = \"testers\"\n"), RULES, INSTANCES);

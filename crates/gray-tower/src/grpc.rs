@@ -41,8 +41,8 @@ pub fn is_grpc(headers: &HeaderMap) -> bool {
 
 /// The gRPC status code for an answer of HTTP `status`: 400 → `INTERNAL` (13), 401 →
 /// `UNAUTHENTICATED` (16), 403 → `PERMISSION_DENIED` (7), 404 → `UNIMPLEMENTED` (12), 429,
-/// 502, 503 → `UNAVAILABLE` (14), 504 → `DEADLINE_EXCEEDED` (4), anything else →
-/// `UNKNOWN` (2).
+/// 502, 503 → `UNAVAILABLE` (14), 499 (the client closed the request) → `CANCELLED` (1),
+/// 504 → `DEADLINE_EXCEEDED` (4), anything else → `UNKNOWN` (2).
 #[must_use]
 pub fn code(status: StatusCode) -> u8 {
     match status.as_u16() {
@@ -51,6 +51,7 @@ pub fn code(status: StatusCode) -> u8 {
         403 => 7,
         404 => 12,
         429 | 502 | 503 => 14,
+        499 => 1,
         504 => 4,
         _ => 2,
     }
@@ -65,7 +66,28 @@ pub fn answer<B>(res: &mut Response<B>, status: StatusCode, message: &str) {
         header::CONTENT_TYPE,
         HeaderValue::from_static("application/grpc"),
     );
-    headers.insert("grpc-status", HeaderValue::from(u16::from(code(status))));
+    insert_status(headers, code(status), message);
+}
+
+/// The trailers that end a call with gRPC status `code` and `message`: for a proxy whose
+/// upstream failed once the response had begun (gRPC's code for a lost transport is
+/// `UNAVAILABLE`, 14, which clients retry; a reset stream would reach them as
+/// `INTERNAL`).
+///
+/// ```
+/// let trailers = gray_tower::grpc::status_trailers(14, "upstream lost: 100%");
+/// assert_eq!(trailers["grpc-status"], "14");
+/// assert_eq!(trailers["grpc-message"], "upstream lost: 100%25");
+/// ```
+#[must_use]
+pub fn status_trailers(code: u8, message: &str) -> HeaderMap {
+    let mut trailers = HeaderMap::new();
+    insert_status(&mut trailers, code, message);
+    trailers
+}
+
+fn insert_status(headers: &mut HeaderMap, code: u8, message: &str) {
+    headers.insert("grpc-status", HeaderValue::from(u16::from(code)));
     if let Ok(message) = HeaderValue::from_str(&percent_encode(message)) {
         headers.insert("grpc-message", message);
     }

@@ -3,7 +3,7 @@
 
 use std::{error::Error, io};
 
-use gray_core::unsent::Unsent;
+use gray_core::{aborted::ClientAborted, unsent::Unsent};
 
 /// Where a request failed, as its error tells: whether anything of it may have reached
 /// the instance. A [`Classifier`] decides it; the balancer's passive health, its probes
@@ -24,6 +24,10 @@ pub enum Failure {
     /// Anything else: the instance answered, or the error says nothing about the
     /// connection (a timeout, a protocol error).
     Other,
+    /// The request's own body failed where it came from ([`ClientAborted`]: the client
+    /// went away mid-upload, or reset its stream): the client's doing, counted against no
+    /// instance and never retried.
+    Client,
 }
 
 impl Failure {
@@ -31,7 +35,7 @@ impl Failure {
     /// counts towards an ejection.
     #[must_use]
     pub fn is_connection(self) -> bool {
-        !matches!(self, Failure::Other)
+        !matches!(self, Failure::Other | Failure::Client)
     }
 
     /// `true` when nothing of the request reached the instance (refused or unsent): it
@@ -42,7 +46,7 @@ impl Failure {
     }
 
     /// The name of this failure in logs and metrics: `refused`, `unsent`, `broken`,
-    /// `other`.
+    /// `other`, `client`.
     #[must_use]
     pub fn as_str(self) -> &'static str {
         match self {
@@ -50,6 +54,7 @@ impl Failure {
             Failure::Unsent => "unsent",
             Failure::Broken => "broken",
             Failure::Other => "other",
+            Failure::Client => "client",
         }
     }
 }
@@ -62,7 +67,9 @@ pub type Classifier = fn(&(dyn Error + 'static)) -> Failure;
 /// - an [`io::Error`] of kind `ConnectionRefused`: [`Failure::Refused`];
 /// - an [`Unsent`] (an endpoint that handed the request back), an `io::Error` of kind
 ///   `AddrNotAvailable`, `HostUnreachable` or `NetworkUnreachable`, or (feature
-///   `hyper-util`) a hyper-util client error whose `is_connect()` is true:
+///   `hyper-util`) a hyper-util client error whose `is_connect()` is true, or an HTTP/2
+///   stream the instance refused (`REFUSED_STREAM`) or left above the last stream of a
+///   graceful `GOAWAY` (`NO_ERROR`: a server shutting down), which it never processed:
 ///   [`Failure::Unsent`];
 /// - an `io::Error` of kind `ConnectionReset`, `ConnectionAborted`, `BrokenPipe`,
 ///   `NotConnected` or `UnexpectedEof`, or (feature `hyper-util`) a hyper error that
@@ -77,9 +84,14 @@ pub type Classifier = fn(&(dyn Error + 'static)) -> Failure;
 ///   `is_connect`), and then any request may;
 /// - anything else: [`Failure::Other`].
 ///
-/// A refusal anywhere wins; an error that says both "not connected" and "broken" (a
+/// A [`ClientAborted`] anywhere in the chain wins over all of these: the request's own
+/// body failed at the client, and whatever the upstream connection then reported follows
+/// from it ([`Failure::Client`]). Otherwise a refusal anywhere wins; an error that says both "not connected" and "broken" (a
 /// reset during a TLS handshake) is unsent.
 pub fn classify(error: &(dyn Error + 'static)) -> Failure {
+    if ClientAborted::find(error).is_some() {
+        return Failure::Client;
+    }
     let mut unsent = false;
     let mut broken = false;
     let mut current = Some(error);
@@ -118,6 +130,14 @@ pub fn classify(error: &(dyn Error + 'static)) -> Failure {
                 // (tonic's channels report a killed instance so).
                 broken |= hyper.is_incomplete_message() || hyper.is_canceled();
             }
+            if let Some(h2) = e.downcast_ref::<h2::Error>() {
+                // A stream the instance refused, or one above the last stream of its
+                // graceful GOAWAY (a server shutting down): never processed (RFC 9113
+                // §8.7, §6.8), so it may go anywhere, whatever its method.
+                let refused = h2.reason() == Some(h2::Reason::REFUSED_STREAM);
+                let graceful = h2.is_go_away() && h2.reason() == Some(h2::Reason::NO_ERROR);
+                unsent |= h2.is_remote() && (refused || graceful);
+            }
         }
         current = e.source();
     }
@@ -153,6 +173,30 @@ mod tests {
     }
 
     #[test]
+    fn a_client_abort_anywhere_is_the_clients() {
+        let reset = ClientAborted::new(io::Error::from(io::ErrorKind::ConnectionReset));
+        assert_eq!(classify(&reset), Failure::Client);
+        #[derive(Debug)]
+        struct Send(ClientAborted);
+        impl std::fmt::Display for Send {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("sending the body")
+            }
+        }
+        impl Error for Send {
+            fn source(&self) -> Option<&(dyn Error + 'static)> {
+                Some(&self.0)
+            }
+        }
+        let refused = ClientAborted::new(io::Error::from(io::ErrorKind::ConnectionRefused));
+        assert_eq!(
+            classify(&Send(refused)),
+            Failure::Client,
+            "whatever is below it"
+        );
+    }
+
+    #[test]
     fn kinds_anywhere_in_the_chain() {
         let wrap = |kind| Wrapped(io::Error::from(kind));
         for (kind, failure) in [
@@ -174,6 +218,7 @@ mod tests {
         assert_eq!(classify(&refused), Failure::Refused);
         assert!(Failure::Refused.nothing_sent() && !Failure::Broken.nothing_sent());
         assert!(Failure::Broken.is_connection() && !Failure::Other.is_connection());
+        assert!(!Failure::Client.is_connection() && !Failure::Client.nothing_sent());
     }
 
     #[cfg(feature = "rustls")]

@@ -86,7 +86,8 @@ impl Retries {
             Failure::Refused | Failure::Unsent => true,
             // Once only: the request may have reached the instance.
             Failure::Broken => idempotent && retries == 0,
-            Failure::Other => false,
+            // The client's body failed (it is gone), or the instance answered.
+            Failure::Other | Failure::Client => false,
         };
         eligible && retries < self.policy.max_retries
     }

@@ -118,6 +118,46 @@ where
     }
 }
 
+/// Whether `request` may be sent again after its connection closed before any answer: an
+/// idempotent method (RFC 9110 §9.2.2) and no body to send.
+fn resendable<B: Body>(request: &Request<B>) -> bool {
+    request.method().is_idempotent() && request.body().is_end_stream()
+}
+
+/// A copy of a request's head, to send it again.
+fn head_of(parts: &http::request::Parts) -> Request<()> {
+    let mut head = Request::new(());
+    *head.method_mut() = parts.method.clone();
+    *head.uri_mut() = parts.uri.clone();
+    *head.version_mut() = parts.version;
+    *head.headers_mut() = parts.headers.clone();
+    *head.extensions_mut() = parts.extensions.clone();
+    head
+}
+
+/// Whether `error` says the connection closed before the response began: what a request
+/// meets on an idle connection that the instance closed as it was reused (an incomplete
+/// message, a reset, a broken pipe).
+fn closed_idle(error: &hyper::Error) -> bool {
+    if error.is_incomplete_message() || error.is_canceled() {
+        return true;
+    }
+    let mut source = std::error::Error::source(error);
+    while let Some(e) = source {
+        if let Some(io) = e.downcast_ref::<std::io::Error>() {
+            return matches!(
+                io.kind(),
+                std::io::ErrorKind::ConnectionReset
+                    | std::io::ErrorKind::ConnectionAborted
+                    | std::io::ErrorKind::BrokenPipe
+                    | std::io::ErrorKind::UnexpectedEof
+            );
+        }
+        source = e.source();
+    }
+    false
+}
+
 /// A new connection, as an HTTP/1 request opened it.
 pub(super) enum Fresh<IO: Read + Write + Unpin, B: Body + 'static> {
     Http1(Box<Conn<IO, B>>),
@@ -199,11 +239,15 @@ impl<C: MakeIo<IO>, IO: TargetIo, B: SendBody> Target<C, IO, B> {
             request.headers_mut().insert(HOST, self.host.clone());
         }
         async move {
+            // Set once the request was sent on an idle connection that the instance had
+            // closed: it goes again, once, on a new connection.
+            let mut stale = false;
             loop {
                 // An idle connection that is still open, else a new one.
                 let mut fresh = false;
                 let mut conn = loop {
-                    match self.pool.take() {
+                    let idle = if stale { None } else { self.pool.take() };
+                    match idle {
                         Some(mut conn) => {
                             if conn.usable() {
                                 break conn;
@@ -260,7 +304,19 @@ impl<C: MakeIo<IO>, IO: TargetIo, B: SendBody> Target<C, IO, B> {
                     frames: conn.body_frames.clone(),
                 };
                 let mut frames_seen = conn.body_frames.load(Ordering::Relaxed);
-                let sent_body = request.map(|body| SentBody::new(body, progress));
+                // An idempotent request with no body, on a connection that lay idle: its
+                // head and (empty) body are kept, so that it can go again on a new
+                // connection if the instance had closed this one (its keep-alive timeout
+                // and our reuse racing).
+                let mut kept = None;
+                let sent = if !fresh && !stale && resendable(&request) {
+                    let (parts, body) = request.into_parts();
+                    kept = Some((head_of(&parts), body));
+                    Request::from_parts(parts, SentBody::empty(progress))
+                } else {
+                    request.map(|body| SentBody::new(body, progress))
+                };
+                let sent_body = sent;
                 // The answer is delivered only by `conn.drive` (this task drives the
                 // connection, nobody else), just before `sent` is polled: so `sent` is
                 // polled with a no-op waker, and its channel cannot wake this task in the
@@ -306,8 +362,28 @@ impl<C: MakeIo<IO>, IO: TargetIo, B: SendBody> Target<C, IO, B> {
                     // Not sent: the idle connection was closed under us. Try another one; a
                     // new connection that cannot take the request is an error.
                     Err(mut e) => match e.take_message() {
-                        Some(unsent) if !fresh => request = unsent.map(SentBody::into_inner),
-                        _ => return Err(self.error(Stage::Send, e.into_error())),
+                        Some(unsent) if !fresh => {
+                            let (parts, body) = unsent.into_parts();
+                            let body = body
+                                .into_inner()
+                                .or_else(|| kept.take().map(|(_, body)| body));
+                            let Some(body) = body else {
+                                return Err(self.error(Stage::Send, e.into_error()));
+                            };
+                            request = Request::from_parts(parts, body);
+                        }
+                        _ => {
+                            let error = e.into_error();
+                            // Sent on an idle connection the instance had closed, and
+                            // nothing came back: once more, on a new connection.
+                            match kept.take() {
+                                Some((head, body)) if closed_idle(&error) => {
+                                    stale = true;
+                                    request = head.map(|()| body);
+                                }
+                                _ => return Err(self.error(Stage::Send, error)),
+                            }
+                        }
                     },
                 }
             }

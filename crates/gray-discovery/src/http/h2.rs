@@ -7,10 +7,14 @@
 //! (and gets its error if it fails): a burst of requests to a new instance opens one
 //! connection, not one each. A connection that closed (the instance went away, or sent
 //! `GOAWAY`) is replaced by the next request. A request that hyper hands back unsent (the
-//! connection closed before the request went out) is sent once more, on a new connection.
-//! A stream the instance refused once it was sent (`REFUSED_STREAM`, or a stream above a
-//! `GOAWAY`'s last stream id) is not sent again here: the request fails with the
-//! stream's error, and whether it goes elsewhere is the caller's retry policy.
+//! connection closed, or began shutting down, before the request went out) is sent once
+//! more, on a new connection; when none can be had (the instance stopped listening), it
+//! goes back to the caller whole, inside an [`Unsent`] (its body is kept unpinned until
+//! hyper first polls it: [`H2Body`]), and a retrying balancer sends it elsewhere. A stream
+//! the instance refused once it was sent (`REFUSED_STREAM`, or a stream above a graceful
+//! `GOAWAY`'s last stream id) is not sent again here: the request fails with the stream's
+//! error, which gray-balance's `classify` calls unsent (never processed), so a balancer
+//! that kept a copy sends it elsewhere whatever its method.
 //!
 //! Requests beyond the instance's `SETTINGS_MAX_CONCURRENT_STREAMS` wait on the same
 //! connection for a stream to end (hyper queues them): no second connection is opened,
@@ -44,12 +48,40 @@ use super::{
     body::ResponseBody,
     error::{RequestError, Stage},
     h1::Conn,
+    h2_body::H2Body,
     target::{Deadline, MakeIo, Mode, SendBody, Target, TargetIo},
     transport::open,
 };
 
+/// What [`Target::h2_request`] changed of a request, to give it back as it came.
+struct Original {
+    uri: Uri,
+    version: Version,
+    host: Option<http::HeaderValue>,
+}
+
+/// The error of a request hyper handed back unsent: the request as it came inside an
+/// [`Unsent`], when hyper never polled its body (a retrying balancer then sends it
+/// elsewhere, whatever its method); else `error` alone.
+fn handed_back<B: Send + 'static>(
+    request: Request<H2Body<B>>,
+    original: Original,
+    error: impl Into<BoxError>,
+) -> BoxError {
+    let (mut parts, body) = request.into_parts();
+    let Some(body) = body.into_inner() else {
+        return error.into();
+    };
+    parts.uri = original.uri;
+    parts.version = original.version;
+    if let Some(host) = original.host {
+        parts.headers.insert(HOST, host);
+    }
+    Box::new(Unsent::new(Request::from_parts(parts, body), error))
+}
+
 /// The handle that sends requests on an HTTP/2 connection.
-type Sender<B> = SendRequest<Pin<Box<B>>>;
+type Sender<B> = SendRequest<H2Body<B>>;
 
 /// An opening connection, awaited by every request that needs it.
 type Opening<B> = Shared<Pin<Box<dyn Future<Output = Result<Chosen<B>, RequestError>> + Send>>>;
@@ -195,8 +227,14 @@ impl<C: MakeIo<IO>, IO: TargetIo, B: SendBody> Target<C, IO, B> {
         })
     }
 
-    /// `request` in the form HTTP/2 sends it: absolute, its `Host` as its authority.
-    fn h2_request(&self, mut request: Request<B>) -> Request<Pin<Box<B>>> {
+    /// `request` in the form HTTP/2 sends it: absolute, its `Host` as its authority; and
+    /// what [`restore`] needs to give it back as it came.
+    fn h2_request(&self, mut request: Request<B>) -> (Request<H2Body<B>>, Original) {
+        let original = Original {
+            uri: request.uri().clone(),
+            version: request.version(),
+            host: request.headers().get(HOST).cloned(),
+        };
         *request.version_mut() = Version::HTTP_2;
         let authority = request
             .headers_mut()
@@ -216,7 +254,7 @@ impl<C: MakeIo<IO>, IO: TargetIo, B: SendBody> Target<C, IO, B> {
         if let Ok(uri) = Uri::from_parts(parts) {
             *request.uri_mut() = uri;
         }
-        request.map(Box::pin)
+        (request.map(H2Body::new), original)
     }
 
     /// Sends `request` over HTTP/2 (or over HTTP/1.1, when ALPN chose it).
@@ -245,26 +283,38 @@ impl<C: MakeIo<IO>, IO: TargetIo, B: SendBody> Target<C, IO, B> {
                 return self.clone().run_h1(request, None).await;
             };
             self.h2.set_speaks_http1(false);
-            let mut request = self.h2_request(request);
+            let (mut request, original) = self.h2_request(request);
             let mut again = true;
             loop {
                 match sender.try_send_request(request).await {
                     Ok(response) => return Ok(response.map(|body| ResponseBody::new(body, None))),
-                    // Not sent: the connection closed under us. Once more, on a new one.
+                    // Not sent: the connection closed (or is shutting down: a GOAWAY) under
+                    // us. Once more, on a new one; and when that cannot be had, the request
+                    // goes back to the caller, unsent (a retrying balancer sends it
+                    // elsewhere, whatever its method).
                     Err(mut e) => match e.take_message() {
                         Some(unsent) if again => {
                             again = false;
                             self.h2.forget(number);
                             request = unsent;
-                            let Some((n, s)) = self.sender().await? else {
-                                return Err(self.error(
-                                    Stage::Send,
-                                    "the instance chose HTTP/1.1 on its new connection",
-                                ));
-                            };
-                            (number, sender) = (n, s);
+                            match self.sender().await {
+                                Ok(Some((n, s))) => (number, sender) = (n, s),
+                                Ok(None) => {
+                                    let error = self.error(
+                                        Stage::Send,
+                                        "the instance chose HTTP/1.1 on its new connection",
+                                    );
+                                    return Err(handed_back(request, original, error));
+                                }
+                                Err(error) => return Err(handed_back(request, original, error)),
+                            }
                         }
-                        _ => return Err(self.error(Stage::Send, e.into_error())),
+                        Some(unsent) => {
+                            self.h2.forget(number);
+                            let error = self.error(Stage::Send, e.into_error());
+                            return Err(handed_back(unsent, original, error));
+                        }
+                        None => return Err(self.error(Stage::Send, e.into_error())),
                     },
                 }
             }

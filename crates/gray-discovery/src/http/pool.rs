@@ -1,13 +1,16 @@
 //! The idle HTTP/1 connections of one instance ([`Pool`]), and the connects that serve
 //! requests finding none (`super::connecting`).
 //!
-//! A request takes the most recently released connection. An idle connection that is
-//! older than `idle_timeout`, or that the instance closed, is dropped when a request would
-//! take it: nothing reaps the idle list in the background, so an idle connection stays
-//! open (its socket held) until a request finds it expired, or until the endpoint is
-//! dropped with its instance.
+//! A request takes the most recently released connection. Idle connections expire by age,
+//! oldest first: whenever a request takes a connection or one is released, those idle for
+//! longer than `idle_timeout` are closed, from the oldest, so a busy instance's pool holds
+//! no socket that went unused for longer than that. An idle connection that the instance
+//! closed is dropped when a request would take it. Nothing reaps the idle list in the
+//! background: the pool of an instance that gets no more requests keeps its connections
+//! until the endpoint is dropped with its instance (or the instance closes them).
 
 use std::{
+    collections::VecDeque,
     sync::{Arc, Mutex, atomic::Ordering},
     task::Context,
     time::Instant,
@@ -26,7 +29,8 @@ use super::{
 
 /// The idle connections of one instance.
 pub(crate) struct Pool<IO: Read + Write + Unpin, B: Body + 'static> {
-    idle: Mutex<Vec<Box<Conn<IO, B>>>>,
+    /// Oldest first.
+    idle: Mutex<VecDeque<Box<Conn<IO, B>>>>,
     /// Requests waiting for a connection, and the connects that serve them.
     pub(super) connects: Connects<Box<Conn<IO, B>>>,
     pub(crate) settings: Arc<Settings>,
@@ -37,26 +41,41 @@ pub(crate) struct Pool<IO: Read + Write + Unpin, B: Body + 'static> {
 impl<IO: Read + Write + Unpin, B: Body + 'static> Pool<IO, B> {
     pub(crate) fn new(settings: Arc<Settings>) -> Self {
         Pool {
-            idle: Mutex::new(Vec::new()),
+            idle: Mutex::new(VecDeque::new()),
             connects: Connects::new(settings.max_connects),
             settings,
         }
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<Box<Conn<IO, B>>>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, VecDeque<Box<Conn<IO, B>>>> {
         self.idle.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// The most recently released connection that is still fresh, if any. The lock is held
-    /// for a pop; older connections than the idle timeout are dropped on the way.
+    /// Takes the connections idle for longer than the idle timeout off the front of
+    /// `idle` (the oldest), to be dropped once the lock is released.
+    fn expired(
+        &self,
+        idle: &mut VecDeque<Box<Conn<IO, B>>>,
+        now: Instant,
+    ) -> Vec<Box<Conn<IO, B>>> {
+        let timeout = self.settings.idle_timeout;
+        let fresh = idle
+            .iter()
+            .position(|c| now.saturating_duration_since(c.idle_since) <= timeout)
+            .unwrap_or(idle.len());
+        idle.drain(..fresh).collect()
+    }
+
+    /// The most recently released connection that is still fresh, if any; the expired
+    /// ones are closed on the way (outside the lock).
     pub(super) fn take(&self) -> Option<Box<Conn<IO, B>>> {
         let now = Instant::now();
-        loop {
-            let conn = self.lock().pop()?;
-            if now.saturating_duration_since(conn.idle_since) <= self.settings.idle_timeout {
-                return Some(conn);
-            }
-        }
+        let mut idle = self.lock();
+        let expired = self.expired(&mut idle, now);
+        let conn = idle.pop_back();
+        drop(idle);
+        drop(expired);
+        conn
     }
 
     pub(crate) fn put(self: &Arc<Self>, mut conn: Box<Conn<IO, B>>)
@@ -75,11 +94,15 @@ impl<IO: Read + Write + Unpin, B: Body + 'static> Pool<IO, B> {
         let Some(mut conn) = self.connects.offer(conn, self) else {
             return;
         };
-        conn.idle_since = Instant::now();
+        let now = Instant::now();
+        conn.idle_since = now;
         let mut idle = self.lock();
+        let expired = self.expired(&mut idle, now);
         if idle.len() < self.settings.max_idle {
-            idle.push(conn);
+            idle.push_back(conn);
         }
+        drop(idle);
+        drop(expired);
     }
 }
 
@@ -167,18 +190,22 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn an_idle_connection_past_the_idle_timeout_is_dropped_when_taken() {
+    async fn idle_connections_past_the_idle_timeout_are_closed_oldest_first() {
         let pool = pool(8, Duration::from_secs(90));
         let (old, _old) = conn(&pool).await;
         let (fresh, _fresh) = conn(&pool).await;
         let fresh_id = id(&fresh);
         pool.put(old);
         pool.put(fresh);
-        // The older one idled past the timeout: taken after the fresh one, it is dropped.
+        // The older one idled past the timeout: closed as soon as a request takes the
+        // fresh one, though the fresh one is taken first (oldest first, by age).
         pool.lock()[0].idle_since = Instant::now() - Duration::from_secs(91);
         assert_eq!(pool.take().map(|c| id(&c)), Some(fresh_id));
+        assert!(
+            pool.lock().is_empty(),
+            "the expired connection is still held"
+        );
         assert!(pool.take().is_none(), "the expired connection was reused");
-        assert!(pool.lock().is_empty());
     }
 
     #[tokio::test]

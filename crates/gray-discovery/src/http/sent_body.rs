@@ -19,8 +19,18 @@ pin_project_lite::pin_project! {
     /// written whole (or abandoned), hyper drops it.
     pub(crate) struct SentBody<B> {
         #[pin]
-        inner: B,
+        inner: Sent<B>,
         progress: BodyProgress,
+    }
+}
+
+pin_project_lite::pin_project! {
+    #[project = SentProj]
+    enum Sent<B> {
+        /// The request's body, sent as it streams.
+        Body { #[pin] body: B },
+        /// An empty body, kept by the request (see [`SentBody::empty`]).
+        Empty,
     }
 }
 
@@ -46,12 +56,29 @@ impl Drop for BodyProgress {
 impl<B> SentBody<B> {
     /// `inner`, reporting to `progress`.
     pub(crate) fn new(inner: B, progress: BodyProgress) -> Self {
-        SentBody { inner, progress }
+        SentBody {
+            inner: Sent::Body { body: inner },
+            progress,
+        }
     }
 
-    /// The body, unwrapped (a request hyper handed back unsent).
-    pub(crate) fn into_inner(self) -> B {
-        self.inner
+    /// An empty body in place of one the request keeps (a body that was at its end
+    /// already): the request can then be sent again, on another connection, if this one
+    /// turns out to have been closed by the instance while it lay idle.
+    pub(crate) fn empty(progress: BodyProgress) -> Self {
+        SentBody {
+            inner: Sent::Empty,
+            progress,
+        }
+    }
+
+    /// The body, unwrapped (a request hyper handed back unsent); `None` for an
+    /// [`empty`](Self::empty) one, whose body the request kept.
+    pub(crate) fn into_inner(self) -> Option<B> {
+        match self.inner {
+            Sent::Body { body } => Some(body),
+            Sent::Empty => None,
+        }
     }
 }
 
@@ -64,7 +91,10 @@ impl<B: Body> Body for SentBody<B> {
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<B::Data>, B::Error>>> {
         let this = self.project();
-        let frame = ready!(this.inner.poll_frame(cx));
+        let SentProj::Body { body } = this.inner.project() else {
+            return Poll::Ready(None);
+        };
+        let frame = ready!(body.poll_frame(cx));
         if let Some(Ok(_)) = frame {
             this.progress.frames.fetch_add(1, Ordering::Relaxed);
         }
@@ -72,10 +102,16 @@ impl<B: Body> Body for SentBody<B> {
     }
 
     fn is_end_stream(&self) -> bool {
-        self.inner.is_end_stream()
+        match &self.inner {
+            Sent::Body { body } => body.is_end_stream(),
+            Sent::Empty => true,
+        }
     }
 
     fn size_hint(&self) -> SizeHint {
-        self.inner.size_hint()
+        match &self.inner {
+            Sent::Body { body } => body.size_hint(),
+            Sent::Empty => SizeHint::with_exact(0),
+        }
     }
 }

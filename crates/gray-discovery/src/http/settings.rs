@@ -36,7 +36,7 @@ impl Default for Settings {
     fn default() -> Self {
         Settings {
             max_idle: 256,
-            idle_timeout: Duration::from_secs(90),
+            idle_timeout: Duration::from_secs(4),
             http1: http1::Builder::new(),
             http2: {
                 let mut http2 = http2::Builder::new(TokioExecutor::new());

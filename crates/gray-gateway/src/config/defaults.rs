@@ -43,6 +43,9 @@ pub(crate) fn upstream_buffer_bytes() -> usize {
 pub(crate) fn upstream_max_connects() -> usize {
     8
 }
+pub(crate) fn upstream_idle_timeout_ms() -> u64 {
+    4000
+}
 pub(crate) fn http2_max_concurrent_streams() -> u32 {
     100
 }

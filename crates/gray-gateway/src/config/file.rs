@@ -66,6 +66,8 @@ pub(super) struct File {
     pub(super) upstream_buffer_bytes: usize,
     #[serde(default = "defaults::upstream_max_connects")]
     pub(super) upstream_max_connects: usize,
+    #[serde(default = "defaults::upstream_idle_timeout_ms")]
+    pub(super) upstream_idle_timeout_ms: u64,
     #[serde(default = "defaults::http2_max_concurrent_streams")]
     pub(super) http2_max_concurrent_streams: u32,
     #[serde(default = "defaults::http2_max_send_buf_size")]

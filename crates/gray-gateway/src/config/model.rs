@@ -246,6 +246,10 @@ pub struct Limits {
     pub upstream_buffer_bytes: usize,
     /// Connects to one instance running at once.
     pub upstream_max_connects: usize,
+    /// How long an upstream HTTP/1.1 connection may stay idle before it is closed instead
+    /// of reused (`upstream_idle_timeout_ms`, default 4 s: below common servers'
+    /// keep-alive timeouts).
+    pub upstream_idle_timeout: Duration,
     /// HTTP/2: streams open at once per connection (`SETTINGS_MAX_CONCURRENT_STREAMS`).
     pub http2_max_concurrent_streams: u32,
     /// HTTP/2: response bytes buffered per stream, beyond what the client's window takes.
@@ -280,6 +284,7 @@ impl Default for Limits {
             max_cancelled_streams_percent: defaults::max_cancelled_streams_percent(),
             upstream_buffer_bytes: defaults::upstream_buffer_bytes(),
             upstream_max_connects: defaults::upstream_max_connects(),
+            upstream_idle_timeout: Duration::from_millis(defaults::upstream_idle_timeout_ms()),
             http2_max_concurrent_streams: defaults::http2_max_concurrent_streams(),
             http2_max_send_buf_size: defaults::http2_max_send_buf_size(),
             http2_stream_window: defaults::http2_stream_window(),

@@ -210,6 +210,7 @@ impl Config {
                 max_cancelled_streams_percent: raw.max_cancelled_streams_percent,
                 upstream_buffer_bytes: raw.upstream_buffer_bytes,
                 upstream_max_connects: raw.upstream_max_connects,
+                upstream_idle_timeout: Duration::from_millis(raw.upstream_idle_timeout_ms),
                 http2_max_concurrent_streams: raw.http2_max_concurrent_streams,
                 http2_max_send_buf_size: raw.http2_max_send_buf_size,
                 http2_stream_window: raw.http2_stream_window,

@@ -7,6 +7,11 @@
 //! body that misses it fails with [`SlowBody`]: the upstream request is abandoned (its
 //! connection closed) and the client gets `408 Request Timeout`. A fast body costs a clock
 //! read per frame; a timer is registered only once the body has to wait for its client.
+//!
+//! Every error of the body, a [`SlowBody`] or the client's connection failing under it
+//! (an abandoned upload, a reset stream), is marked as the client's
+//! ([`ClientAborted`](gray_core::aborted::ClientAborted)): the upstream send it breaks
+//! counts against no instance's health, and the proxy answers it as a client abort.
 
 use std::{
     fmt,
@@ -16,6 +21,7 @@ use std::{
 };
 
 use bytes::Bytes;
+use gray_core::aborted::ClientAborted;
 use http_body::{Body, Frame, SizeHint};
 use tokio::time::{Instant, Sleep};
 use tower::BoxError;
@@ -108,6 +114,12 @@ impl Pace {
     }
 }
 
+/// A client body's error, marked as the client's ([`ClientAborted`]): the upstream send
+/// it breaks then counts against no instance (gray-balance's `classify`).
+fn aborted(error: impl Into<BoxError>) -> BoxError {
+    Box::new(ClientAborted::new(error))
+}
+
 impl<B> Body for Paced<B>
 where
     B: Body<Data = Bytes> + Unpin,
@@ -122,7 +134,7 @@ where
     ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
         let this = &mut *self;
         let Some(pace) = &mut this.pace else {
-            return Pin::new(&mut this.inner).poll_frame(cx).map_err(Into::into);
+            return Pin::new(&mut this.inner).poll_frame(cx).map_err(aborted);
         };
         if pace.deadline.is_none() {
             pace.deadline = Some(Instant::now() + pace.timeout);
@@ -132,7 +144,7 @@ where
                 if let Some(Ok(data)) = frame.as_ref().map(|f| f.as_ref().map(Frame::data_ref)) {
                     pace.progress(data.map_or(0, Bytes::len), Instant::now());
                 }
-                Poll::Ready(frame.map(|f| f.map_err(Into::into)))
+                Poll::Ready(frame.map(|f| f.map_err(aborted)))
             }
             Poll::Pending => {
                 if pace.expired(cx) {
@@ -142,7 +154,7 @@ where
                     };
                     // Ends the body: it is not polled again.
                     this.pace = None;
-                    return Poll::Ready(Some(Err(Box::new(error))));
+                    return Poll::Ready(Some(Err(aborted(error))));
                 }
                 Poll::Pending
             }

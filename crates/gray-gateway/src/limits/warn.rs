@@ -24,9 +24,11 @@ pub(crate) enum Warning {
     Accept,
     /// A connection cancelled most of its streams and was sent GOAWAY.
     Cancelling,
+    /// A client abandoned its request body (an abort, a reset) while it was proxied.
+    ClientAborted,
 }
 
-const KINDS: usize = 4;
+const KINDS: usize = 5;
 const NEVER: u64 = u64::MAX;
 
 struct Slot {

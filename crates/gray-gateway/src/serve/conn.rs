@@ -91,6 +91,7 @@ where
     let state = service.service.state.clone();
     let (h2, mut prefix) = read_version(&mut io).await?;
     if h2 {
+        state.serving_http2();
         let io = TokioIo::new(ObservedIo::new(Prefixed::new(io, prefix), state.clone()));
         let conn = server.http2.serve_connection(io, service);
         return Ok(member

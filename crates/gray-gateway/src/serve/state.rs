@@ -33,6 +33,10 @@ pub(super) struct ConnState {
     /// Bytes arrived while no request was in flight: a request head is being read. A new
     /// connection starts reading its head at once.
     head: AtomicBool,
+    /// The connection speaks HTTP/2: bytes between requests are frames of the connection
+    /// (PINGs, WINDOW_UPDATEs, SETTINGS), not a request head, and an idle connection is
+    /// judged by the idle timeout alone, whatever control frames its client sends.
+    http2: AtomicBool,
     /// Response bodies being sent, and their frames sent so far: what `send_timeout`
     /// watches.
     bodies: AtomicUsize,
@@ -82,6 +86,7 @@ impl ConnState {
             in_flight: AtomicUsize::new(0),
             finished: AtomicU64::new(0),
             head: AtomicBool::new(true),
+            http2: AtomicBool::new(false),
             bodies: AtomicUsize::new(0),
             sent: AtomicU64::new(0),
             cancels: Arc::new(Cancels::new(limits.max_cancelled_streams_percent)),
@@ -155,9 +160,19 @@ impl ConnState {
         set(&self.read_pending, pending);
     }
 
-    /// Bytes arrived: with no request in flight, they start a request head.
+    /// The connection turned out to speak HTTP/2 (its preface was read): from now on no
+    /// request head is ever pending between requests (see `http2`).
+    pub(super) fn serving_http2(&self) {
+        self.http2.store(true, Relaxed);
+        self.head.store(false, Relaxed);
+    }
+
+    /// Bytes arrived: with no request in flight, they start a request head (HTTP/1.1).
     pub(super) fn bytes_read(&self) {
-        if self.in_flight.load(Relaxed) == 0 && !self.head.load(Relaxed) {
+        if self.in_flight.load(Relaxed) == 0
+            && !self.head.load(Relaxed)
+            && !self.http2.load(Relaxed)
+        {
             self.head.store(true, Relaxed);
         }
     }

@@ -1,6 +1,13 @@
 //! Hop-by-hop headers (RFC 9110 §7.6.1): they describe one connection, so a proxy removes
 //! them, together with every header the `Connection` header names, in both directions.
 //!
+//! Two exceptions keep trailers working end to end through an HTTP/1.1 hop: `Trailer`
+//! (which fields the trailers will hold) is end-to-end and kept, and a `TE` that asks for
+//! trailers is replaced by a bare `TE: trailers`, what a proxy that relays trailers (as
+//! every hyper-based one does) says on the next hop. hyper's HTTP/1.1 server sends a
+//! response's trailers only to a client that sent `TE: trailers`, and its client encodes
+//! a request's trailers only when `Trailer` names them.
+//!
 //! [`EdgeLayer`](super::EdgeLayer) calls [`strip`] on every request **before** it reads,
 //! decides and writes the stain (see [`EdgeLayer::with_hop_by_hop`](super::EdgeLayer::with_hop_by_hop)),
 //! so a client's `Connection: x-gray-lane` removes the client's own `x-gray-lane`, never
@@ -26,15 +33,16 @@
 use http::{HeaderMap, HeaderName, header};
 
 /// The headers that are hop-by-hop by themselves (RFC 9110 §7.6.1, plus the non-standard
-/// `keep-alive` and `proxy-connection`).
-pub const HOP_BY_HOP: [HeaderName; 9] = [
+/// `keep-alive` and `proxy-connection`, and `proxy-authenticate` and
+/// `proxy-authorization`, which address the proxy). `Trailer` is not one of them: it is
+/// end-to-end.
+pub const HOP_BY_HOP: [HeaderName; 8] = [
     header::CONNECTION,
     HeaderName::from_static("keep-alive"),
     header::PROXY_AUTHENTICATE,
     header::PROXY_AUTHORIZATION,
     HeaderName::from_static("proxy-connection"),
     header::TE,
-    header::TRAILER,
     header::TRANSFER_ENCODING,
     header::UPGRADE,
 ];
@@ -50,7 +58,6 @@ pub fn is_hop_by_hop(name: &HeaderName) -> bool {
             | "proxy-authorization"
             | "proxy-connection"
             | "te"
-            | "trailer"
             | "transfer-encoding"
             | "upgrade"
     )
@@ -59,10 +66,23 @@ pub fn is_hop_by_hop(name: &HeaderName) -> bool {
 /// Removes the hop-by-hop headers from `headers`, and every header a `Connection` header
 /// names. `Upgrade` goes too: a proxy that tunnels upgraded connections handles them before
 /// calling this.
+///
+/// A `TE` that lists `trailers` leaves a `TE: trailers` behind (see the [module
+/// docs](self)); `Connection` naming `TE` removes it as usual first.
 pub fn strip(headers: &mut HeaderMap) {
     if !headers.keys().any(is_hop_by_hop) {
         return;
     }
+    let trailers = headers
+        .get_all(header::TE)
+        .iter()
+        .flat_map(|v| v.as_bytes().split(|&b| b == b','))
+        .any(|t| {
+            t.trim_ascii()
+                .split(|&b| b == b';')
+                .next()
+                .is_some_and(|t| t.trim_ascii().eq_ignore_ascii_case(b"trailers"))
+        });
     if headers.contains_key(header::CONNECTION) {
         let named: Vec<HeaderName> = headers
             .get_all(header::CONNECTION)
@@ -76,6 +96,9 @@ pub fn strip(headers: &mut HeaderMap) {
     }
     for name in &HOP_BY_HOP {
         headers.remove(name);
+    }
+    if trailers {
+        headers.insert(header::TE, http::HeaderValue::from_static("trailers"));
     }
 }
 
@@ -118,6 +141,22 @@ mod tests {
         h.insert("x-kept", HeaderValue::from_static("1"));
         strip(&mut h);
         assert_eq!(h.len(), 2);
+    }
+
+    #[test]
+    fn trailers_survive_the_hop() {
+        let mut h = HeaderMap::new();
+        h.insert("connection", HeaderValue::from_static("TE, keep-alive"));
+        h.insert("te", HeaderValue::from_static("gzip;q=0.5, Trailers"));
+        h.insert("trailer", HeaderValue::from_static("x-checksum"));
+        strip(&mut h);
+        assert_eq!(h.len(), 2, "{h:?}");
+        assert_eq!(h["te"], "trailers");
+        assert_eq!(h["trailer"], "x-checksum");
+        let mut h = HeaderMap::new();
+        h.insert("te", HeaderValue::from_static("gzip"));
+        strip(&mut h);
+        assert!(h.is_empty(), "{h:?}");
     }
 
     #[test]
