@@ -40,7 +40,7 @@
 //! timeout are closed oldest first whenever a request takes one or one is released
 //! (nothing reaps the idle list in the background: an instance that gets no more requests
 //! keeps its connections until its endpoint is dropped). An idempotent request without a
-//! body that was sent on an idle connection the instance had just closed (its keep-alive
+//! body that was sent on a connection idle for 100 ms or more that the instance had just closed (its keep-alive
 //! timeout racing our reuse: the connection closes before any answer) is sent again, once,
 //! on a new connection; a request with a body is not (a retrying balancer decides). Its
 //! future drives the connection until the response head

@@ -61,6 +61,8 @@ pub(crate) struct Conn<IO: Read + Write + Unpin, B: Body + 'static> {
     pub(super) ended: bool,
     /// When it was released to the idle list.
     pub(super) idle_since: Instant,
+    /// How long it had been idle when a request last took it.
+    pub(super) idle_for: Duration,
     /// The pool it returns to, while it is leased.
     pub(super) pool: Option<Arc<Pool<IO, B>>>,
     /// The response timeout of the request in flight, kept for the next request: moving a
@@ -91,6 +93,7 @@ where
             body_frames: Arc::new(AtomicU64::new(0)),
             ended: false,
             idle_since: Instant::now(),
+            idle_for: Duration::ZERO,
             pool: None,
             timer: None,
         }))
@@ -117,6 +120,11 @@ where
         !self.ended && matches!(self.sender.poll_ready(cx), Poll::Ready(Ok(())))
     }
 }
+
+/// How long a connection must have lain idle for a request taking it to keep a copy of
+/// itself, in case the instance closed it meanwhile (see `run_h1`): below common servers'
+/// keep-alive timeouts by far, above the gaps of back-to-back traffic.
+const STALE_AFTER: Duration = Duration::from_millis(100);
 
 /// Whether `request` may be sent again after its connection closed before any answer: an
 /// idempotent method (RFC 9110 §9.2.2) and no body to send.
@@ -304,18 +312,20 @@ impl<C: MakeIo<IO>, IO: TargetIo, B: SendBody> Target<C, IO, B> {
                     frames: conn.body_frames.clone(),
                 };
                 let mut frames_seen = conn.body_frames.load(Ordering::Relaxed);
-                // An idempotent request with no body, on a connection that lay idle: its
-                // head and (empty) body are kept, so that it can go again on a new
-                // connection if the instance had closed this one (its keep-alive timeout
-                // and our reuse racing).
+                // An idempotent request with no body, on a connection that lay idle for a
+                // while: its head and (empty) body are kept, so that it can go again on a
+                // new connection if the instance had closed this one (its keep-alive
+                // timeout and our reuse racing). A connection taken again at once (busy
+                // traffic) is not one an instance's idle timer closes: no copy then.
                 let mut kept = None;
-                let sent = if !fresh && !stale && resendable(&request) {
-                    let (parts, body) = request.into_parts();
-                    kept = Some((head_of(&parts), body));
-                    Request::from_parts(parts, SentBody::empty(progress))
-                } else {
-                    request.map(|body| SentBody::new(body, progress))
-                };
+                let sent =
+                    if !fresh && !stale && conn.idle_for >= STALE_AFTER && resendable(&request) {
+                        let (parts, body) = request.into_parts();
+                        kept = Some(Box::new((head_of(&parts), body)));
+                        Request::from_parts(parts, SentBody::empty(progress))
+                    } else {
+                        request.map(|body| SentBody::new(body, progress))
+                    };
                 let sent_body = sent;
                 // The answer is delivered only by `conn.drive` (this task drives the
                 // connection, nobody else), just before `sent` is polled: so `sent` is
@@ -364,9 +374,7 @@ impl<C: MakeIo<IO>, IO: TargetIo, B: SendBody> Target<C, IO, B> {
                     Err(mut e) => match e.take_message() {
                         Some(unsent) if !fresh => {
                             let (parts, body) = unsent.into_parts();
-                            let body = body
-                                .into_inner()
-                                .or_else(|| kept.take().map(|(_, body)| body));
+                            let body = body.into_inner().or_else(|| kept.take().map(|k| k.1));
                             let Some(body) = body else {
                                 return Err(self.error(Stage::Send, e.into_error()));
                             };
@@ -376,7 +384,7 @@ impl<C: MakeIo<IO>, IO: TargetIo, B: SendBody> Target<C, IO, B> {
                             let error = e.into_error();
                             // Sent on an idle connection the instance had closed, and
                             // nothing came back: once more, on a new connection.
-                            match kept.take() {
+                            match kept.take().map(|k| *k) {
                                 Some((head, body)) if closed_idle(&error) => {
                                     stale = true;
                                     request = head.map(|()| body);

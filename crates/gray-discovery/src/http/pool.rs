@@ -72,7 +72,10 @@ impl<IO: Read + Write + Unpin, B: Body + 'static> Pool<IO, B> {
         let now = Instant::now();
         let mut idle = self.lock();
         let expired = self.expired(&mut idle, now);
-        let conn = idle.pop_back();
+        let conn = idle.pop_back().map(|mut conn| {
+            conn.idle_for = now.saturating_duration_since(conn.idle_since);
+            conn
+        });
         drop(idle);
         drop(expired);
         conn
