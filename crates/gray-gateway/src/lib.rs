@@ -13,6 +13,7 @@ mod proxy;
 pub mod rollout;
 mod serve;
 mod start;
+mod target;
 #[cfg(feature = "tls")]
 mod tls;
 mod upstream;
