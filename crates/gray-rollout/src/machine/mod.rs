@@ -31,12 +31,14 @@
 //! ```
 //! use std::time::Duration;
 //! use gray_rollout::evidence::{Arm, Observation, Outcome, Recorder};
-//! use gray_rollout::machine::{Phase, Rollout, RolloutConfig};
+//! use gray_rollout::machine::{Detect, Phase, Rollout, RolloutConfig};
 //!
 //! let config = RolloutConfig::new("canary")
 //!     .with_steps([50.0, 100.0])
 //!     .with_hold(Duration::from_secs(10))
-//!     .with_min_users(3);
+//!     .with_min_users(3)
+//!     // a step advances once it could have caught a fault of half its users
+//!     .with_detect(Detect::new().with_min_rate(0.5));
 //! let mut rollout = Rollout::new(config).unwrap();
 //! let recorder = Recorder::new(1);
 //! let s = Duration::from_secs;
@@ -44,7 +46,7 @@
 //! let t = rollout.start(s(0)).unwrap();
 //! assert_eq!((t.to, t.weight), (Phase::Step, 50.0));
 //! recorder.follow(&rollout.state().epoch_spec());
-//! for user in 0..10 {
+//! for user in 0..100 {
 //!     let arm = if user % 2 == 0 { Arm::Gray } else { Arm::Baseline };
 //!     recorder.record(&Observation::new(arm, user, Outcome::Ok, Duration::from_millis(20)));
 //! }
