@@ -500,14 +500,14 @@ async fn forged_stains_paths_and_duplicates() {
         }
         // No stain an untrusted client forged reaches the upstream (a gray decision of the
         // rules writes its own member).
-        if case.from == UNTRUSTED && instance == "svc-base" {
-            if let Some(baggage) = values("baggage").first() {
-                if baggage.contains("gray.lane=gray") {
-                    failures.push(format!(
-                        "{what}: forged baggage member forwarded: {baggage}"
-                    ));
-                }
-            }
+        if case.from == UNTRUSTED
+            && instance == "svc-base"
+            && let Some(baggage) = values("baggage").first()
+            && baggage.contains("gray.lane=gray")
+        {
+            failures.push(format!(
+                "{what}: forged baggage member forwarded: {baggage}"
+            ));
         }
     }
     assert!(

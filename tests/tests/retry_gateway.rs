@@ -90,7 +90,7 @@ async fn send(client: reqwest::Client, gw: SocketAddr, i: usize, post: bool) -> 
         true => client.post(url).body(format!("post-{i}")),
         false => client.get(url),
     };
-    if i % 2 == 0 {
+    if i.is_multiple_of(2) {
         request = request.header("x-tester", "1");
     }
     let response = request.send().await.map_err(|e| format!("{e:?}"))?;

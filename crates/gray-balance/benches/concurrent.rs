@@ -26,7 +26,7 @@ const CALLERS: [usize; 3] = [1, 8, 64];
 
 fn request(i: u64, gray: &Stain) -> Req {
     let mut req = http::Request::new(());
-    if i % 2 == 0 {
+    if i.is_multiple_of(2) {
         req.extensions_mut().insert(gray.clone());
     }
     req

@@ -161,9 +161,9 @@ fn a_pick_and_its_completion_allocate_nothing() {
     let balance = balancer(Pick::default());
     let gray = Stain::in_lane(Lane::new("gray").unwrap());
     let mut once = |i: usize| {
-        let stain = (i % 2 == 0).then_some(&gray);
+        let stain = i.is_multiple_of(2).then_some(&gray);
         let picked = balance.pick(stain).unwrap();
-        assert_eq!(picked.endpoint().0 % 4 == 0, i % 2 == 0);
+        assert_eq!(picked.endpoint().0.is_multiple_of(4), i.is_multiple_of(2));
         picked.succeeded();
     };
     for i in 0..500 {

@@ -237,11 +237,10 @@ proptest! {
             };
 
             // A baseline request never reaches a gray instance under `none` and `baseline`.
-            if stain.is_some() && lane.is_none() && pin.is_none() && policy.fallback() != Fallback::Any {
-                if let Some(id) = picked {
+            if stain.is_some() && lane.is_none() && pin.is_none() && policy.fallback() != Fallback::Any
+                && let Some(id) = picked {
                     prop_assert!(class(id).lane().is_none(), "baseline reached gray {id}");
                 }
-            }
             // A lane request reaches its lane whenever an instance of it is present.
             if let (Some(l), None) = (lane, pin) {
                 let in_lane = |id: usize| class(id).lane().is_some_and(|x| x == l);

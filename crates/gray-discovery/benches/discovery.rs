@@ -42,7 +42,11 @@ fn fresh() -> u64 {
 
 /// The record of instance `i`; `relabelled` gives it another `version` label, new each time.
 fn record(i: usize, relabelled: bool) -> String {
-    let gray = if i % 10 == 0 { "true" } else { "false" };
+    let gray = if i.is_multiple_of(10) {
+        "true"
+    } else {
+        "false"
+    };
     let version = if relabelled {
         format!("2.{}", fresh())
     } else {

@@ -465,11 +465,11 @@ async fn an_early_response_never_leaves_its_request_waiting_for_other_traffic() 
         let (body, producer) = upload();
         let request = Request::post("/upload").body(body).unwrap();
         let exchange = async {
-            if let Ok(response) = endpoint.clone().oneshot(request).await {
-                if let Ok(body) = response.into_body().collect().await {
-                    assert_eq!(body.to_bytes(), "ok");
-                    answered += 1;
-                }
+            if let Ok(response) = endpoint.clone().oneshot(request).await
+                && let Ok(body) = response.into_body().collect().await
+            {
+                assert_eq!(body.to_bytes(), "ok");
+                answered += 1;
             }
             // The body is not left behind in an idle connection that nobody polls.
             producer.await.unwrap()

@@ -6,6 +6,8 @@ pub mod metrics;
 
 mod admin;
 mod drain;
+#[cfg(feature = "fault-injection")]
+mod faults;
 mod grpc;
 mod hold;
 mod limits;
@@ -68,7 +70,12 @@ impl Gateway {
             .map_err(|e| format!("rollouts: {e}"))?;
             return Gateway::start_with_store(config, store).await;
         }
-        let store = rollout::store::FileStore::new(&config.rollouts.state_dir);
+        // the folder's lock only when there are rollouts to lead
+        let store = if config.services.iter().any(|s| s.rollout.is_some()) {
+            rollout::store::FileStore::open(&config.rollouts.state_dir)?
+        } else {
+            rollout::store::FileStore::new(&config.rollouts.state_dir)
+        };
         Gateway::start_with_store(config, store).await
     }
 

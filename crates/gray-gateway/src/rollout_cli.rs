@@ -80,8 +80,17 @@ fn summary(v: &serde_json::Value) -> String {
         Some(kind) => format!("; last transition: {kind}"),
         None => String::new(),
     };
+    // what this gateway is to the rollout: its leader or not, cut off from the store
+    let mut role = match v["leader"].as_bool() {
+        Some(true) => "; this gateway leads".to_owned(),
+        Some(false) => "; another gateway leads".to_owned(),
+        None => String::new(),
+    };
+    if v["cut_off"].as_bool() == Some(true) {
+        role.push_str("; cut off from the store");
+    }
     format!(
-        "{}: {}, weight {} % ({step}, rule {}){last}",
+        "{}: {}, weight {} % ({step}, rule {}){last}{role}",
         v["service"].as_str().unwrap_or("?"),
         v["phase"].as_str().unwrap_or("?"),
         v["weight"]

@@ -19,9 +19,7 @@ use std::{
 
 use gray_gateway::{Gateway, config::Config};
 use gray_test_support::TempDir;
-use rollouts::{
-    RULES, Upstream, admin, load, settled, stop_load, text, upstream, wait_for, wait_until_seen,
-};
+use rollouts::{Upstream, admin, load, settled, stop_load, text, wait_for, wait_until_seen};
 use serde_json::Value;
 
 struct Setup {
@@ -32,27 +30,7 @@ struct Setup {
 }
 
 async fn setup(tag: &str, rollout: &str) -> Setup {
-    let dir = TempDir::new(tag);
-    let (gray_addr, gray) = upstream("gray-1").await;
-    let (base_addr, base) = upstream("base-1").await;
-    std::fs::write(
-        dir.path().join("instances.toml"),
-        format!(
-            "[[services.svc]]\nid = \"gray-1\"\naddress = \"{gray_addr}\"\nlabels = {{ gray = true }}\n\n\
-             [[services.svc]]\nid = \"base-1\"\naddress = \"{base_addr}\"\n"
-        ),
-    )
-    .unwrap();
-    std::fs::write(dir.path().join("rules.toml"), RULES).unwrap();
-    std::fs::write(
-        dir.path().join("gateway.toml"),
-        format!(
-            "listen = \"127.0.0.1:0\"\nadmin = \"127.0.0.1:0\"\nrules = \"rules.toml\"\n\
-             instances = \"instances.toml\"\n\n[rollouts]\ninterval_ms = 100\n\n\
-             [services.svc]\npreset = \"seed-000\"\n\n[services.svc.rollout]\nrule = \"canary\"\n{rollout}"
-        ),
-    )
-    .unwrap();
+    let (dir, gray, base) = rollouts::files(tag, "interval_ms = 100\n", rollout).await;
     let gateway = start(&dir).await;
     Setup {
         gateway,
@@ -293,6 +271,13 @@ async fn a_manual_abort_a_restart_and_the_cli() {
     let (code, out, _) = cli(&["start", "svc"]);
     assert_eq!(code, Some(0));
     assert!(out.contains("svc: step, weight 20 %"), "{out}");
+    // what this gateway is to the rollout (one gateway, local files: it leads)
+    let (code, out, _) = cli(&["status", "svc"]);
+    assert_eq!(code, Some(0));
+    assert!(
+        out.contains("this gateway leads") && !out.contains("cut off"),
+        "{out}"
+    );
     let stop = Arc::new(AtomicBool::new(false));
     let (seen, tasks) = load(&s.gateway, 400, 6, false, stop.clone());
     let paused = wait_for(&s.gateway, Duration::from_secs(60), |v| {

@@ -3,8 +3,10 @@
 //! A gray that starts failing is rolled back on every gateway; two aborts at once make one
 //! transition; a leader killed mid-step hands over without a double advance; etcd frozen:
 //! the weight is held, dropped to 0 after the partition hold, and put back when etcd
-//! answers again; every gateway restarted resumes the same step with the same evidence.
-//! Every wait is a bounded poll.
+//! answers again; every gateway restarted resumes the same step with the same evidence;
+//! a promotion is held through an etcd freeze past the partition hold on three gateways;
+//! a leader whose looks panic or hang (feature `fault-injection`) hands over and the
+//! rollout goes on. Every wait is a bounded poll.
 
 mod rollouts;
 
@@ -231,6 +233,62 @@ async fn etcd_frozen_the_weight_is_held_then_dropped_then_put_back() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_promotion_is_held_through_an_etcd_freeze_past_the_partition_hold() {
+    let hold = Duration::from_secs(2);
+    let s = setup(
+        "rollout-etcd-final",
+        "steps = [20, 50, 100]\nhold_ms = 600000\nmin_users = 10\n",
+        &format!("partition_hold_ms = {}\n", hold.as_millis()),
+    )
+    .await;
+    let (a, b) = two(&s).await;
+    let c = Process::start(&s.dir).await;
+    admin(&a, "POST", "/rollouts/svc").await;
+    let (status, view) = admin(&b, "POST", "/rollouts/svc/promote").await;
+    assert_eq!(status, 200, "{view:#}");
+    for g in [&a, &b, &c] {
+        wait_for(g, WAIT, |v| {
+            v["phase"] == "promoted" && v["weight"] == 100.0
+        })
+        .await;
+    }
+
+    let frozen = s.etcd.freeze();
+    // every gateway cut off: past the hold, with its report of it
+    for g in [&a, &b, &c] {
+        let view = wait_for(g, Duration::from_secs(30), |v| v["cut_off"] == true).await;
+        assert_eq!(
+            (view["phase"].as_str(), view["weight"].as_f64()),
+            (Some("promoted"), Some(100.0)),
+            "a final weight is final: {view:#}"
+        );
+    }
+    // and every user, on every gateway, is still served by gray
+    let client = rollouts::client();
+    for (i, g) in [&a, &b, &c].into_iter().enumerate() {
+        for user in 0..30 {
+            let req = http::Request::get(format!("http://{}/svc/x", rollouts::Addrs::proxy(g)))
+                .header("x-user", format!("u{i}-{user}"))
+                .body(http_body_util::Empty::new())
+                .unwrap();
+            let res = client.request(req).await.expect("the gateway answers");
+            assert_eq!(
+                res.headers()
+                    .get("x-served-by")
+                    .and_then(|v| v.to_str().ok()),
+                Some("gray-1"),
+                "user u{i}-{user} through gateway {i}"
+            );
+        }
+    }
+    drop(frozen);
+    for g in [&a, &b, &c] {
+        let view = wait_for(g, Duration::from_secs(30), |v| v["cut_off"] == false).await;
+        assert_eq!(view["weight"], 100.0, "{view:#}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_gateway_restarted_resumes_the_same_step_with_the_same_evidence() {
     let s = setup(
         "rollout-etcd-restart",
@@ -411,4 +469,59 @@ async fn a_healthy_gray_is_promoted_on_two_gateways() {
         .collect();
     reasons.dedup();
     assert_eq!(reasons, ["start", "advance", "complete"], "{states:#?}");
+}
+
+/// A leader whose looks `fault` (`panic` or `hang`, injected through the
+/// `fault-injection` feature's `GRAY_FAULT_FILE`): caught and counted on it, the leader
+/// key handed over to the other gateway, and the rollout goes on from there.
+#[cfg(feature = "fault-injection")]
+async fn a_stuck_leader_hands_over(fault: &str) {
+    let s = setup(
+        &format!("rollout-etcd-{fault}"),
+        "steps = [10, 20, 30, 50, 100]\nhold_ms = 1000\nmin_users = 10\ndetect = { min_rate = 0.5 }\n",
+        "",
+    )
+    .await;
+    let faults = s.dir.path().join("faults");
+    std::fs::write(&faults, "").unwrap();
+    let a = Process::start_with(&s.dir, &[("GRAY_FAULT_FILE", &faults)]).await;
+    wait_for(&a, WAIT, |v| v["leader"] == true).await;
+    let b = Process::start(&s.dir).await;
+    let (stop, _, tasks) = load_both(&a, &b, 400, 3);
+    admin(&a, "POST", "/rollouts/svc").await;
+    let bound = Duration::from_secs(60);
+    wait_for(&b, bound, |v| v["step"].as_u64() >= Some(1)).await;
+
+    std::fs::write(&faults, format!("{fault} svc\n")).unwrap();
+    let at = Instant::now();
+    let led = wait_for(&b, bound, |v| v["leader"] == true).await;
+    eprintln!("{fault}: the other gateway leads after {:?}", at.elapsed());
+    // no longer leading, and the failed looks counted: a hang as a look cancelled
+    let kind = if fault == "hang" { "timeout" } else { fault };
+    wait_for(&a, bound, |v| {
+        v["leader"] == false && v["look_failures"][kind].as_u64() > Some(0)
+    })
+    .await;
+    // the rollout goes on under the new leader
+    let step = led["step"].as_u64().unwrap();
+    wait_for(&b, bound, |v| {
+        v["phase"] == "promoted" || v["step"].as_u64() > Some(step)
+    })
+    .await;
+    stop_load(&stop, tasks).await;
+    a.kill().await;
+    b.terminate().await;
+    written_once(&history(&s.etcd).await);
+}
+
+#[cfg(feature = "fault-injection")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_whose_looks_panic_hands_over_and_the_rollout_goes_on() {
+    a_stuck_leader_hands_over("panic").await;
+}
+
+#[cfg(feature = "fault-injection")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_whose_looks_hang_hands_over_and_the_rollout_goes_on() {
+    a_stuck_leader_hands_over("hang").await;
 }

@@ -10,6 +10,7 @@
 //!   twice what each step must be able to see; the defaults (2 %) are the simulations'.
 //! - every request of both lanes fails for a while after the rollout reached 10 %: paused
 //!   (`outage`), not advanced while it lasts, then resumed (`recovered`) and promoted.
+//! - a second gateway given the same `state_dir` refuses to start (issue 30).
 
 mod rollouts;
 
@@ -22,7 +23,7 @@ use std::{
 };
 
 use gray_test_support::TempDir;
-use rollouts::{RULES, Upstream, admin, load, process::Process, stop_load, upstream, wait_for};
+use rollouts::{Upstream, admin, load, process::Process, stop_load, wait_for};
 use serde_json::Value;
 
 struct Setup {
@@ -33,29 +34,12 @@ struct Setup {
 }
 
 async fn setup(tag: &str, rollout: &str) -> Setup {
-    let dir = TempDir::new(tag);
-    let (gray_addr, gray) = upstream("gray-1").await;
-    let (base_addr, base) = upstream("base-1").await;
-    std::fs::write(
-        dir.path().join("instances.toml"),
-        format!(
-            "[[services.svc]]\nid = \"gray-1\"\naddress = \"{gray_addr}\"\nlabels = {{ gray = true }}\n\n\
-             [[services.svc]]\nid = \"base-1\"\naddress = \"{base_addr}\"\n"
-        ),
+    let (dir, gray, base) = rollouts::files(
+        tag,
+        "interval_ms = 200\n",
+        &format!("steps = [5, 10, 25, 50, 100]\nhold_ms = 4000\nmin_users = 50\n{rollout}"),
     )
-    .unwrap();
-    std::fs::write(dir.path().join("rules.toml"), RULES).unwrap();
-    std::fs::write(
-        dir.path().join("gateway.toml"),
-        format!(
-            "listen = \"127.0.0.1:0\"\nadmin = \"127.0.0.1:0\"\nrules = \"rules.toml\"\n\
-             instances = \"instances.toml\"\n\n[rollouts]\ninterval_ms = 200\nstate_dir = \"{}\"\n\n\
-             [services.svc]\npreset = \"seed-000\"\n\n[services.svc.rollout]\nrule = \"canary\"\n\
-             steps = [5, 10, 25, 50, 100]\nhold_ms = 4000\nmin_users = 50\n{rollout}",
-            dir.path().display()
-        ),
-    )
-    .unwrap();
+    .await;
     let gateway = Process::start(&dir).await;
     Setup {
         gateway,
@@ -166,10 +150,10 @@ async fn a_shared_outage_pauses_the_rollout_which_then_resumes_and_promotes() {
             "rolled_back",
             "rolled back after the outage: {v:#}"
         );
-        if let Some(r) = v["last_transition"]["reason"]["kind"].as_str() {
-            if reasons.last().map(String::as_str) != Some(r) {
-                reasons.push(r.to_owned());
-            }
+        if let Some(r) = v["last_transition"]["reason"]["kind"].as_str()
+            && reasons.last().map(String::as_str) != Some(r)
+        {
+            reasons.push(r.to_owned());
         }
         phase(v) == "promoted"
     })
@@ -180,4 +164,28 @@ async fn a_shared_outage_pauses_the_rollout_which_then_resumes_and_promotes() {
         reasons.iter().any(|r| r == "recovered"),
         "never resumed after the outage: {reasons:?}"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_gateway_on_the_same_state_dir_refuses_to_start() {
+    let s = setup("rollout-lock", "").await;
+    // the first one leads the rollout from these files; a second would lead it too
+    let (status, stderr) = Process::refused(&s._dir).await;
+    assert!(!status.success(), "{status}");
+    assert!(
+        stderr.contains("gray-rollouts.lock") && stderr.contains("another gateway"),
+        "{stderr}"
+    );
+    // the first one is untouched
+    let (code, view) = admin(&s.gateway, "GET", "/rollouts/svc").await;
+    assert_eq!(
+        (code, view["phase"].as_str()),
+        (200, Some("pending")),
+        "{view:#}"
+    );
+    // gone (SIGKILL, no clean shutdown): the lock goes with the process
+    s.gateway.kill().await;
+    let again = Process::start(&s._dir).await;
+    let (code, _) = admin(&again, "GET", "/rollouts/svc").await;
+    assert_eq!(code, 200);
 }

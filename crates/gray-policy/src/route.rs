@@ -98,15 +98,15 @@ impl Policy {
                 ),
             }
         }
-        if lane.is_none() {
-            if let Some(value) = self.flag_key.as_deref().and_then(|k| labels.get(k)) {
-                let gray = match self.flag_values {
-                    FlagValues::Lenient => value.eq_ignore_ascii_case("true"),
-                    FlagValues::Exact => value == "true",
-                };
-                if gray {
-                    lane = Some(self.flag_lane.clone());
-                }
+        if lane.is_none()
+            && let Some(value) = self.flag_key.as_deref().and_then(|k| labels.get(k))
+        {
+            let gray = match self.flag_values {
+                FlagValues::Lenient => value.eq_ignore_ascii_case("true"),
+                FlagValues::Exact => value == "true",
+            };
+            if gray {
+                lane = Some(self.flag_lane.clone());
             }
         }
         let mut versions: Vec<Version> = Vec::new();

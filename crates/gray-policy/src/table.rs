@@ -174,10 +174,10 @@ impl<'de, K: DeserializeSeed<'de>> Visitor<'de> for RouteKey<'_, K> {
         if let Some(field) = self.policy.field(key)? {
             return Ok(Routed::Policy(field));
         }
-        if let Some(fields) = self.fields {
-            if !fields.contains(&key) {
-                return Err(E::custom(UnknownKey { key, fields }));
-            }
+        if let Some(fields) = self.fields
+            && !fields.contains(&key)
+        {
+            return Err(E::custom(UnknownKey { key, fields }));
         }
         let seed = self
             .seed

@@ -30,7 +30,7 @@ fn observations(seed: u64, n: usize) -> Vec<Observation> {
     (0..n)
         .map(|_| {
             let user = rng.below(USERS);
-            let arm = if user % 20 == 0 {
+            let arm = if user.is_multiple_of(20) {
                 Arm::Gray
             } else {
                 Arm::Baseline

@@ -122,10 +122,10 @@ impl Rule {
         if !self.enabled {
             return None;
         }
-        if let Some(c) = &self.condition {
-            if !c.eval(req, dice) {
-                return None;
-            }
+        if let Some(c) = &self.condition
+            && !c.eval(req, dice)
+        {
+            return None;
         }
         match &self.outcome {
             Outcome::Fixed(stain) => Some(stain.clone()),

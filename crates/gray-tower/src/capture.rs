@@ -129,10 +129,10 @@ where
     }
 
     fn call(&mut self, mut req: Request<B>) -> Self::Future {
-        if req.extensions().get::<Stain>().is_none() {
-            if let Some(stain) = self.current() {
-                req.extensions_mut().insert(stain);
-            }
+        if req.extensions().get::<Stain>().is_none()
+            && let Some(stain) = self.current()
+        {
+            req.extensions_mut().insert(stain);
         }
         self.inner.call(req)
     }

@@ -370,10 +370,10 @@ async fn wait_for_b_without_gray(gateway: SocketAddr) {
         expect: ("", "", ""),
     };
     for _ in 0..50 {
-        if let Ok(answer) = send(gateway, &case).await {
-            if answer.downstream.is_some_and(|b| b.instance == "b-base") {
-                return;
-            }
+        if let Ok(answer) = send(gateway, &case).await
+            && answer.downstream.is_some_and(|b| b.instance == "b-base")
+        {
+            return;
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }

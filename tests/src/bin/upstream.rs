@@ -73,13 +73,13 @@ struct Instance {
 }
 
 async fn answer(State(me): State<Instance>, method: Method, body: Bytes) -> String {
-    if method == Method::POST {
-        if let Some(log) = &me.log {
-            let mut line = body.to_vec();
-            line.push(b'\n');
-            // One `write` of a short line: in the kernel before the answer leaves.
-            (&**log).write_all(&line).expect("write the log");
-        }
+    if method == Method::POST
+        && let Some(log) = &me.log
+    {
+        let mut line = body.to_vec();
+        line.push(b'\n');
+        // One `write` of a short line: in the kernel before the answer leaves.
+        (&**log).write_all(&line).expect("write the log");
     }
     me.name.to_string()
 }

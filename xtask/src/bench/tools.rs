@@ -149,10 +149,11 @@ pub(crate) fn build(options: &Options, tools: &Tools) -> Result<Builds> {
         let mut packages = vec!["bench-support".to_owned()];
         for target in &options.targets {
             let program = target.kind.program(&options.settings);
-            if let (Some(build), Program::Cargo { package, .. }) = (&target.build, program) {
-                if build == profile && !packages.contains(&package) {
-                    packages.push(package);
-                }
+            if let (Some(build), Program::Cargo { package, .. }) = (&target.build, program)
+                && build == profile
+                && !packages.contains(&package)
+            {
+                packages.push(package);
             }
         }
         let mut args = vec!["build".to_owned(), "--profile".into(), profile.to_string()];

@@ -38,7 +38,7 @@ impl Service<Req> for Endpoint {
 
 /// Endpoint `i`, gray when `i` is a multiple of `gray_every` (never when it is 0).
 pub(crate) fn endpoint(i: usize, gray_every: usize) -> Endpoint {
-    let labels = if gray_every > 0 && i % gray_every == 0 {
+    let labels = if gray_every > 0 && i.is_multiple_of(gray_every) {
         Labels::from_iter([("gray", "true")])
     } else {
         Labels::new()

@@ -356,12 +356,12 @@ impl<K: Hash + Eq + Clone, S> Index<K, S> {
             let Some(&moved) = items.get(pos as usize) else {
                 continue;
             };
-            if let Some(Some(other)) = self.metas.get_mut(moved as usize) {
-                if let Some(l) = other.links.iter_mut().find(|l| l.subset == subset) {
-                    match list {
-                        List::Ready => l.ready = pos,
-                        List::Fresh => l.fresh = pos,
-                    }
+            if let Some(Some(other)) = self.metas.get_mut(moved as usize)
+                && let Some(l) = other.links.iter_mut().find(|l| l.subset == subset)
+            {
+                match list {
+                    List::Ready => l.ready = pos,
+                    List::Fresh => l.fresh = pos,
                 }
             }
         }

@@ -177,13 +177,13 @@ impl<B> fmt::Debug for ReplayBody<B> {
 impl<B> Drop for ReplayBody<B> {
     /// A copy that held the state hands it to the next copy.
     fn drop(&mut self) {
-        if let Kind::Buffered { state, shared, .. } = &mut self.kind {
-            if let Some(state) = state.take() {
-                let mut parked = shared.lock();
-                parked.0 = Some(state);
-                if let Some(waker) = parked.1.take() {
-                    waker.wake();
-                }
+        if let Kind::Buffered { state, shared, .. } = &mut self.kind
+            && let Some(state) = state.take()
+        {
+            let mut parked = shared.lock();
+            parked.0 = Some(state);
+            if let Some(waker) = parked.1.take() {
+                waker.wake();
             }
         }
     }
@@ -241,10 +241,10 @@ where
                 if state.capped && *replay_trailers {
                     return Poll::Ready(Some(Err(Capped.into())));
                 }
-                if std::mem::take(replay_trailers) {
-                    if let Some(trailers) = &state.trailers {
-                        return Poll::Ready(Some(Ok(Frame::trailers(trailers.clone()))));
-                    }
+                if std::mem::take(replay_trailers)
+                    && let Some(trailers) = &state.trailers
+                {
+                    return Poll::Ready(Some(Ok(Frame::trailers(trailers.clone()))));
                 }
                 state.poll_rest(cx)
             }

@@ -323,10 +323,10 @@ impl Carriers {
     #[must_use]
     pub fn with(mut self, carrier: impl Into<Carrier>) -> Self {
         let carrier = carrier.into();
-        if let Carrier::Plain(plain) = &carrier {
-            if let Some(lane) = plain.flag_lane() {
-                self.names.insert_lane(lane.clone());
-            }
+        if let Carrier::Plain(plain) = &carrier
+            && let Some(lane) = plain.flag_lane()
+        {
+            self.names.insert_lane(lane.clone());
         }
         self.list.push(carrier);
         self
@@ -345,10 +345,10 @@ impl Carriers {
     pub fn with_names(mut self, names: Names) -> Self {
         self.names = names;
         for carrier in &self.list {
-            if let Carrier::Plain(plain) = carrier {
-                if let Some(lane) = plain.flag_lane() {
-                    self.names.insert_lane(lane.clone());
-                }
+            if let Carrier::Plain(plain) = carrier
+                && let Some(lane) = plain.flag_lane()
+            {
+                self.names.insert_lane(lane.clone());
             }
         }
         self

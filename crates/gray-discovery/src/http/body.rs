@@ -46,10 +46,10 @@ impl ResponseBody {
     }
 
     fn release_if_done(&mut self) {
-        if self.inner.is_end_stream() {
-            if let Some(lease) = self.lease.take() {
-                lease.release();
-            }
+        if self.inner.is_end_stream()
+            && let Some(lease) = self.lease.take()
+        {
+            lease.release();
         }
     }
 }

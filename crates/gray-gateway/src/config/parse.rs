@@ -275,11 +275,11 @@ impl Config {
     /// sticky-percentage rule there.
     pub fn check_rollouts(&self, rules: &gray_rules::RuleSet) -> Result<(), ConfigError> {
         for service in &self.services {
-            if let Some(rollout) = &service.rollout {
-                if let Err(e) = rules.sticky_rule(&rollout.rule) {
-                    let field = format!("services.{}.rollout.rule", service.name);
-                    return Err(self.field_error(&field, &format_args!("{e}")));
-                }
+            if let Some(rollout) = &service.rollout
+                && let Err(e) = rules.sticky_rule(&rollout.rule)
+            {
+                let field = format!("services.{}.rollout.rule", service.name);
+                return Err(self.field_error(&field, &format_args!("{e}")));
             }
         }
         Ok(())
@@ -318,10 +318,10 @@ fn located(doc: &Document<'_>, e: ConfigError) -> ConfigError {
         .map(|(key, _)| key);
     if let Some(key) = unknown.filter(|key| !field.ends_with(&format!(".{key}"))) {
         // The table as a value, to find where under `field` the key is.
-        if let Ok(whole) = doc.parse::<serde_json::Value>() {
-            if let Some(path) = find_key(&whole, field, key) {
-                return doc.error(&path, e.message());
-            }
+        if let Ok(whole) = doc.parse::<serde_json::Value>()
+            && let Some(path) = find_key(&whole, field, key)
+        {
+            return doc.error(&path, e.message());
         }
     }
     match e.line() {

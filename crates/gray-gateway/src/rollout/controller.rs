@@ -14,8 +14,8 @@
 //! [`watch`](RolloutStore::watch)).
 //!
 //! A gateway cut off from the store (no answer for `[rollouts] partition_hold_ms`,
-//! [`RolloutStore::contact`]) puts 0 on the rule until contact returns, then the stored
-//! weight again.
+//! [`RolloutStore::contact`]) puts 0 on the rule of a rollout in progress until contact
+//! returns, then the stored weight again; a final weight (promoted, rolled back) is held.
 
 use std::{
     collections::{BTreeMap, VecDeque},
@@ -76,10 +76,28 @@ pub(crate) struct View {
     /// The store's version of the state (`None`: never saved).
     pub(crate) version: Option<u64>,
     /// Whether this gateway is cut off from the store for longer than
-    /// `partition_hold_ms`: it puts 0 on the rule (`weight` is the percentage in force).
+    /// `partition_hold_ms`: it puts 0 on the rule of a rollout in progress (`weight` is
+    /// the percentage in force; a final weight is held).
     pub(crate) cut_off: bool,
     /// Whether this gateway leads the rollout: it alone observes and advances.
     pub(crate) leader: bool,
+    /// Looks that did not complete since the gateway started: `panic` (caught, logged at
+    /// ERROR; the state is read again from the store) and `timeout` (a look that took
+    /// longer than the look bound, cancelled).
+    pub(crate) look_failures: LookFailures,
+    /// Whether a transition is in force on this gateway that the store has not accepted
+    /// yet: a rollback whose save failed (only a move toward weight 0 is put in force
+    /// unsaved; it is saved again at each look until the store takes it).
+    pub(crate) unsaved: bool,
+}
+
+/// How many looks did not complete, by why.
+#[derive(Debug, Clone, Copy, Default, Serialize)]
+pub(crate) struct LookFailures {
+    /// A look that panicked.
+    pub(crate) panic: u64,
+    /// A look cancelled after the look bound.
+    pub(crate) timeout: u64,
 }
 
 /// One service's rollout; see the [module docs](self).
@@ -93,6 +111,9 @@ pub(crate) struct Controller {
     store: Arc<dyn RolloutStore>,
     history: usize,
     partition_hold: Duration,
+    /// How long one look may take before it is cancelled (`[rollouts] lease_ttl_ms`: a
+    /// leader that cannot complete looks for that long also gives up leading).
+    look_bound: Duration,
     cut_off: AtomicBool,
     rollout: AsyncMutex<Option<Rollout>>,
     view: Mutex<View>,
@@ -140,6 +161,8 @@ impl Controller {
             version: stored.as_ref().map(|s| s.version),
             cut_off: false,
             leader: false,
+            look_failures: LookFailures::default(),
+            unsaved: false,
         };
         let controller = Arc::new(Controller {
             service: service.to_owned(),
@@ -149,6 +172,7 @@ impl Controller {
             store,
             history: settings.history,
             partition_hold: settings.partition_hold,
+            look_bound: settings.lease_ttl,
             cut_off: AtomicBool::new(false),
             rollout: AsyncMutex::new(None),
             view: Mutex::new(view),
@@ -201,10 +225,10 @@ impl Controller {
         let state = rollout.state();
         let cut_off = self.cut_off.load(Ordering::Relaxed);
         let in_force = weight_in_force(state, cut_off);
-        if let Some(weight) = in_force {
-            if let Err(e) = self.rules.override_percent(&self.config.rule, weight) {
-                tracing::error!(target: "gray::rollout", service = %self.service, rule = %self.config.rule, error = %e, "cannot put the rollout's weight on its rule");
-            }
+        if let Some(weight) = in_force
+            && let Err(e) = self.rules.override_percent(&self.config.rule, weight)
+        {
+            tracing::error!(target: "gray::rollout", service = %self.service, rule = %self.config.rule, error = %e, "cannot put the rollout's weight on its rule");
         }
         self.recorder.follow(&rollout.epoch_spec());
         let population = state.phase.is_active().then(|| {
@@ -247,7 +271,13 @@ impl Controller {
                     drop(slot);
                     return Ok(self.view());
                 }
-                Ok(Saved::Lost(current)) => self.adopt(&mut slot, current.map(|c| *c)),
+                Ok(Saved::Lost(Some(current))) => self.adopt(&mut slot, Some(*current)),
+                Ok(Saved::Lost(None)) => {
+                    // The state was deleted under the command: try it again on the state
+                    // before it, which the next save creates.
+                    self.lock_view().version = None;
+                    *slot = before.and_then(|b| Rollout::restore(self.config.clone(), b).ok());
+                }
                 Err(e) => {
                     // Not saved: nothing happened; the state before stays.
                     *slot = before.and_then(|b| Rollout::restore(self.config.clone(), b).ok());
@@ -300,9 +330,20 @@ impl Controller {
 
     /// One look: this gateway's report to the store; as the leader, every gateway's report
     /// into the test, then the clock; every transition applied and saved.
+    ///
+    /// Reports that cannot be read are no evidence: the clock still runs, so the rollout
+    /// pauses as stale after `stale_ms`. What is in force is what the store accepted: when
+    /// the save fails, a rollback is put in force all the same (the safe direction; saved
+    /// again at the next looks), and any other transition is dropped, to be derived again
+    /// from the same cumulative counts at the next look.
     pub(crate) async fn look(&self) {
         let mut slot = self.rollout.lock().await;
         self.check_contact(slot.as_ref());
+        #[cfg(feature = "fault-injection")]
+        crate::faults::look(&self.service).await;
+        if self.lock_view().unsaved {
+            self.save_unsaved(&mut slot).await;
+        }
         let Some(rollout) = slot.as_mut() else {
             return;
         };
@@ -319,27 +360,57 @@ impl Controller {
         let reports = match self.store.reports(&self.service).await {
             Ok(reports) => reports,
             Err(e) => {
-                tracing::warn!(target: "gray::rollout", service = %self.service, error = %e, "cannot read the gateways' evidence");
-                return;
+                tracing::warn!(target: "gray::rollout", service = %self.service, error = %e, stale_after = ?self.config.stale_after, "cannot read the gateways' evidence: no evidence this look (the rollout pauses as stale if this lasts)");
+                Vec::new()
             }
         };
+        let before = rollout.state().clone();
         let now = now();
         let mut transitions = Vec::new();
         for report in &reports {
             transitions.extend(rollout.observe(now, report));
         }
         transitions.extend(rollout.tick(now));
-        // a deposed leader's transitions are dropped for the stored state
-        if self.save(&mut slot, Fence::Leader).await {
-            let Some(rollout) = slot.as_ref() else {
-                return;
-            };
-            for t in &transitions {
-                self.transitioned(rollout, t);
+        match self.save(&mut slot, Fence::Leader).await {
+            Save::Won => {
+                let Some(rollout) = slot.as_ref() else {
+                    return;
+                };
+                for t in &transitions {
+                    self.transitioned(rollout, t);
+                }
+                if transitions.is_empty() {
+                    self.put_in_force(rollout);
+                }
             }
-            if transitions.is_empty() {
-                self.put_in_force(rollout);
+            // a deposed leader's transitions are dropped for the stored state
+            Save::Lost => {}
+            Save::Failed if transitions.iter().any(|t| t.to == Phase::RolledBack) => {
+                let Some(rollout) = slot.as_ref() else {
+                    return;
+                };
+                tracing::warn!(target: "gray::rollout", service = %self.service, "the rollback is in force on this gateway before the store accepted it: saved again at the next looks");
+                self.lock_view().unsaved = true;
+                for t in &transitions {
+                    self.transitioned(rollout, t);
+                }
             }
+            Save::Failed => {
+                if !transitions.is_empty() {
+                    tracing::warn!(target: "gray::rollout", service = %self.service, transitions = transitions.len(), "the transition is not in force: the store did not accept it (derived again at the next look)");
+                }
+                *slot = Rollout::restore(self.config.clone(), before).ok();
+            }
+        }
+    }
+
+    /// Saves a rollback that is in force but that the store did not accept, fenced by the
+    /// version only (like an abort: the safe direction, whoever leads now). A newer state
+    /// stored meanwhile is adopted instead.
+    async fn save_unsaved(&self, slot: &mut Option<Rollout>) {
+        if !matches!(self.save(slot, Fence::Any).await, Save::Failed) {
+            self.lock_view().unsaved = false;
+            tracing::info!(target: "gray::rollout", service = %self.service, "the rollback put in force unsaved is now in the store (or a newer state was adopted)");
         }
     }
 
@@ -430,11 +501,10 @@ impl Controller {
         }
     }
 
-    /// Saves the state; a save that lost adopts what the store has, and answers false.
-    /// A save that failed keeps the state, for the next look to save.
-    async fn save(&self, slot: &mut Option<Rollout>, fence: Fence) -> bool {
+    /// Saves the state; a save that lost adopts what the store has.
+    async fn save(&self, slot: &mut Option<Rollout>, fence: Fence) -> Save {
         let Some(rollout) = slot.as_ref() else {
-            return false;
+            return Save::Lost;
         };
         let expected = self.lock_view().version;
         match self
@@ -444,15 +514,66 @@ impl Controller {
         {
             Ok(Saved::Won(version)) => {
                 self.lock_view().version = Some(version);
-                true
+                Save::Won
             }
             Ok(Saved::Lost(current)) => {
                 self.adopt(slot, current.map(|c| *c));
-                false
+                Save::Lost
             }
             Err(e) => {
                 tracing::warn!(target: "gray::rollout", service = %self.service, error = %e, "cannot save the rollout's state");
-                true
+                Save::Failed
+            }
+        }
+    }
+
+    /// A look that did not complete: counted, logged at ERROR, and the state read again
+    /// from the store (a look cut short may have left it half-changed).
+    async fn look_failed(&self, kind: &'static str, detail: &str) {
+        {
+            let mut view = self.lock_view();
+            match kind {
+                "panic" => view.look_failures.panic += 1,
+                _ => view.look_failures.timeout += 1,
+            }
+        }
+        tracing::error!(target: "gray::rollout", service = %self.service, kind, detail, "a look of the rollout did not complete: its state is read again from the store");
+        let mut slot = self.rollout.lock().await;
+        match self.store.load(&self.service).await {
+            Ok(stored) => {
+                {
+                    let mut view = self.lock_view();
+                    view.version = None;
+                    view.unsaved = false;
+                }
+                self.adopt(&mut slot, stored);
+            }
+            Err(e) => {
+                tracing::warn!(target: "gray::rollout", service = %self.service, error = %e, "cannot read the rollout's state again after a failed look");
+            }
+        }
+    }
+
+    /// One look, bounded and caught: a look that panics, or takes longer than the look
+    /// bound (then cancelled), is [`look_failed`](Self::look_failed); one that completes
+    /// tells the store ([`RolloutStore::looked`]), whose leader key goes to another gateway
+    /// when this one has not completed a look for a lease TTL.
+    async fn guarded_look(&self) {
+        use futures_util::FutureExt;
+        let look = std::panic::AssertUnwindSafe(self.look()).catch_unwind();
+        match tokio::time::timeout(self.look_bound, look).await {
+            Ok(Ok(())) => self.store.looked(&self.service),
+            Ok(Err(panic)) => {
+                let detail = panic
+                    .downcast_ref::<&str>()
+                    .map(|s| (*s).to_owned())
+                    .or_else(|| panic.downcast_ref::<String>().cloned())
+                    .unwrap_or_else(|| "a panic without a message".to_owned());
+                self.look_failed("panic", &detail).await;
+            }
+            Err(_) => {
+                let detail = format!("no answer within {:?}", self.look_bound);
+                self.look_failed("timeout", &detail).await;
             }
         }
     }
@@ -470,7 +591,7 @@ impl Controller {
         let mut watching = true;
         loop {
             tokio::select! {
-                _ = ticker.tick() => self.look().await,
+                _ = ticker.tick() => self.guarded_look().await,
                 changed = states.changed(), if watching => match changed {
                     Ok(()) => {
                         let stored = states.borrow_and_update().clone();
@@ -484,17 +605,32 @@ impl Controller {
     }
 }
 
+/// What a save did, for the caller.
+enum Save {
+    /// The store took it.
+    Won,
+    /// Another writer's state is newer (adopted), or the fence did not hold.
+    Lost,
+    /// The store did not answer, or failed: nothing is known to be stored.
+    Failed,
+}
+
 /// The percentage a rollout's rule runs at: the one decision of it. The state machine
 /// (gray-rollout's `Rollout`) decides the rollout's weight (`State::weight`), the store
-/// keeps it, and this says what of it is in force on this gateway: that weight,
-/// but 0 while the gateway is cut off from the store for longer than the partition hold;
-/// `None` for a rollout never started, whose rule keeps its source's percentage.
-/// [`Controller::put_in_force`] is the only caller, and the only one that applies it
-/// (`LiveRules::override_percent`, which the sticky rule then reads per request).
+/// keeps it, and this says what of it is in force on this gateway: that weight, but 0
+/// while a rollout *in progress* (`step`, `paused`) is on a gateway cut off from the store
+/// for longer than the partition hold; `None` for a rollout never started, whose rule
+/// keeps its source's percentage.
+///
+/// A final weight is final: `promoted` (100) and `rolled_back` (0) are held through any
+/// outage of the store, because no leader can change them any more and baseline may
+/// already be scaled down after a promotion. [`Controller::put_in_force`] is the only
+/// caller, and the only one that applies it (`LiveRules::override_percent`, which the
+/// sticky rule then reads per request).
 fn weight_in_force(state: &gray_rollout::machine::State, cut_off: bool) -> Option<f64> {
     match state.phase {
         Phase::Pending => None,
-        _ if cut_off => Some(0.0),
+        Phase::Step | Phase::Paused if cut_off => Some(0.0),
         _ => Some(state.weight),
     }
 }

@@ -121,6 +121,14 @@ pub trait RolloutStore: Send + Sync + std::fmt::Debug + 'static {
     /// How fresh the contact with the store is.
     fn contact(&self) -> Contact;
 
+    /// `service`'s controller completed a look. A store with an election lets go of the
+    /// leadership of a rollout whose controller has not completed a look for a bounded
+    /// time (etcd: a lease TTL), and does not take it until looks complete again, so that
+    /// a stuck leader does not freeze the rollout. The default does nothing.
+    fn looked(&self, service: &str) {
+        let _ = service;
+    }
+
     /// Lets go of what this gateway holds in the store (etcd: revokes its lease, so that
     /// its leader keys and reports go at once and another gateway leads); called by
     /// [`Gateway::shutdown`](crate::Gateway::shutdown). The default does nothing.
@@ -132,12 +140,18 @@ pub trait RolloutStore: Send + Sync + std::fmt::Debug + 'static {
 // === impl FileStore ===
 
 /// One gateway's rollouts, each in `<dir>/<service>.rollout.json`, written atomically
-/// (a temporary file, fsync, rename, fsync of the folder). This gateway always leads; the
-/// reports are its own.
+/// (a temporary file, fsync, rename, fsync of the folder) on tokio's blocking threads,
+/// never on the async runtime. This gateway always leads; the reports are its own.
+///
+/// [`FileStore::open`] takes an exclusive lock on `<dir>/gray-rollouts.lock` for as long
+/// as the store lives (until [`close`](RolloutStore::close)): a second gateway given the
+/// same folder refuses to start, rather than both leading the same rollouts. Several
+/// gateways share rollouts through etcd, never through one folder.
 #[derive(Debug)]
 pub struct FileStore {
     dir: PathBuf,
     inner: Mutex<std::collections::BTreeMap<String, Local>>,
+    lock: Mutex<Option<std::fs::File>>,
 }
 
 #[derive(Debug)]
@@ -147,13 +161,54 @@ struct Local {
 }
 
 impl FileStore {
-    /// States in `dir` (created on the first save).
+    /// States in `dir` (created on the first save), without the folder's lock: for one
+    /// process that knows it is alone (a test, a tool reading states). A gateway uses
+    /// [`FileStore::open`].
     #[must_use]
     pub fn new(dir: impl Into<PathBuf>) -> Arc<Self> {
         Arc::new(FileStore {
             dir: dir.into(),
             inner: Mutex::default(),
+            lock: Mutex::new(None),
         })
+    }
+
+    /// States in `dir` (created now), holding its lock file `gray-rollouts.lock`; an
+    /// error naming the folder when another process (or another store of this one)
+    /// holds it.
+    pub fn open(dir: impl Into<PathBuf>) -> Result<Arc<Self>, StoreError> {
+        let dir = dir.into();
+        let path = dir.join(LOCK_FILE);
+        let locked = std::fs::create_dir_all(&dir)
+            .and_then(|()| {
+                std::fs::OpenOptions::new()
+                    .create(true)
+                    .truncate(false)
+                    .write(true)
+                    .open(&path)
+            })
+            .map_err(|e| format!("rollouts: {}: {e}", path.display()))?;
+        match locked.try_lock() {
+            Ok(()) => {}
+            Err(std::fs::TryLockError::WouldBlock) => {
+                return Err(format!(
+                    "rollouts: {} is locked: another gateway keeps its rollouts in {} \
+                     (two gateways on one state_dir would both lead them); give each \
+                     gateway its own `[rollouts] state_dir`, or share rollouts through etcd",
+                    path.display(),
+                    dir.display()
+                )
+                .into());
+            }
+            Err(std::fs::TryLockError::Error(e)) => {
+                return Err(format!("rollouts: {}: cannot lock: {e}", path.display()).into());
+            }
+        }
+        Ok(Arc::new(FileStore {
+            dir,
+            inner: Mutex::default(),
+            lock: Mutex::new(Some(locked)),
+        }))
     }
 
     /// The file of `service`'s rollout.
@@ -171,6 +226,15 @@ impl FileStore {
         f(local)
     }
 
+    /// `f` on one of tokio's blocking threads (file I/O and fsync never block the runtime).
+    async fn blocking<T: Send + 'static>(
+        f: impl FnOnce() -> Result<T, StoreError> + Send + 'static,
+    ) -> Result<T, StoreError> {
+        tokio::task::spawn_blocking(f)
+            .await
+            .map_err(|e| format!("rollouts: the file store's I/O task failed: {e}"))?
+    }
+
     fn read(path: &Path) -> Result<Option<Stored>, StoreError> {
         match std::fs::read(path) {
             Ok(bytes) => serde_json::from_slice(&bytes)
@@ -181,8 +245,8 @@ impl FileStore {
         }
     }
 
-    fn write(&self, path: &Path, stored: &Stored) -> Result<(), StoreError> {
-        std::fs::create_dir_all(&self.dir).map_err(|e| format!("{}: {e}", self.dir.display()))?;
+    fn write(dir: &Path, path: &Path, stored: &Stored) -> Result<(), StoreError> {
+        std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
         let tmp = path.with_extension(format!("json.{}.tmp", std::process::id()));
         let write = || -> std::io::Result<()> {
             let mut file = std::fs::File::create(&tmp)?;
@@ -190,7 +254,7 @@ impl FileStore {
             file.sync_all()?;
             std::fs::rename(&tmp, path)?;
             // the rename itself is durable once the folder is
-            std::fs::File::open(&self.dir)?.sync_all()
+            std::fs::File::open(dir)?.sync_all()
         };
         write().map_err(|e| {
             let _ = std::fs::remove_file(&tmp);
@@ -202,7 +266,8 @@ impl FileStore {
 impl RolloutStore for FileStore {
     fn load<'a>(&'a self, service: &'a str) -> BoxFuture<'a, Result<Option<Stored>, StoreError>> {
         Box::pin(async move {
-            let stored = Self::read(&self.path(service))?;
+            let path = self.path(service);
+            let stored = Self::blocking(move || Self::read(&path)).await?;
             self.local(service, |l| l.watch.send_replace(stored.clone()));
             Ok(stored)
         })
@@ -215,20 +280,29 @@ impl RolloutStore for FileStore {
         expected: Option<u64>,
         _fence: Fence,
     ) -> BoxFuture<'a, Result<Saved, StoreError>> {
+        let (dir, path, state) = (self.dir.clone(), self.path(service), state.clone());
         Box::pin(async move {
-            let path = self.path(service);
-            let current = Self::read(&path)?;
-            if current.as_ref().map(|s| s.version) != expected {
-                return Ok(Saved::Lost(current.map(Box::new)));
+            let saved = Self::blocking(move || {
+                let current = Self::read(&path)?;
+                if current.as_ref().map(|s| s.version) != expected {
+                    return Ok(Err(current.map(Box::new)));
+                }
+                let stored = Stored {
+                    version: expected.map_or(1, |v| v.saturating_add(1)),
+                    state,
+                };
+                Self::write(&dir, &path, &stored)?;
+                Ok(Ok(stored))
+            })
+            .await?;
+            match saved {
+                Ok(stored) => {
+                    let version = stored.version;
+                    self.local(service, |l| l.watch.send_replace(Some(stored)));
+                    Ok(Saved::Won(version))
+                }
+                Err(current) => Ok(Saved::Lost(current)),
             }
-            let stored = Stored {
-                version: expected.map_or(1, |v| v + 1),
-                state: state.clone(),
-            };
-            self.write(&path, &stored)?;
-            let version = stored.version;
-            self.local(service, |l| l.watch.send_replace(Some(stored)));
-            Ok(Saved::Won(version))
         })
     }
 
@@ -259,7 +333,16 @@ impl RolloutStore for FileStore {
             last: Some(Instant::now()),
         }
     }
+
+    fn close(&self) -> BoxFuture<'_, ()> {
+        // the lock goes with the file
+        drop(self.lock.lock().unwrap_or_else(|p| p.into_inner()).take());
+        Box::pin(async {})
+    }
 }
+
+/// The lock file [`FileStore::open`] holds in its folder.
+pub const LOCK_FILE: &str = "gray-rollouts.lock";
 
 #[cfg(test)]
 mod tests {
@@ -323,6 +406,22 @@ mod tests {
             err.contains("orders.rollout.json") && err.contains("not a rollout state"),
             "{err}"
         );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_second_store_on_one_folder_is_refused_until_the_first_closes() {
+        let dir =
+            std::env::temp_dir().join(format!("gray-store-{}-{}", std::process::id(), line!()));
+        let first = FileStore::open(&dir).unwrap();
+        let err = FileStore::open(&dir).unwrap_err().to_string();
+        assert!(
+            err.contains(LOCK_FILE) && err.contains("is locked") && err.contains("state_dir"),
+            "{err}"
+        );
+        first.close().await;
+        let again = FileStore::open(&dir).expect("the lock went with the first store");
+        drop(again);
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -16,6 +16,7 @@ use std::{
 use axum::{extract::State, http::HeaderMap, response::IntoResponse};
 use bytes::Bytes;
 use gray_gateway::Gateway;
+use gray_test_support::TempDir;
 use http_body_util::{BodyExt, Empty};
 use hyper_util::{client::legacy::Client, rt::TokioExecutor};
 use serde_json::Value;
@@ -89,6 +90,38 @@ name = "canary"
 when = { sticky = { by = { header = "x-user" }, percent = 0 } }
 lane = "gray"
 "#;
+
+/// A folder for a gateway on file discovery: a gray and a baseline instance of `svc`
+/// (`instances.toml`), [`RULES`], and a `gateway.toml` whose `[rollouts]` table has the
+/// keys `settings` and whose rollout of `svc` (rule `canary`) has the keys `rollout`.
+pub(crate) async fn files(
+    tag: &str,
+    settings: &str,
+    rollout: &str,
+) -> (TempDir, Upstream, Upstream) {
+    let dir = TempDir::new(tag);
+    let (gray_addr, gray) = upstream("gray-1").await;
+    let (base_addr, base) = upstream("base-1").await;
+    std::fs::write(
+        dir.path().join("instances.toml"),
+        format!(
+            "[[services.svc]]\nid = \"gray-1\"\naddress = \"{gray_addr}\"\nlabels = {{ gray = true }}\n\n\
+             [[services.svc]]\nid = \"base-1\"\naddress = \"{base_addr}\"\n"
+        ),
+    )
+    .unwrap();
+    std::fs::write(dir.path().join("rules.toml"), RULES).unwrap();
+    std::fs::write(
+        dir.path().join("gateway.toml"),
+        format!(
+            "listen = \"127.0.0.1:0\"\nadmin = \"127.0.0.1:0\"\nrules = \"rules.toml\"\n\
+             instances = \"instances.toml\"\n\n[rollouts]\n{settings}\n\
+             [services.svc]\npreset = \"seed-000\"\n\n[services.svc.rollout]\nrule = \"canary\"\n{rollout}"
+        ),
+    )
+    .unwrap();
+    (dir, gray, base)
+}
 
 pub(crate) type HttpClient =
     Client<hyper_util::client::legacy::connect::HttpConnector, Empty<Bytes>>;

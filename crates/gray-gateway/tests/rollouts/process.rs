@@ -27,9 +27,15 @@ impl Addrs for Process {
 impl Process {
     /// Starts the binary on `dir`'s `gateway.toml`; returns once it serves.
     pub(crate) async fn start(dir: &TempDir) -> Process {
+        Self::start_with(dir, &[]).await
+    }
+
+    /// [`Process::start`], with environment variables `env` too.
+    pub(crate) async fn start_with(dir: &TempDir, env: &[(&str, &std::path::Path)]) -> Process {
         let mut child = Command::new(env!("CARGO_BIN_EXE_gray-gateway"))
             .arg("--config")
             .arg(dir.path().join("gateway.toml"))
+            .envs(env.iter().map(|(k, v)| (*k, *v)))
             .env("RUST_LOG", "warn")
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
@@ -71,6 +77,27 @@ impl Process {
             .expect("the gateway exits in time")
             .unwrap();
         assert!(exit.success(), "{exit}");
+    }
+
+    /// Starts the binary on `dir`'s `gateway.toml` and expects it to refuse: its exit
+    /// status and what it wrote to stderr.
+    pub(crate) async fn refused(dir: &TempDir) -> (std::process::ExitStatus, String) {
+        let out = Command::new(env!("CARGO_BIN_EXE_gray-gateway"))
+            .arg("--config")
+            .arg(dir.path().join("gateway.toml"))
+            .env("RUST_LOG", "warn")
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true)
+            .output();
+        let out = tokio::time::timeout(WAIT, out)
+            .await
+            .expect("the gateway exits in time")
+            .unwrap();
+        (
+            out.status,
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
     }
 
     /// SIGKILL: no lease revoked, no key deleted.

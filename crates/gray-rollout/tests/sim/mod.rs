@@ -213,7 +213,7 @@ impl Requests {
                     .record(&Observation::new(arm, user, outcome, latency));
             }
             self.now += slice;
-            if self.now.as_millis() % 1000 == 0 && self.look() {
+            if self.now.as_millis().is_multiple_of(1000) && self.look() {
                 return;
             }
         }

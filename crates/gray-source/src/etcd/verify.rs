@@ -105,14 +105,15 @@ impl Identity {
         }
         self.cluster = Some(cluster);
         let (member, term) = (header.member_id(), header.raft_term());
-        if let Some(old) = self.terms.insert(member, term) {
-            if term < old && reset.is_none() {
-                reset = Some(Reset::Term {
-                    member,
-                    old,
-                    new: term,
-                });
-            }
+        if let Some(old) = self.terms.insert(member, term)
+            && term < old
+            && reset.is_none()
+        {
+            reset = Some(Reset::Term {
+                member,
+                old,
+                new: term,
+            });
         }
         reset
     }

@@ -76,15 +76,16 @@ impl Settle {
             self.pending = None;
             return true;
         }
-        if let Some(candidate) = self.pending {
-            if candidate.len == read.len && candidate.hash == read.hash {
-                if now >= candidate.due {
-                    self.pending = None;
-                    return true;
-                }
-                // Read again early (a tick that was due anyway): the due time stays.
-                return false;
+        if let Some(candidate) = self.pending
+            && candidate.len == read.len
+            && candidate.hash == read.hash
+        {
+            if now >= candidate.due {
+                self.pending = None;
+                return true;
             }
+            // Read again early (a tick that was due anyway): the due time stays.
+            return false;
         }
         if read.still && self.is_quiet(read.modified) {
             self.pending = None;

@@ -504,12 +504,11 @@ impl Follower {
                     let status = changes.borrow_and_update().clone();
                     if status.connected {
                         self.failing = false;
-                    } else if !self.failing {
-                        if let Some(error) = &status.last_error {
+                    } else if !self.failing
+                        && let Some(error) = &status.last_error {
                             self.failing = true;
                             self.live.source_failed(error);
                         }
-                    }
                 }
             }
         }

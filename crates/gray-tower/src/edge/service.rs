@@ -207,16 +207,12 @@ where
         };
         // `/svc/../other/x` became `/other/x`: a client that names one segment must not
         // reach another.
-        if config.reject_prefix_escape {
-            if let Some(RawUri(raw)) = &raw_uri {
-                if escapes_prefix(raw.path(), req.uri().path()) {
-                    tracing::debug!(target: "gray::edge", path = %raw, "path leaves its first segment: 400");
-                    return EdgeFuture::refused(
-                        Refusal::PrefixEscape,
-                        grpc::is_grpc(req.headers()),
-                    );
-                }
-            }
+        if config.reject_prefix_escape
+            && let Some(RawUri(raw)) = &raw_uri
+            && escapes_prefix(raw.path(), req.uri().path())
+        {
+            tracing::debug!(target: "gray::edge", path = %raw, "path leaves its first segment: 400");
+            return EdgeFuture::refused(Refusal::PrefixEscape, grpc::is_grpc(req.headers()));
         }
 
         let request_peer = peer_ip(req.extensions());
@@ -318,10 +314,10 @@ where
             }
         }
         // The peer, for the next hop's view of the chain.
-        if config.forwarded_for {
-            if let Some(entry) = self.forwarded_entry(request_peer) {
-                append_forwarded_for(req.headers_mut(), &entry);
-            }
+        if config.forwarded_for
+            && let Some(entry) = self.forwarded_entry(request_peer)
+        {
+            append_forwarded_for(req.headers_mut(), &entry);
         }
         let extensions = req.extensions_mut();
         if let Some(raw) = raw_uri {

@@ -154,17 +154,17 @@ pub(crate) fn crate_of(file: &str, object: &str) -> String {
     if let Some(name) = after_marker(file, "/git/checkouts/", 0).and_then(hashed) {
         return name.to_owned();
     }
-    if let Some(rest) = file.find("/rustc/").map(|at| &file[at + "/rustc/".len()..]) {
-        if let Some((hash, rest)) = rest.split_once('/') {
-            let library = rest
-                .strip_prefix("library/")
-                .and_then(|r| r.split_once('/'));
-            if let (true, Some((name, _))) = (is_hex(hash), library) {
-                if !name.is_empty() && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
-                {
-                    return format!("rust {name}");
-                }
-            }
+    if let Some(rest) = file.find("/rustc/").map(|at| &file[at + "/rustc/".len()..])
+        && let Some((hash, rest)) = rest.split_once('/')
+    {
+        let library = rest
+            .strip_prefix("library/")
+            .and_then(|r| r.split_once('/'));
+        if let (true, Some((name, _))) = (is_hex(hash), library)
+            && !name.is_empty()
+            && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
+        {
+            return format!("rust {name}");
         }
     }
     if let Some(name) = after_marker(file, "/rust/deps/", 0).and_then(versioned) {

@@ -224,13 +224,13 @@ fn perf_counts(text: &str) -> Tally {
     let mut counts = Tally::default();
     for line in text.lines() {
         let fields: Vec<&str> = line.trim().split(',').collect();
-        if fields.len() > 2 {
-            if let (Some(name), Ok(n)) = (
+        if fields.len() > 2
+            && let (Some(name), Ok(n)) = (
                 fields[2].strip_prefix("syscalls:sys_enter_"),
                 fields[0].parse::<u64>(),
-            ) {
-                counts.add(name, n);
-            }
+            )
+        {
+            counts.add(name, n);
         }
     }
     counts
@@ -242,10 +242,11 @@ fn strace_counts(text: &str) -> Tally {
     let mut counts = Tally::default();
     for line in text.lines() {
         let fields: Vec<&str> = line.split_whitespace().collect();
-        if fields.len() >= 5 && fields[fields.len() - 1] != "total" {
-            if let Ok(n) = fields[3].parse::<u64>() {
-                counts.add(fields[fields.len() - 1], n);
-            }
+        if fields.len() >= 5
+            && fields[fields.len() - 1] != "total"
+            && let Ok(n) = fields[3].parse::<u64>()
+        {
+            counts.add(fields[fields.len() - 1], n);
         }
     }
     counts

@@ -18,6 +18,11 @@
 //!   so when the leader dies another leads within the TTL + a third of it (+ etcd's
 //!   delay in expiring a lease, up to 500 ms). The leader's
 //!   tenure is the key's `create_revision`.
+//! - **Leadership follows progress**: a gateway whose controller has not completed a look
+//!   of a rollout for a lease TTL (a look that hangs is cancelled after that long, one
+//!   that panics is caught: see the controller) deletes its leader key, in a transaction
+//!   on the key's value and lease, and does not campaign for that rollout until a look
+//!   completes again; another gateway leads within a third of the TTL.
 //! - **Fencing**: a save compares the state key's `mod_revision` with the one the writer
 //!   read (`create_revision` 0 for the first save). A save fenced by [`Fence::Leader`]
 //!   also compares the leader key's `create_revision` with this gateway's tenure, so a
@@ -25,7 +30,8 @@
 //!   to adopt.
 //! - **Contact**: the last answer from etcd (a lease renewal, a request, a watch event or
 //!   an answer to a watch's progress request), for the controller's rule that a gateway
-//!   cut off holds its weight for `[rollouts] partition_hold_ms`, then drops it to 0.
+//!   cut off holds its weight for `[rollouts] partition_hold_ms`, then drops it to 0 while
+//!   the rollout is in progress (a final weight is held).
 //! - **The watch** of each state key is gray-source's
 //!   [`EtcdSource::key`](gray_tower::edge::EtcdSource::key): resumed after a failure,
 //!   listed again after a compaction, a frozen member left within the progress deadline.
@@ -293,6 +299,10 @@ impl RolloutStore for EtcdStore {
                 .unwrap_or_else(|p| p.into_inner())
                 .get(service)
                 .is_some_and(|s| s.tenure.is_some())
+    }
+
+    fn looked(&self, service: &str) {
+        self.inner.looked(service);
     }
 
     fn watch(&self, service: &str) -> watch::Receiver<Option<Stored>> {

@@ -39,6 +39,9 @@ pub(super) struct Session {
 pub(super) struct Service {
     /// This gateway's tenure: the leader key's `create_revision`, while it leads.
     pub(super) tenure: Option<i64>,
+    /// When the controller last completed a look (from joining, so that a new controller
+    /// has a lease TTL to complete its first).
+    pub(super) looked: Instant,
     state: watch::Sender<Option<Stored>>,
     pub(super) status: StatusHandle,
     pub(super) follow: JoinHandle<()>,
@@ -197,18 +200,25 @@ impl Session {
         }
     }
 
-    /// For every rollout this gateway has: leads if nobody does, else learns who does.
+    /// For every rollout this gateway has: leads if nobody does, else learns who does;
+    /// but a rollout whose controller has not completed a look for a lease TTL is not led
+    /// from here (its leader key, if this gateway holds it, is given up).
     async fn campaign(&self) {
-        let services: Vec<String> = self
+        let ttl = Duration::from_secs(u64::try_from(self.ttl_secs).unwrap_or(60));
+        let services: Vec<(String, bool)> = self
             .services
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .keys()
-            .cloned()
+            .iter()
+            .map(|(name, s)| (name.clone(), s.looked.elapsed() > ttl))
             .collect();
         let (lease, _) = self.lease();
-        for service in services {
+        for (service, stuck) in services {
             let key = self.key(&service, "leader");
+            if stuck {
+                self.resign(&service, &key, lease, ttl).await;
+                continue;
+            }
             let txn = Txn::new()
                 .when([Compare::create_revision(key.as_str(), CompareOp::Equal, 0)])
                 .and_then([TxnOp::put(
@@ -247,6 +257,45 @@ impl Session {
         }
     }
 
+    /// Gives up `service`'s leader key if this gateway holds it (a transaction on its value
+    /// and lease, so that another gateway's key is never deleted).
+    async fn resign(&self, service: &str, key: &str, lease: i64, ttl: Duration) {
+        let held = self
+            .services
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get_mut(service)
+            .and_then(|s| s.tenure.take());
+        if held.is_none() {
+            return;
+        }
+        tracing::error!(target: "gray::rollout", %service, id = %self.id, ?ttl, "rollouts: this gateway's controller has not completed a look for a lease TTL: it gives up leading");
+        let txn = Txn::new()
+            .when([
+                Compare::value(key, CompareOp::Equal, self.id.as_str()),
+                Compare::lease(key, CompareOp::Equal, lease),
+            ])
+            .and_then([TxnOp::delete(key, None)]);
+        if let Err(e) = self
+            .call("give up leading", |mut c| async move { c.txn(txn).await })
+            .await
+        {
+            tracing::warn!(target: "gray::rollout", %service, error = %e, "rollouts: cannot delete the leader key; it goes with the lease");
+        }
+    }
+
+    /// Notes that `service`'s controller completed a look.
+    pub(super) fn looked(&self, service: &str) {
+        if let Some(s) = self
+            .services
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get_mut(service)
+        {
+            s.looked = Instant::now();
+        }
+    }
+
     /// Takes part in `service`'s election, and follows its state key.
     pub(super) fn join(self: &Arc<Self>, service: &str) -> watch::Receiver<Option<Stored>> {
         let mut services = self.services.lock().unwrap_or_else(|p| p.into_inner());
@@ -263,6 +312,7 @@ impl Session {
             service.to_owned(),
             Service {
                 tenure: None,
+                looked: Instant::now(),
                 state,
                 status,
                 follow,

@@ -60,10 +60,10 @@ pub(super) fn parse_node(raw: &[u8]) -> Hop {
     if let Ok(addr) = s.parse::<SocketAddr>() {
         return Hop::Ip(canonical_ip(addr.ip()));
     }
-    if let Some(inner) = s.strip_prefix('[').and_then(|r| r.strip_suffix(']')) {
-        if let Ok(ip) = inner.parse::<std::net::Ipv6Addr>() {
-            return Hop::Ip(canonical_ip(IpAddr::V6(ip)));
-        }
+    if let Some(inner) = s.strip_prefix('[').and_then(|r| r.strip_suffix(']'))
+        && let Ok(ip) = inner.parse::<std::net::Ipv6Addr>()
+    {
+        return Hop::Ip(canonical_ip(IpAddr::V6(ip)));
     }
     Hop::Unknown
 }

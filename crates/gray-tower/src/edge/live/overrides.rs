@@ -156,10 +156,11 @@ impl LiveRules {
             return Err(StickyRuleError::Percent(percent));
         }
         let mut writer = self.writer();
-        if let Some(o) = writer.overrides.get(rule) {
-            if o.applied && o.percent == percent {
-                return Ok(self.load().generation());
-            }
+        if let Some(o) = writer.overrides.get(rule)
+            && o.applied
+            && o.percent == percent
+        {
+            return Ok(self.load().generation());
         }
         let current = self.snapshot();
         let loaded = match writer.loaded.take() {
