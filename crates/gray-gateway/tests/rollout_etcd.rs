@@ -244,6 +244,8 @@ async fn a_promotion_is_held_through_an_etcd_freeze_past_the_partition_hold() {
     let (a, b) = two(&s).await;
     let c = Process::start(&s.dir).await;
     admin(&a, "POST", "/rollouts/svc").await;
+    // the operator promotes on another gateway, once it has seen the start
+    wait_for(&b, WAIT, |v| v["phase"] == "step").await;
     let (status, view) = admin(&b, "POST", "/rollouts/svc/promote").await;
     assert_eq!(status, 200, "{view:#}");
     for g in [&a, &b, &c] {
