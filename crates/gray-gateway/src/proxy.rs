@@ -414,8 +414,9 @@ fn finish(
             }),
         );
     }
+    let fell_back = tally.fell_back();
     tally.count(lane, response.status().as_u16());
-    timing.done(response.status().as_u16());
+    timing.served(response.status().as_u16(), fell_back);
     response.map(|rest| Either::Left(HeldBody::new(first, rest, grpc)))
 }
 

@@ -91,6 +91,12 @@ impl Tally {
         &self.me.id
     }
 
+    /// Whether the request was served from a fallback subset: its own lane could not
+    /// take it (no ready instance, or the one tried failed and the retry went elsewhere).
+    pub(crate) fn fell_back(&self) -> bool {
+        self.routed.as_ref().is_some_and(Routed::fallback)
+    }
+
     /// Counts the answer to a request of `lane`: `status`, under the instance, and the
     /// fallback it was served from.
     pub(crate) fn count(self, lane: Option<&Lane>, status: u16) {

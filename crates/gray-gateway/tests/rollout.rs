@@ -332,3 +332,54 @@ async fn a_manual_abort_a_restart_and_the_cli() {
     assert_eq!(status, 409);
     gateway.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gray_that_refuses_connections_behind_a_baseline_fallback_is_rolled_back() {
+    // seed-000's fallback is baseline: every gray user is served by baseline, with 200
+    let (dir, _gray, _base) = rollouts::files(
+        "rollout-gray-down",
+        "interval_ms = 100\n",
+        "steps = [20, 50, 100]\nhold_ms = 600000\nmin_users = 10\n",
+    )
+    .await;
+    let closed = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap()
+    };
+    let path = dir.path().join("instances.toml");
+    let instances = std::fs::read_to_string(&path).unwrap();
+    let (head, rest) = instances.split_once("address = \"").unwrap();
+    let (_, rest) = rest.split_once('"').unwrap();
+    std::fs::write(&path, format!("{head}address = \"{closed}\"{rest}")).unwrap();
+    assert!(
+        std::fs::read_to_string(&path)
+            .unwrap()
+            .contains("gray-1\"\naddress = \"127.0.0.1")
+    );
+    let gateway = start(&dir).await;
+
+    admin(&gateway, "POST", "/rollouts/svc").await;
+    let stop = Arc::new(AtomicBool::new(false));
+    let (seen, tasks) = load(&gateway, 400, 6, false, stop.clone());
+    let view = wait_for(&gateway, Duration::from_secs(60), |v| {
+        v["phase"] == "rolled_back"
+    })
+    .await;
+    stop_load(&stop, tasks).await;
+    let reason = view["last_transition"]["reason"]["kind"].as_str().unwrap();
+    assert!(["alarm", "kill_switch"].contains(&reason), "{view:#}");
+    assert!(
+        view["evidence"]["errors"]["gray"].as_u64() > Some(0),
+        "a gray that could not take its requests counts against gray: {view:#}"
+    );
+    // and no client saw it: baseline served them all
+    let all_from_baseline = {
+        let seen = seen.0.lock().unwrap();
+        !seen.is_empty()
+            && seen
+                .iter()
+                .all(|(_, status, by)| *status == 200 && by == "base-1")
+    };
+    assert!(all_from_baseline);
+    gateway.shutdown().await;
+}

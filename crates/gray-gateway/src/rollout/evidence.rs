@@ -121,10 +121,25 @@ impl Population {
 impl Timing {
     /// Records the answer the client got, with `status`, now.
     pub(crate) fn done(&self, status: u16) {
+        self.served(status, false);
+    }
+
+    /// Records the answer the client got, with `status`, now; `fell_back`: it was served
+    /// from a fallback subset. For the rollout, a request the percentage sent to gray that
+    /// gray could not take (refused, reset, no ready instance, and then served by
+    /// baseline) is a bad outcome of gray, whatever the client got: a gray that is down
+    /// must not look healthy behind `fallback = "baseline"`. The lane's own series keep
+    /// the status the client got.
+    pub(crate) fn served(&self, status: u16, fell_back: bool) {
         let outcome = Outcome::of_status(status);
         let latency = self.start.elapsed();
         self.evidence.lanes.at(self.slot).record(outcome, latency);
         if let Some(s) = &self.sample {
+            let outcome = if fell_back && s.arm == Arm::Gray {
+                Outcome::Error
+            } else {
+                outcome
+            };
             s.recorder
                 .record(&Observation::new(s.arm, s.user, outcome, latency));
         }
