@@ -10,6 +10,7 @@
 //! | `gray_gateway_rollout_transitions_total` | counter | `service`, `from`, `to`, `reason` |
 //! | `gray_gateway_rollout_weight` | gauge | `service`: the percentage its rollout puts on its rule |
 //! | `gray_gateway_rollout_phase` | gauge | `service`, `phase`: 1 for the rollout's phase |
+//! | `gray_gateway_rollout_look_failures_total` | counter | `service`, `kind` (`panic`, `timeout`) |
 //! | `gray_gateway_rules_generation` | gauge | the generation of the rule set in force |
 //! | `gray_gateway_rules_rejected` | gauge | rule-set versions rejected since the start |
 //! | `gray_gateway_discovery_connected` | gauge | 1 while discovery's source is reachable and followed |

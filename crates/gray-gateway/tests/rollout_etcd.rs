@@ -504,6 +504,14 @@ async fn a_stuck_leader_hands_over(fault: &str) {
         v["leader"] == false && v["look_failures"][kind].as_u64() > Some(0)
     })
     .await;
+    let metrics = rollouts::text(&a, "/metrics").await;
+    let line =
+        format!("gray_gateway_rollout_look_failures_total{{service=\"svc\",kind=\"{kind}\"}}");
+    let counted = metrics
+        .lines()
+        .find_map(|l| l.strip_prefix(line.as_str()))
+        .and_then(|n| n.trim().parse::<u64>().ok());
+    assert!(counted > Some(0), "{metrics}");
     // the rollout goes on under the new leader
     let step = led["step"].as_u64().unwrap();
     wait_for(&b, bound, |v| {

@@ -21,6 +21,7 @@
 //! | `gray_gateway_rollout_transitions_total` | counter | `service`, `from`, `to`, `reason` |
 //! | `gray_gateway_rollout_weight` | gauge | `service`: the percentage in force |
 //! | `gray_gateway_rollout_phase` | gauge | `service`, `phase`: 1 for the phase the rollout is in |
+//! | `gray_gateway_rollout_look_failures_total` | counter | `service`, `kind` (`panic`, `timeout`): looks that did not complete |
 
 mod admin;
 mod controller;
@@ -58,6 +59,12 @@ struct TransitionLabels {
 #[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
 struct ServiceLabel {
     service: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct FailureLabels {
+    service: String,
+    kind: &'static str,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
@@ -119,6 +126,24 @@ impl Collector for Rollouts {
                     phase: p.as_str(),
                 };
                 ConstGauge::new(i64::from(v.phase == p)).encode(phase.encode_family(&labels)?)?;
+            }
+        }
+        let mut failures = encoder.encode_descriptor(
+            "rollout_look_failures",
+            "Looks of a service's rollout that did not complete, by why (panic, timeout)",
+            None,
+            MetricType::Counter,
+        )?;
+        for v in &views {
+            for (kind, n) in [
+                ("panic", v.look_failures.panic),
+                ("timeout", v.look_failures.timeout),
+            ] {
+                let labels = FailureLabels {
+                    service: v.service.clone(),
+                    kind,
+                };
+                ConstCounter::new(n).encode(failures.encode_family(&labels)?)?;
             }
         }
         Ok(())
