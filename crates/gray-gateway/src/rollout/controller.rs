@@ -528,24 +528,28 @@ impl Controller {
     }
 
     /// A look that did not complete: counted, logged at ERROR, and the state read again
-    /// from the store (a look cut short may have left it half-changed).
-    async fn look_failed(&self, kind: &'static str, detail: &str) {
-        {
+    /// from the store (a look cut short may have left it half-changed), but for a
+    /// rollback in force that the store has not accepted yet: that one stays.
+    async fn look_failed(&self, panicked: bool, detail: &str) {
+        let unsaved = {
             let mut view = self.lock_view();
-            match kind {
-                "panic" => view.look_failures.panic += 1,
-                _ => view.look_failures.timeout += 1,
+            if panicked {
+                view.look_failures.panic += 1;
+            } else {
+                view.look_failures.timeout += 1;
             }
+            view.unsaved
+        };
+        let kind = if panicked { "panic" } else { "timeout" };
+        if unsaved {
+            tracing::error!(target: "gray::rollout", service = %self.service, kind, detail, "a look of the rollout did not complete: the rollback in force (not yet saved) is kept");
+            return;
         }
         tracing::error!(target: "gray::rollout", service = %self.service, kind, detail, "a look of the rollout did not complete: its state is read again from the store");
         let mut slot = self.rollout.lock().await;
         match self.store.load(&self.service).await {
             Ok(stored) => {
-                {
-                    let mut view = self.lock_view();
-                    view.version = None;
-                    view.unsaved = false;
-                }
+                self.lock_view().version = None;
                 self.adopt(&mut slot, stored);
             }
             Err(e) => {
@@ -569,11 +573,11 @@ impl Controller {
                     .map(|s| (*s).to_owned())
                     .or_else(|| panic.downcast_ref::<String>().cloned())
                     .unwrap_or_else(|| "a panic without a message".to_owned());
-                self.look_failed("panic", &detail).await;
+                self.look_failed(true, &detail).await;
             }
             Err(_) => {
                 let detail = format!("no answer within {:?}", self.look_bound);
-                self.look_failed("timeout", &detail).await;
+                self.look_failed(false, &detail).await;
             }
         }
     }
