@@ -6,7 +6,8 @@
 //! answers again; every gateway restarted resumes the same step with the same evidence;
 //! a promotion is held through an etcd freeze past the partition hold on three gateways;
 //! a leader whose looks panic or hang (feature `fault-injection`) hands over and the
-//! rollout goes on. Every wait is a bounded poll.
+//! rollout goes on; one user failing every request, spread over three gateways, is one bad
+//! user. Every wait is a bounded poll.
 
 mod rollouts;
 
@@ -17,7 +18,7 @@ use std::{
 
 use gray_test_support::{WAIT, etcd::Etcd};
 use rollouts::{
-    admin,
+    Addrs, admin, client,
     etcd::{LEADER, Process, history, load_both, setup, two, two_under_load, written_once},
     load, settled, stop_load, wait_for, wait_until_seen,
 };
@@ -534,4 +535,110 @@ async fn a_leader_whose_looks_panic_hands_over_and_the_rollout_goes_on() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_leader_whose_looks_hang_hands_over_and_the_rollout_goes_on() {
     a_stuck_leader_hands_over("hang").await;
+}
+
+/// A bad account: one user in gray (the 1 % step) whose every request fails, sent round
+/// robin over three gateways by an L4 balancer. Each gateway counts him once; the leader
+/// counts one bad user, as one gateway serving every request would: a healthy gray is
+/// not rolled back (summing the gateways' counts made three bad users of him: ln M past
+/// the alarm, rolled back within a second), and is promoted after the hold.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_user_failing_every_request_over_three_gateways_is_one_bad_user() {
+    let s = setup(
+        "rollout-etcd-one-user",
+        // the power a step waits for has tests of its own: a 1 % step sees few gray users
+        "steps = [1, 100]\nhold_ms = 10000\nmin_users = 1\ndetect = { power = 0 }\n",
+        "",
+    )
+    .await;
+    let a = Process::start(&s.dir).await;
+    wait_for(&a, WAIT, |v| v["leader"] == true).await;
+    let gateways = [
+        a,
+        Process::start(&s.dir).await,
+        Process::start(&s.dir).await,
+    ];
+    admin(&gateways[1], "POST", "/rollouts/svc").await;
+    for g in &gateways {
+        wait_for(g, WAIT, |v| v["weight"] == 1.0).await;
+    }
+    // healthy users through every gateway
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut tasks = Vec::new();
+    let mut seen = Vec::new();
+    for g in &gateways {
+        let (part, more) = load(g, 300, 1, false, stop.clone());
+        seen.push(part);
+        tasks.extend(more);
+    }
+    // the bad account: the first user the 1 % sends to gray
+    let get = |i: usize, user: &str| {
+        let req = http::Request::get(format!("http://{}/svc/x", gateways[i % 3].proxy()))
+            .header("x-user", user)
+            .body(http_body_util::Empty::new())
+            .unwrap();
+        async move {
+            let res = client().request(req).await.expect("the gateway answers");
+            let by = res.headers().get("x-served-by").cloned();
+            (res.status().as_u16(), by)
+        }
+    };
+    let mut bad = None;
+    for k in 0..5_000 {
+        let user = format!("account-{k}");
+        let (_, by) = get(k, &user).await;
+        if by.is_some_and(|v| v == "gray-1") {
+            bad = Some(user);
+            break;
+        }
+    }
+    let bad = bad.expect("some user in gray at 1 %");
+    *s.gray.fail_user.lock().unwrap() = Some(bad.clone());
+    for i in 0..90 {
+        let (status, by) = get(i, &bad).await;
+        assert_eq!(
+            (status, by.as_ref().and_then(|v| v.to_str().ok())),
+            (500, Some("gray-1")),
+            "request {i} of the bad account: the 1 % step sends him to gray, failing"
+        );
+    }
+    for part in &seen {
+        let n = part.0.lock().unwrap().len();
+        wait_until_seen(part, n + 100).await;
+    }
+    // every failing request is in the leader's evidence, with its user
+    let view = wait_for(&gateways[0], Duration::from_secs(60), |v| {
+        v["evidence"]["errors"]["gray"].as_u64() >= Some(90) || v["phase"] != "step"
+    })
+    .await;
+    assert_eq!(
+        (view["phase"].as_str(), view["weight"].as_f64()),
+        (Some("step"), Some(1.0)),
+        "{view:#}"
+    );
+    let errors = &view["evidence"]["streams"]["errors"];
+    assert_eq!(errors["gray"], 1, "one bad user in gray: {view:#}");
+    assert!(
+        errors["log_m"].as_f64() < errors["alarm_at"].as_f64(),
+        "{view:#}"
+    );
+    for g in &gateways[1..] {
+        let (_, on) = admin(g, "GET", "/rollouts/svc").await;
+        assert_eq!(
+            (on["phase"].as_str(), on["weight"].as_f64()),
+            (Some("step"), Some(1.0))
+        );
+    }
+    // the hold over, the step advances: promoted everywhere
+    for g in &gateways {
+        let view = wait_for(g, Duration::from_secs(60), |v| {
+            v["phase"] == "promoted" || v["phase"] == "rolled_back"
+        })
+        .await;
+        assert_eq!(view["phase"], "promoted", "{view:#}");
+    }
+    stop_load(&stop, tasks).await;
+    for g in gateways {
+        g.terminate().await;
+    }
 }

@@ -10,7 +10,9 @@ use std::time::Duration;
 use gray_core::rand::Rng;
 use gray_rollout::machine::{Detect, Reason};
 use gray_rollout::{Arm, Outcome, Phase, RolloutConfig};
-use sim::{Req, Requests, World, baseline_latency, bernoulli, population, quantile, uniform};
+use sim::{
+    Req, Requests, Spread, World, baseline_latency, bernoulli, population, quantile, uniform,
+};
 
 const S: fn(u64) -> Duration = Duration::from_secs;
 const ALPHA: f64 = 0.01;
@@ -96,35 +98,45 @@ fn a_healthy_gray_over_4000_hours_is_rolled_back_at_most_alpha_of_the_time() {
     );
 }
 
+/// The request path for real: heavy and occasional users, user sets, thresholds from the
+/// baseline, reports; a large α so that a few hundred runs can check it. On one gateway,
+/// and on 3 and 10 whose recorders each count the users they see, the leader counting
+/// the union of their user logs.
 #[test]
 fn users_hashed_into_arms_through_the_recorder_keep_the_bound() {
-    // The request path for real: heavy and occasional users, user sets, thresholds from
-    // the baseline, reports; a large α so that a few hundred runs can check it.
     let alpha = 0.3;
-    let runs = 200u64;
-    let mut false_rollbacks = 0;
-    for seed in 0..runs {
-        let config = RolloutConfig::new("canary")
-            .with_steps([5.0, 10.0, 25.0, 50.0, 100.0])
-            .with_hold(S(40))
-            .with_min_users(20)
-            .with_min_latency_samples(500)
-            .with_alpha(alpha);
-        let mut sim = Requests::new(seed, config, 50.0);
-        let mut users = population(300, 0.3);
-        let mut behaviour = healthy;
-        sim.run(S(20), &mut users, &mut behaviour);
-        sim.start();
-        sim.run(S(240), &mut users, &mut behaviour);
-        if sim.rolled_back_at().is_some() {
-            false_rollbacks += 1;
+    for (gateways, spread, runs, seed0) in [
+        (1, Spread::RoundRobin, 200u64, 0),
+        (3, Spread::RoundRobin, 120, 5_000),
+        (10, Spread::Random, 120, 5_000),
+    ] {
+        let mut false_rollbacks = 0;
+        for seed in seed0..seed0 + runs {
+            let config = RolloutConfig::new("canary")
+                .with_steps([5.0, 10.0, 25.0, 50.0, 100.0])
+                .with_hold(S(40))
+                .with_min_users(20)
+                .with_min_latency_samples(500)
+                .with_alpha(alpha);
+            let mut sim = Requests::new(seed, config, 50.0).on_gateways(gateways, spread);
+            let mut users = population(300, 0.3);
+            let mut behaviour = healthy;
+            sim.run(S(20), &mut users, &mut behaviour);
+            sim.start();
+            sim.run(S(240), &mut users, &mut behaviour);
+            if sim.rolled_back_at().is_some() {
+                false_rollbacks += 1;
+            }
         }
+        eprintln!(
+            "request-level calibration at α = {alpha} on {gateways} gateways ({spread:?}): \
+             {false_rollbacks} of {runs} rolled back"
+        );
+        assert!(
+            false_rollbacks as f64 <= allowed(runs, alpha),
+            "{gateways} gateways: {false_rollbacks} of {runs}"
+        );
     }
-    eprintln!("request-level calibration at α = {alpha}: {false_rollbacks} of {runs} rolled back");
-    assert!(
-        false_rollbacks as f64 <= allowed(runs, alpha),
-        "{false_rollbacks} of {runs}"
-    );
 }
 
 // === detection ===
@@ -264,13 +276,25 @@ fn step_through(
     population: &dyn Fn() -> Box<dyn FnMut(&mut Rng) -> u64>,
     behaviour: &dyn Fn(u64) -> sim::Behaviour,
 ) -> (u64, u64, u64) {
+    step_through_on(1, Spread::RoundRobin, runs, seed0, population, behaviour)
+}
+
+/// [`step_through`] on `gateways` gateways behind a balancer that spreads by `spread`.
+fn step_through_on(
+    gateways: usize,
+    spread: Spread,
+    runs: u64,
+    seed0: u64,
+    population: &dyn Fn() -> Box<dyn FnMut(&mut Rng) -> u64>,
+    behaviour: &dyn Fn(u64) -> sim::Behaviour,
+) -> (u64, u64, u64) {
     let (mut promoted, mut rolled_back, mut killed) = (0, 0, 0);
     for i in 0..runs {
         let config = RolloutConfig::new("canary")
             .with_hold(S(20))
             .with_min_users(20)
             .with_alpha(ALPHA);
-        let mut sim = Requests::new(seed0 + i, config, 100.0);
+        let mut sim = Requests::new(seed0 + i, config, 100.0).on_gateways(gateways, spread);
         let mut users = population();
         let mut behaviour = behaviour(seed0 + i);
         sim.run(S(30), &mut users, &mut behaviour);
@@ -313,48 +337,38 @@ fn a_healthy_gray_steps_through_to_promoted() {
     );
 }
 
-#[test]
-fn a_shared_dependency_failing_both_arms_does_not_roll_back() {
-    // Each run: an outage of a shared dependency at a random moment, 20–60 s long,
-    // failing 30–90 % of every request in both arms and slowing the rest five-fold.
-    let runs = 100;
-    let (promoted, rolled_back, killed) =
-        step_through(runs, 50_000, &|| Box::new(population(200, 0.1)), &|seed| {
-            let mut rng = Rng::seeded(seed ^ 0xdead);
-            let start = 100.0f64.mul_add(uniform(&mut rng), 30.0);
-            let end = 40.0f64.mul_add(uniform(&mut rng), start + 20.0);
-            let rate = 0.6f64.mul_add(uniform(&mut rng), 0.3);
-            Box::new(move |req: Req, rng: &mut Rng| {
-                let t = req.at.as_secs_f64();
-                if (start..end).contains(&t) {
-                    let outcome = if bernoulli(rng, rate) {
-                        Outcome::Error
-                    } else {
-                        Outcome::Ok
-                    };
-                    (outcome, baseline_latency(rng) * 5)
-                } else {
-                    healthy(req, rng)
-                }
-            })
-        });
-    eprintln!("shared outage: {promoted} of {runs} promoted, {rolled_back} rolled back");
-    assert_eq!(killed, 0);
-    assert!(
-        rolled_back as f64 <= allowed(runs, ALPHA),
-        "{rolled_back} rolled back"
-    );
+/// An outage of a shared dependency at a random moment of run `seed`, 20–60 s long,
+/// failing 30–90 % of every request in both arms and slowing the rest five-fold.
+fn shared_outage(seed: u64) -> sim::Behaviour {
+    let mut rng = Rng::seeded(seed ^ 0xdead);
+    let start = 100.0f64.mul_add(uniform(&mut rng), 30.0);
+    let end = 40.0f64.mul_add(uniform(&mut rng), start + 20.0);
+    let rate = 0.6f64.mul_add(uniform(&mut rng), 0.3);
+    Box::new(move |req: Req, rng: &mut Rng| {
+        let t = req.at.as_secs_f64();
+        if (start..end).contains(&t) {
+            let outcome = if bernoulli(rng, rate) {
+                Outcome::Error
+            } else {
+                Outcome::Ok
+            };
+            (outcome, baseline_latency(rng) * 5)
+        } else {
+            healthy(req, rng)
+        }
+    })
 }
 
-#[test]
-fn one_heavy_user_failing_every_request_in_gray_does_not_roll_back() {
-    // One user in gray from the first step (1 %) sends about 17 requests a second, all
-    // failing: at 1 % that is 95 % of gray's requests.
+/// One user in gray from the first step (1 %) sends about 17 requests a second, all
+/// failing: at 1 % that is 95 % of gray's requests. On `gateways` gateways, spread by
+/// `spread`, over `runs` runs: (promoted, rolled back, by the kill switch).
+fn heavy_failing_user(gateways: usize, spread: Spread, runs: u64, seed0: u64) -> (u64, u64, u64) {
     let heavy = sim::user_with_bucket_below(5_000_000, 100);
-    let runs = 100;
-    let (promoted, rolled_back, killed) = step_through(
+    step_through_on(
+        gateways,
+        spread,
         runs,
-        60_000,
+        seed0,
         &|| {
             let mut others = population(200, 0.1);
             // 1 in 6 of the 100 requests a second is his: about 17 a second
@@ -376,13 +390,58 @@ fn one_heavy_user_failing_every_request_in_gray_does_not_roll_back() {
                 }
             })
         },
-    );
-    eprintln!("heavy failing user: {promoted} of {runs} promoted, {rolled_back} rolled back");
-    assert_eq!(killed, 0, "the kill switch needs several failing users");
-    assert!(
-        rolled_back as f64 <= allowed(runs, ALPHA),
-        "{rolled_back} rolled back"
-    );
+    )
+}
+
+/// On one gateway, and behind an L4 balancer spreading him over 3 or 10: every gateway
+/// sees him fail, and the leader still counts one user (the union of the gateways' user
+/// logs), not one per gateway.
+#[test]
+fn one_heavy_user_failing_every_request_in_gray_does_not_roll_back() {
+    let runs = 100;
+    for (gateways, spread, seed0) in [
+        (1, Spread::RoundRobin, 60_000),
+        (3, Spread::RoundRobin, 61_000),
+        (10, Spread::Random, 62_000),
+    ] {
+        let (promoted, rolled_back, killed) = heavy_failing_user(gateways, spread, runs, seed0);
+        eprintln!(
+            "heavy failing user on {gateways} gateways ({spread:?}): {promoted} of {runs} \
+             promoted, {rolled_back} rolled back"
+        );
+        assert_eq!(
+            killed, 0,
+            "{gateways} gateways: the kill switch needs several failing users"
+        );
+        assert!(
+            rolled_back as f64 <= allowed(runs, ALPHA),
+            "{gateways} gateways: {rolled_back} of {runs} rolled back"
+        );
+    }
+}
+
+/// A shared outage, on one gateway and seen by 3: both arms fail alike on each.
+#[test]
+fn a_shared_dependency_failing_both_arms_does_not_roll_back() {
+    for (gateways, runs, seed0) in [(1, 100, 50_000), (3, 50, 51_000)] {
+        let (promoted, rolled_back, killed) = step_through_on(
+            gateways,
+            Spread::Random,
+            runs,
+            seed0,
+            &|| Box::new(population(200, 0.1)),
+            &shared_outage,
+        );
+        eprintln!(
+            "shared outage on {gateways} gateways: {promoted} of {runs} promoted, \
+             {rolled_back} rolled back"
+        );
+        assert_eq!(killed, 0, "{gateways} gateways");
+        assert!(
+            rolled_back as f64 <= allowed(runs, ALPHA),
+            "{gateways} gateways: {rolled_back} rolled back"
+        );
+    }
 }
 
 // === never promotes what it would catch ===

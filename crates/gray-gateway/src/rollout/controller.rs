@@ -192,10 +192,19 @@ impl Controller {
                 step = ?rollout.state().step,
                 "rollout restored from its saved state",
             );
+            controller.acknowledge(&rollout);
             controller.put_in_force(&rollout);
             *controller.rollout.lock().await = Some(rollout);
         }
         Ok(controller)
+    }
+
+    /// Has the recorder forget the user log entries `saved` consumed: only ever with a
+    /// state the store holds (read from it, or accepted by it), so that a leader that
+    /// dies before its next save leaves them to be read again by the next.
+    fn acknowledge(&self, saved: &Rollout) {
+        let cursor = saved.state().users.cursor(self.recorder.source());
+        self.recorder.acknowledge(cursor);
     }
 
     fn lock_view(&self) -> std::sync::MutexGuard<'_, View> {
@@ -267,6 +276,7 @@ impl Controller {
             {
                 Ok(Saved::Won(version)) => {
                     self.lock_view().version = Some(version);
+                    self.acknowledge(rollout);
                     self.transitioned(rollout, &transition);
                     drop(slot);
                     return Ok(self.view());
@@ -367,9 +377,7 @@ impl Controller {
         let before = rollout.state().clone();
         let now = now();
         let mut transitions = Vec::new();
-        for report in &reports {
-            transitions.extend(rollout.observe(now, report));
-        }
+        transitions.extend(rollout.observe_all(now, &reports));
         transitions.extend(rollout.tick(now));
         match self.save(&mut slot, Fence::Leader).await {
             Save::Won => {
@@ -455,6 +463,7 @@ impl Controller {
                     view.version = Some(stored.version);
                 }
                 tracing::debug!(target: "gray::rollout", service = %self.service, version = stored.version, "the stored rollout state is adopted");
+                self.acknowledge(&theirs);
                 self.put_in_force(&theirs);
                 *slot = Some(theirs);
             }
@@ -514,6 +523,7 @@ impl Controller {
         {
             Ok(Saved::Won(version)) => {
                 self.lock_view().version = Some(version);
+                self.acknowledge(rollout);
                 Save::Won
             }
             Ok(Saved::Lost(current)) => {

@@ -43,20 +43,26 @@ impl Addrs for Gateway {
 }
 
 /// One upstream instance: fails `fail_per_mille` of its requests (every request whose
-/// count modulo 1000 is below it), and, with `fail_testers`, every request with
-/// `x-tester`.
+/// count modulo 1000 is below it), with `fail_testers`, every request with `x-tester`,
+/// and every request of the user `fail_user` (`x-user`), if set.
 #[derive(Clone)]
 pub(crate) struct Upstream {
     pub(crate) name: &'static str,
     pub(crate) fail_per_mille: Arc<AtomicU32>,
     pub(crate) fail_testers: Arc<AtomicBool>,
+    pub(crate) fail_user: Arc<Mutex<Option<String>>>,
     pub(crate) count: Arc<AtomicU64>,
 }
 
 pub(crate) async fn answer(State(up): State<Upstream>, headers: HeaderMap) -> impl IntoResponse {
     let n = up.count.fetch_add(1, Ordering::Relaxed);
     let fail = (n % 1000) < u64::from(up.fail_per_mille.load(Ordering::Relaxed))
-        || (up.fail_testers.load(Ordering::Relaxed) && headers.contains_key("x-tester"));
+        || (up.fail_testers.load(Ordering::Relaxed) && headers.contains_key("x-tester"))
+        || up.fail_user.lock().unwrap().as_deref().is_some_and(|user| {
+            headers
+                .get("x-user")
+                .is_some_and(|v| v.as_bytes() == user.as_bytes())
+        });
     let status = if fail { 500 } else { 200 };
     (
         http::StatusCode::from_u16(status).unwrap(),
@@ -70,6 +76,7 @@ pub(crate) async fn upstream(name: &'static str) -> (SocketAddr, Upstream) {
         name,
         fail_per_mille: Arc::default(),
         fail_testers: Arc::default(),
+        fail_user: Arc::default(),
         count: Arc::default(),
     };
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();

@@ -36,6 +36,13 @@
 //! and feeds the test only the new counts since its last look. Summing processes is
 //! therefore exact, and a report that arrives twice counts once.
 //!
+//! **Users are not summed.** A user an L4 balancer spreads over three gateways is in the
+//! sets of all three; summing would count them three times. So each report also carries
+//! a [`UserLog`]: the users its recorder counted first, in order, until a saved state
+//! acknowledges them ([`Recorder::acknowledge`]). The leader counts a user only when it is
+//! new to the union it keeps ([`machine::users`](crate::machine::users)): what one
+//! process serving every request would have counted.
+//!
 //! ```
 //! use std::time::Duration;
 //! use gray_rollout::evidence::{Arm, EpochSpec, Observation, Outcome, Recorder, Thresholds};
@@ -63,6 +70,7 @@
 //! assert_eq!(report.epochs[0].baseline_latency.count(), 2);
 //! ```
 
+mod log;
 mod recorder;
 mod userset;
 
@@ -72,6 +80,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::histogram::Snapshot;
 
+pub use log::UserLog;
+pub(crate) use log::{Entry, Kind};
 pub use recorder::{DEFAULT_CAPACITY, Recorder};
 
 /// Which side of the rollout served a request.
@@ -346,13 +356,30 @@ pub struct Report {
     pub source: u64,
     /// The current epoch first, then the previous one if the recorder knows it.
     pub epochs: Vec<EpochCounts>,
+    /// The users this source counted first and no saved state acknowledged yet. With it,
+    /// the leader counts distinct users across every source from these entries (the
+    /// counters' `gray_users` and `bad_users` are then this source's own view); without
+    /// it, the counters are trusted to count distinct users (one source).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub users: Option<UserLog>,
 }
 
 impl Report {
-    /// A report from `source`.
+    /// A report from `source`, without a user log.
     #[must_use]
     pub fn new(source: u64, epochs: Vec<EpochCounts>) -> Self {
-        Report { source, epochs }
+        Report {
+            source,
+            epochs,
+            users: None,
+        }
+    }
+
+    /// With the source's user log.
+    #[must_use]
+    pub fn with_users(mut self, users: UserLog) -> Self {
+        self.users = Some(users);
+        self
     }
 }
 

@@ -4,6 +4,7 @@ use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, PoisonError};
 
+use super::log::{Entry, Kind, Ring};
 use super::userset::{Insert, UserSet};
 use super::{
     Arm, Counters, EpochCounts, EpochSpec, Observation, Outcome, Pair, PerStream, Report, Stream,
@@ -26,8 +27,9 @@ const NO_THRESHOLD: u64 = u64::MAX;
 /// few relaxed atomic loads, and for a gray request or a bad event a probe of a user set
 /// (one compare-exchange the first time a user is seen). Memory is fixed at construction:
 /// 4 user sets (gray users seen in the epoch; bad users of each stream in the run) of
-/// 2 × capacity words each, 512 KiB at the default capacity, and two histograms of
-/// 13.5 KiB.
+/// 2 × capacity words each, 512 KiB at the default capacity, the log of first-counted
+/// users ([`UserLog`](super::UserLog)) of 4 × capacity words, 256 KiB, and two
+/// histograms of 13.5 KiB.
 ///
 /// [`follow`](Self::follow) and [`report`](Self::report) are the control side, called
 /// from a background task: they take a mutex that `record` never touches.
@@ -39,6 +41,7 @@ pub struct Recorder {
     slots: [Slot; 2],
     seen: UserSet,
     bad: [UserSet; 3],
+    log: Ring,
     control: Mutex<Control>,
 }
 
@@ -114,6 +117,7 @@ impl Recorder {
             slots: [Slot::new(0), Slot::new(1)],
             seen: set(),
             bad: [set(), set(), set()],
+            log: Ring::new(capacity.saturating_mul(4)),
             control: Mutex::new(Control {
                 epoch: 0,
                 run: 0,
@@ -150,26 +154,30 @@ impl Recorder {
             && self.seen.insert(user, epoch as u16) == Insert::New
         {
             slot.gray_users.fetch_add(1, Ordering::Relaxed);
+            self.log.push(Entry::new(Kind::Gray, epoch, user));
         }
+        let bad = |stream| self.count_bad(slot, epoch, stream, obs.arm, user);
         if obs.outcome == Outcome::Error {
             slot.errors[arm].fetch_add(1, Ordering::Relaxed);
-            self.count_bad(slot, Stream::Errors, arm, user);
+            bad(Stream::Errors);
         }
         if ns > self.hot.p50_ns.load(Ordering::Relaxed) {
-            self.count_bad(slot, Stream::LatencyP50, arm, user);
+            bad(Stream::LatencyP50);
             if ns > self.hot.p99_ns.load(Ordering::Relaxed) {
-                self.count_bad(slot, Stream::LatencyP99, arm, user);
+                bad(Stream::LatencyP99);
             }
         }
     }
 
-    fn count_bad(&self, slot: &Slot, stream: Stream, arm: usize, user: u64) {
+    fn count_bad(&self, slot: &Slot, epoch: u64, stream: Stream, arm: Arm, user: u64) {
         let s = stream.index();
         let generation = self.hot.generation[s].load(Ordering::Acquire);
         match self.bad[s].insert(user, generation as u16) {
             Insert::Present => {}
             Insert::New => {
-                slot.bad[s][arm].fetch_add(1, Ordering::Relaxed);
+                slot.bad[s][arm.index()].fetch_add(1, Ordering::Relaxed);
+                self.log
+                    .push(Entry::new(Kind::Bad(stream, arm), epoch, user));
                 let n = self.hot.in_generation[s].fetch_add(1, Ordering::Relaxed) + 1;
                 if n >= self.capacity {
                     self.next_generation(s, generation);
@@ -241,7 +249,18 @@ impl Recorder {
             .with_thresholds(control.thresholds)
     }
 
-    /// The cumulative counts of the current epoch and of the previous one: what this
+    /// Forgets the log's entries below `position`: what a *saved* state says the leader
+    /// consumed of this source ([`State::users`](crate::machine::State::users),
+    /// [`Users::cursor`](crate::machine::Users::cursor)). Call it with every state read
+    /// from, or accepted by, the store; never with a state the store has not accepted, or
+    /// a new leader restoring the last saved one would not find those entries again.
+    pub fn acknowledge(&self, position: u64) {
+        let _control = self.control.lock().unwrap_or_else(PoisonError::into_inner);
+        self.log.acknowledge(position);
+    }
+
+    /// The cumulative counts of the current epoch and of the previous one, and the users
+    /// this recorder counted first that no saved state acknowledged yet: what this
     /// process sends to the leader.
     pub fn report(&self) -> Report {
         let control = self.control.lock().unwrap_or_else(PoisonError::into_inner);
@@ -276,7 +295,7 @@ impl Recorder {
                 baseline_latency: prev.baseline_latency.clone(),
             });
         }
-        Report::new(self.source, epochs)
+        Report::new(self.source, epochs).with_users(self.log.read())
     }
 }
 

@@ -62,6 +62,7 @@ mod detect;
 mod error;
 mod outage;
 mod state;
+pub mod users;
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -73,8 +74,9 @@ pub use outage::{OutageEvidence, SharedOutage};
 pub use state::{
     Consumed, Epoch, Evidence, EvidenceSummary, PauseReason, Phase, Reason, State, Transition,
 };
+pub use users::Users;
 
-use crate::evidence::{Counters, EpochSpec, PerStream, Report, Stream, Thresholds};
+use crate::evidence::{Counters, EpochSpec, PerStream, Report, Stream, Thresholds, UserLog};
 use crate::histogram::Snapshot;
 use crate::kill::{KillCounts, KillWindow};
 use crate::millis::as_ms;
@@ -124,6 +126,7 @@ impl Rollout {
                 step_power: None,
             },
             consumed: Consumed::default(),
+            users: Users::default(),
             last_evidence: None,
             last_gray_request: None,
             last_transition: None,
@@ -247,6 +250,7 @@ impl Rollout {
         // a run starts with an epoch of its own, whatever the weight was
         self.new_epoch(now, weight);
         self.state.run = self.state.epoch.index;
+        self.state.users.new_run();
         Ok(self.transition(now, to, None, Some(0), weight, Reason::Start))
     }
 
@@ -321,30 +325,51 @@ impl Rollout {
 
     /// Consumes a source's report: only what it counts beyond its previous report (per
     /// epoch) is new. Counts of an epoch other than the current one and the one before
-    /// are ignored. Returns the rollback, if a stream's test alarmed or the kill switch
-    /// tripped.
+    /// are ignored. Distinct users come from the report's user log when it has one (the
+    /// union over every source, [`users`]), else from its counters. Returns the
+    /// rollback, if a stream's test alarmed or the kill switch tripped. With several
+    /// sources, [`observe_all`](Rollout::observe_all) is exact where this is not quite.
     pub fn observe(&mut self, now: Duration, report: &Report) -> Option<Transition> {
+        self.observe_all(now, std::slice::from_ref(report))
+    }
+
+    /// Consumes the reports of every source at once, as [`observe`](Rollout::observe)
+    /// does one: the user logs' entries of the epoch before are taken from every report
+    /// before those of the current epoch, so that a user who moved from baseline to gray
+    /// with the weight counts in the arm of its first bad event, whichever gateway saw
+    /// it.
+    pub fn observe_all(&mut self, now: Duration, reports: &[Report]) -> Option<Transition> {
         let now = whole_ms(now);
+        if reports.is_empty() {
+            return None;
+        }
         self.state.last_evidence = Some(self.state.last_evidence.map_or(now, |t| t.max(now)));
-        for counts in &report.epochs {
-            let current = counts.epoch == self.state.epoch.index;
-            let consumed = &mut self.state.consumed;
-            let (weight, ledger) = match self.state.previous_epoch {
-                _ if current => (self.state.epoch.weight, &mut consumed.current),
-                Some(prev) if prev.index == counts.epoch => (prev.weight, &mut consumed.previous),
-                _ => continue,
-            };
-            let before = ledger.get(&report.source).copied().unwrap_or_default();
-            let delta = counts.counters.since(&before);
-            ledger.insert(report.source, before.max(&counts.counters));
-            if current {
-                self.latencies
-                    .insert(report.source, counts.baseline_latency.clone());
+        for report in reports {
+            self.consume_counts(now, report);
+        }
+        let logs: Vec<(u64, &UserLog)> = reports
+            .iter()
+            .filter_map(|r| r.users.as_ref().map(|log| (r.source, log)))
+            .collect();
+        if !logs.is_empty() {
+            let previous = self.state.previous_epoch;
+            let added =
+                self.state
+                    .users
+                    .consume(&logs, self.state.epoch.index, previous.map(|p| p.index));
+            if let Some(prev) = previous {
+                self.apply(now, prev.weight / 100.0, &added.previous);
             }
-            self.apply(now, weight / 100.0, &delta);
+            self.apply(now, self.state.epoch.weight / 100.0, &added.current);
         }
         let consumed = self.state.consumed.current.values();
-        self.state.evidence.epoch = consumed.fold(Counters::default(), |a, c| a.add(c));
+        let mut epoch = consumed.fold(Counters::default(), |a, c| a.add(c));
+        if self.state.users.is_logged() {
+            let counted = self.state.users.counted();
+            epoch.gray_users = counted.gray_users;
+            epoch.bad_users = counted.bad_users;
+        }
+        self.state.evidence.epoch = epoch;
         if self.state.epoch.thresholds.is_none() {
             self.state.epoch.thresholds = Thresholds::from_latencies(
                 &self.baseline_latencies(),
@@ -373,6 +398,34 @@ impl Rollout {
         }
         let trip = self.kill.check(now)?;
         Some(self.roll_back(now, Reason::KillSwitch(trip)))
+    }
+
+    /// The counters `report` has beyond what was consumed of its source, per epoch; with a
+    /// user log, its user counts are left to the union.
+    fn consume_counts(&mut self, now: Duration, report: &Report) {
+        let logged = report.users.is_some();
+        for counts in &report.epochs {
+            let current = counts.epoch == self.state.epoch.index;
+            let consumed = &mut self.state.consumed;
+            let (weight, ledger) = match self.state.previous_epoch {
+                _ if current => (self.state.epoch.weight, &mut consumed.current),
+                Some(prev) if prev.index == counts.epoch => (prev.weight, &mut consumed.previous),
+                _ => continue,
+            };
+            let before = ledger.get(&report.source).copied().unwrap_or_default();
+            let mut delta = counts.counters.since(&before);
+            ledger.insert(report.source, before.max(&counts.counters));
+            if current {
+                self.latencies
+                    .insert(report.source, counts.baseline_latency.clone());
+            }
+            if logged {
+                // the union counts this source's users
+                delta.gray_users = 0;
+                delta.bad_users = PerStream::default();
+            }
+            self.apply(now, weight / 100.0, &delta);
+        }
     }
 
     fn apply(&mut self, now: Duration, w: f64, delta: &Counters) {
@@ -567,6 +620,10 @@ impl Rollout {
         };
         state.previous_epoch = Some(std::mem::replace(&mut state.epoch, next));
         state.consumed.previous = std::mem::take(&mut state.consumed.current);
+        let previous = &state.consumed.previous;
+        state
+            .users
+            .new_epoch(|source| previous.contains_key(&source));
         state.evidence.epoch = Counters::default();
         state.evidence.step_power = None;
         self.latencies.clear();

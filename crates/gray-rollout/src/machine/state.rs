@@ -312,6 +312,10 @@ pub struct State {
     pub evidence: Evidence,
     /// What was consumed of each source's counts.
     pub consumed: Consumed,
+    /// The distinct users over every source, and what was consumed of each source's user
+    /// log ([`users`](super::users)). Absent in a state saved before it existed: empty.
+    #[serde(default)]
+    pub users: super::Users,
     /// When evidence last arrived (`last_evidence_ms`).
     #[serde(rename = "last_evidence_ms", with = "crate::millis::opt")]
     pub last_evidence: Option<Duration>,

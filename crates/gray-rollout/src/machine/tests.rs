@@ -655,3 +655,181 @@ fn a_shared_outage_pauses_and_the_step_starts_again_after_it() {
     r.observe(S(at + 4), &report(1, vec![c]));
     assert_eq!(r.tick(S(at + 4)).unwrap().to, Phase::Promoted);
 }
+
+/// A rollout started at its first step, and a recorder of `source` following it.
+fn started(source: u64) -> (Rollout, Recorder) {
+    let mut r = Rollout::new(config()).unwrap();
+    r.start(S(0)).unwrap();
+    let rec = Recorder::new(source);
+    rec.follow(&r.epoch_spec());
+    (r, rec)
+}
+
+/// Records `user`'s request on `rec`: in gray when `gray`, failed when `fail`.
+fn request(rec: &Recorder, user: u64, gray: bool, fail: bool) {
+    let arm = if gray { Arm::Gray } else { Arm::Baseline };
+    let outcome = if fail { Outcome::Error } else { Outcome::Ok };
+    rec.record(&Observation::new(arm, user, outcome, MS(5)));
+}
+
+/// The same requests, to one gateway and spread round robin over three: both leaders
+/// count what one gateway counts.
+#[test]
+fn one_user_over_three_gateways_is_one_user() {
+    let mut one = Rollout::new(config()).unwrap();
+    let mut three = Rollout::new(config()).unwrap();
+    let mut summed = Rollout::new(config()).unwrap();
+    for r in [&mut one, &mut three, &mut summed] {
+        r.start(S(0)).unwrap();
+    }
+    let alone = Recorder::new(100);
+    let gateways: Vec<Recorder> = (1..=3).map(Recorder::new).collect();
+    for rec in gateways.iter().chain([&alone]) {
+        rec.follow(&one.epoch_spec());
+    }
+    let mut i = 0;
+    for round in 0..12u64 {
+        // user 7 fails every request in gray; 40 healthy users, every tenth in gray
+        for user in (0..40).chain([7, 7, 7]) {
+            let gray = user == 7 || user % 10 == 3;
+            let fail = user == 7;
+            request(&alone, user, gray, fail);
+            request(&gateways[i % 3], user, gray, fail);
+            i += 1;
+        }
+        let at = S(1 + round);
+        one.observe(at, &alone.report());
+        for rec in &gateways {
+            let report = rec.report();
+            three.observe(at, &report);
+            summed.observe(at, &Report::new(report.source, report.epochs.clone()));
+            rec.acknowledge(three.state().users.cursor(rec.source()));
+        }
+    }
+    let (e1, e3) = (&one.state().evidence, &three.state().evidence);
+    assert_eq!((e1.requests, e1.errors), (e3.requests, e3.errors));
+    assert_eq!(e1.epoch.gray_users, 5, "users 3, 7, 13, 23, 33");
+    assert_eq!(e3.epoch.gray_users, e1.epoch.gray_users);
+    assert_eq!(e1.epoch.bad_users.errors, Pair::new(1, 0));
+    assert_eq!(e3.epoch.bad_users, e1.epoch.bad_users);
+    for s in Stream::ALL {
+        assert_eq!(
+            e1.streams.get(s).counts(),
+            e3.streams.get(s).counts(),
+            "{s}"
+        );
+        assert!((e1.streams.get(s).log_m() - e3.streams.get(s).log_m()).abs() < 1e-9);
+    }
+    assert_eq!(three.state().phase, Phase::Step);
+    // summing the gateways' own counts (no user logs) counted user 7 once per gateway:
+    // three bad users in gray at 1 %, and a healthy gray rolled back
+    let sum = &summed.state().evidence;
+    assert_eq!(sum.streams.errors.counts(), (3, 0));
+    assert_eq!(summed.state().phase, Phase::RolledBack);
+}
+
+/// A leader that read a log and died before saving: the next one restores the last saved
+/// state and reads the same entries again, because only a saved state acknowledges them.
+#[test]
+fn entries_leave_a_log_only_once_a_saved_state_consumed_them() {
+    let (mut leader, rec) = started(5);
+    // users 0 and 1 fail in baseline, 2 to 5 are seen in gray
+    for user in 0..6 {
+        request(&rec, user, user >= 2, user < 2);
+    }
+    leader.observe(S(1), &rec.report());
+    let saved = leader.state().clone();
+    rec.acknowledge(saved.users.cursor(5));
+    assert!(rec.report().users.unwrap().is_empty(), "all acknowledged");
+    assert_eq!(saved.users.cursor(5), 6, "4 gray users and 2 bad ones");
+
+    for user in 6..9 {
+        request(&rec, user, true, false);
+        request(&rec, 100 + user, false, true);
+    }
+    let report = rec.report();
+    assert_eq!(
+        report.users.as_ref().map(|l| (l.from, l.len())),
+        Some((6, 6))
+    );
+    leader.observe(S(2), &report);
+    // a report read twice counts once
+    leader.observe(S(3), &report);
+    assert_eq!(leader.state().evidence.streams.errors.counts(), (0, 5));
+    assert_eq!(leader.state().evidence.epoch.gray_users, 7);
+    // the leader dies before saving; the next one restores the saved state
+    let mut next = Rollout::restore(config(), saved).unwrap();
+    next.observe(S(4), &rec.report());
+    assert_eq!(next.state().users, leader.state().users);
+    assert_eq!(next.state().evidence.epoch, leader.state().evidence.epoch);
+    assert_eq!(
+        next.state().evidence.streams.errors.counts(),
+        leader.state().evidence.streams.errors.counts()
+    );
+    // an acknowledgement below what was acknowledged already changes nothing
+    rec.acknowledge(3);
+    assert_eq!(rec.report().users.unwrap().from, 6);
+}
+
+/// Entries of the epoch before count at its weight and not toward the new step's users;
+/// a later epoch's users start from zero, while bad users stay counted for the run.
+#[test]
+fn logged_users_of_the_epoch_before_count_at_its_weight() {
+    let mut r = Rollout::new(config()).unwrap();
+    r.start(S(0)).unwrap();
+    let (a, b) = (Recorder::new(1), Recorder::new(2));
+    a.follow(&r.epoch_spec());
+    b.follow(&r.epoch_spec());
+    for user in 0..10 {
+        request(&a, user, true, false);
+    }
+    r.observe(S(1), &a.report());
+    let t = r.tick(S(10)).unwrap();
+    assert_eq!((t.weight, r.state().epoch.index), (5.0, 2));
+    // b is late: its epoch-1 users (user 3 failing) arrive after the switch
+    request(&b, 3, true, true);
+    request(&b, 42, true, false);
+    r.observe(S(11), &b.report());
+    let ev = &r.state().evidence;
+    assert_eq!(ev.epoch.gray_users, 0, "epoch 2 has seen no user yet");
+    assert_eq!(ev.streams.errors.counts(), (1, 0));
+    // the same user failing again in the new epoch, on the other gateway: still one
+    a.follow(&r.epoch_spec());
+    request(&a, 3, true, true);
+    request(&a, 50, true, false);
+    r.observe(S(12), &a.report());
+    let ev = &r.state().evidence;
+    assert_eq!(ev.epoch.gray_users, 2, "users 3 and 50 in epoch 2");
+    assert_eq!(ev.streams.errors.counts(), (1, 0));
+}
+
+#[test]
+fn a_saved_union_round_trips_and_garbage_is_refused() {
+    let (mut r, rec) = started(9);
+    // 25 users in gray; 5 users fail in baseline
+    for user in 0..50 {
+        request(&rec, user, user % 2 == 0, user % 10 == 5);
+    }
+    r.observe(S(1), &rec.report());
+    let json = serde_json::to_value(&r.state().users).unwrap();
+    let back: Users = serde_json::from_value(json.clone()).unwrap();
+    assert_eq!(&back, &r.state().users);
+    let gray = json["gray"].as_str().unwrap();
+    assert_eq!(gray.len(), 25 * 8, "{gray}");
+
+    let mut bad = json.clone();
+    bad["gray"] = serde_json::Value::from("0000001");
+    let err = serde_json::from_value::<Users>(bad)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("not a whole number of 8-digit fingerprints"),
+        "{err}"
+    );
+    let mut bad = json;
+    bad["gray"] = serde_json::Value::from("0000001x");
+    let err = serde_json::from_value::<Users>(bad)
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("user fingerprint 0"), "{err}");
+}

@@ -158,12 +158,24 @@ pub(crate) struct Req {
     pub(crate) user: u64,
 }
 
+/// How an L4 balancer in front of several gateways spreads requests.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Spread {
+    /// Request after request to the next gateway: a user's requests reach every one.
+    RoundRobin,
+    /// Each request to a gateway drawn at random.
+    Random,
+}
+
 /// A request-level simulation: Poisson arrivals at `rps`, users from `population`,
-/// arms by the sticky hash at the rollout's weight, outcomes from `behaviour`.
+/// arms by the sticky hash at the rollout's weight, outcomes from `behaviour`; on one
+/// gateway, or on several (a recorder each) whose reports the leader reads at each look.
 pub(crate) struct Requests {
     pub(crate) rng: Rng,
     pub(crate) rollout: Rollout,
-    pub(crate) recorder: Recorder,
+    pub(crate) recorders: Vec<Recorder>,
+    pub(crate) spread: Spread,
+    next: usize,
     pub(crate) rps: f64,
     pub(crate) now: Duration,
     pub(crate) transitions: Vec<Transition>,
@@ -174,10 +186,35 @@ impl Requests {
         Requests {
             rng: Rng::seeded(seed),
             rollout: Rollout::new(config).expect("valid config"),
-            recorder: Recorder::new(seed),
+            recorders: vec![Recorder::new(1)],
+            spread: Spread::RoundRobin,
+            next: 0,
             rps,
             now: Duration::ZERO,
             transitions: Vec::new(),
+        }
+    }
+
+    /// On `n` gateways behind a balancer that spreads requests by `spread`.
+    pub(crate) fn on_gateways(mut self, n: usize, spread: Spread) -> Self {
+        self.recorders = (1..=n.max(1) as u64).map(Recorder::new).collect();
+        self.spread = spread;
+        self
+    }
+
+    /// The gateway the next request reaches (no draw with one gateway: one-gateway runs
+    /// see the same randomness as before gateways existed).
+    fn gateway(&mut self) -> usize {
+        let n = self.recorders.len();
+        if n == 1 {
+            return 0;
+        }
+        match self.spread {
+            Spread::RoundRobin => {
+                self.next = (self.next + 1) % n;
+                self.next
+            }
+            Spread::Random => self.rng.below(n as u64) as usize,
         }
     }
 
@@ -209,8 +246,8 @@ impl Requests {
                     },
                     &mut self.rng,
                 );
-                self.recorder
-                    .record(&Observation::new(arm, user, outcome, latency));
+                let gateway = self.gateway();
+                self.recorders[gateway].record(&Observation::new(arm, user, outcome, latency));
             }
             self.now += slice;
             if self.now.as_millis().is_multiple_of(1000) && self.look() {
@@ -219,27 +256,31 @@ impl Requests {
         }
     }
 
-    /// The leader's look: observe, tick, and every recorder follows. True when the
-    /// rollout ended.
+    /// The leader's look: observe every gateway's report, tick, and every recorder
+    /// follows. True when the rollout ended.
     pub(crate) fn look(&mut self) -> bool {
-        let report = self.recorder.report();
-        if let Some(t) = self.rollout.observe(self.now, &report) {
+        let reports: Vec<_> = self.recorders.iter().map(Recorder::report).collect();
+        if let Some(t) = self.rollout.observe_all(self.now, &reports) {
             self.transitions.push(t);
         }
         if let Some(t) = self.rollout.tick(self.now) {
             self.transitions.push(t);
         }
-        self.recorder.follow(&self.rollout.epoch_spec());
-        matches!(
-            self.rollout.state().phase,
-            Phase::RolledBack | Phase::Promoted
-        ) && self.rollout.state().transitions > 0
+        // the state is saved at every look: each recorder forgets what it consumed
+        let state = self.rollout.state();
+        for recorder in &self.recorders {
+            recorder.follow(&self.rollout.epoch_spec());
+            recorder.acknowledge(state.users.cursor(recorder.source()));
+        }
+        matches!(state.phase, Phase::RolledBack | Phase::Promoted) && state.transitions > 0
     }
 
     pub(crate) fn start(&mut self) {
         let t = self.rollout.start(self.now).expect("start");
         self.transitions.push(t);
-        self.recorder.follow(&self.rollout.epoch_spec());
+        for recorder in &self.recorders {
+            recorder.follow(&self.rollout.epoch_spec());
+        }
     }
 
     pub(crate) fn phase(&self) -> Phase {
