@@ -642,3 +642,162 @@ async fn one_user_failing_every_request_over_three_gateways_is_one_bad_user() {
         g.terminate().await;
     }
 }
+
+/// etcd's revisions per minute caused by one rollout at a step under steady traffic, on
+/// three gateways with the default cadences (`interval_ms` 1000): every write of the
+/// state or of a report is a revision etcd keeps until it compacts. Printed for the README,
+/// and bounded: the state is saved on a transition and otherwise at most every
+/// `save_every_ms`, a report published only when it changed, at most every
+/// `report_every_ms` unless it has news against gray.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_step_under_steady_traffic_writes_a_few_revisions_a_minute() {
+    let s = setup(
+        "rollout-etcd-revisions",
+        "steps = [10, 100]\nhold_ms = 600000\nmin_users = 10\n",
+        "",
+    )
+    .await;
+    default_cadence(&s);
+    let gateways = started(&s, 3).await;
+    admin(&gateways[0], "POST", "/rollouts/svc").await;
+    let (stop, seen, tasks) = load_all(&gateways, 400);
+    for part in &seen {
+        wait_until_seen(part, 200).await;
+    }
+    let mut client = s.etcd.client().await;
+    let revision = |c: &mut etcd_client::Client| {
+        let mut c = c.clone();
+        async move {
+            let got = c.get("/", None).await.unwrap();
+            got.header().unwrap().revision()
+        }
+    };
+    let (from, start) = (revision(&mut client).await, Instant::now());
+    // a minute of steady traffic through every gateway: about 60 looks on each
+    while start.elapsed() < Duration::from_secs(60) {
+        for part in &seen {
+            let n = part.0.lock().unwrap().len();
+            wait_until_seen(part, n + 20).await;
+        }
+    }
+    let to = revision(&mut client).await;
+    let minutes = start.elapsed().as_secs_f64() / 60.0;
+    stop_load(&stop, tasks).await;
+    let per_minute = (to - from) as f64 / minutes;
+    eprintln!(
+        "one rollout at a step, three gateways, steady traffic: {per_minute:.1} revisions a minute \
+         ({} over {:.1} s)",
+        to - from,
+        minutes * 60.0
+    );
+    let (_, view) = admin(&gateways[0], "GET", "/rollouts/svc").await;
+    assert_eq!(view["phase"], "step", "{view:#}");
+    assert!(seen.iter().all(|s| s.all_ok()));
+    // one write per look and gateway was 240 a minute: a tenth of it at most
+    assert!(
+        per_minute <= 24.0,
+        "{per_minute:.1} revisions a minute: the state or the reports are written more often than their cadence"
+    );
+    for g in gateways {
+        g.terminate().await;
+    }
+}
+
+/// The gateway configuration of `s` with the default cadence of looks (1 s), as operators
+/// run it.
+fn default_cadence(s: &rollouts::etcd::Setup) {
+    let config = s.dir.path().join("gateway.toml");
+    let text = std::fs::read_to_string(&config).unwrap();
+    let text = text.replace("interval_ms = 100\n", "");
+    std::fs::write(&config, text.replace(rollouts::FAST_WRITES, "")).unwrap();
+}
+
+/// `n` gateway processes, the first one leading.
+async fn started(s: &rollouts::etcd::Setup, n: usize) -> Vec<Process> {
+    let first = Process::start(&s.dir).await;
+    wait_for(&first, WAIT, |v| v["leader"] == true).await;
+    let mut gateways = vec![first];
+    for _ in 1..n {
+        gateways.push(Process::start(&s.dir).await);
+    }
+    gateways
+}
+
+/// `users` sticky users through every gateway, one request at a time on each.
+fn load_all(
+    gateways: &[Process],
+    users: u32,
+) -> (
+    Arc<AtomicBool>,
+    Vec<Arc<rollouts::Seen>>,
+    Vec<tokio::task::JoinHandle<()>>,
+) {
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut tasks = Vec::new();
+    let mut seen = Vec::new();
+    for g in gateways {
+        let (part, more) = load(g, users, 1, false, stop.clone());
+        seen.push(part);
+        tasks.extend(more);
+    }
+    (stop, seen, tasks)
+}
+
+/// The time from a gray fault (5 % of its requests failing, at the 20 % step) to weight 0
+/// on every one of `n` gateways with the default cadences, over `runs` rollouts one after
+/// the other on the same gateways: the times, sorted.
+async fn fault_to_weight_0(tag: &str, n: usize, runs: usize) -> Vec<Duration> {
+    let s = setup(
+        tag,
+        "steps = [20, 100]\nhold_ms = 600000\nmin_users = 10\n",
+        "",
+    )
+    .await;
+    default_cadence(&s);
+    let gateways = started(&s, n).await;
+    let (stop, seen, tasks) = load_all(&gateways, 400);
+    let mut times = Vec::new();
+    for run in 0..runs {
+        s.gray.fail_per_mille.store(0, Ordering::Relaxed);
+        let (status, view) = admin(&gateways[run % n], "POST", "/rollouts/svc").await;
+        assert_eq!(status, 200, "{view:#}");
+        for g in &gateways {
+            wait_for(g, WAIT, |v| v["phase"] == "step" && v["weight"] == 20.0).await;
+        }
+        // healthy traffic on gray first
+        for part in &seen {
+            let n = part.0.lock().unwrap().len();
+            wait_until_seen(part, n + 100).await;
+        }
+        let fault = Instant::now();
+        s.gray.fail_per_mille.store(50, Ordering::Relaxed);
+        for g in &gateways {
+            let view = wait_for(g, Duration::from_secs(60), |v| {
+                v["phase"] == "rolled_back" && v["weight"] == 0.0
+            })
+            .await;
+            let reason = view["last_transition"]["reason"]["kind"].as_str().unwrap();
+            assert!(["alarm", "kill_switch"].contains(&reason), "{view:#}");
+        }
+        times.push(fault.elapsed());
+    }
+    stop_load(&stop, tasks).await;
+    for g in gateways {
+        g.terminate().await;
+    }
+    times.sort();
+    eprintln!(
+        "{tag}: fault to weight 0 on all {n} gateways over {runs} runs: {times:?}, median {:?}",
+        times[runs / 2]
+    );
+    times
+}
+
+/// The figure of the README: the median time from a gray fault to weight 0 on every
+/// gateway, on two and on three gateways with the default cadences. Not a wall-clock
+/// assertion: each run must end in a rollback, which the waits bound.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gray_fault_reaches_weight_0_on_two_and_three_gateways() {
+    fault_to_weight_0("rollout-etcd-fault-2", 2, 5).await;
+    fault_to_weight_0("rollout-etcd-fault-3", 3, 5).await;
+}

@@ -98,6 +98,8 @@ pub(super) struct Rollouts {
     pub(super) history: Option<usize>,
     pub(super) partition_hold_ms: Option<u64>,
     pub(super) lease_ttl_ms: Option<u64>,
+    pub(super) save_every_ms: Option<u64>,
+    pub(super) report_every_ms: Option<u64>,
 }
 
 fn yes() -> bool {

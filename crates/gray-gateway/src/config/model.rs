@@ -87,6 +87,15 @@ pub struct RolloutSettings {
     /// another gateway leads within this + a third of it (+ etcd's delay in expiring a
     /// lease, up to 500 ms).
     pub lease_ttl: Duration,
+    /// How often the leader saves a rollout's state when nothing transitions
+    /// (`save_every_ms`, default 15000); a transition is saved at once. Other gateways'
+    /// views of the evidence are that old at most.
+    pub save_every: Duration,
+    /// How often a gateway publishes its report when it changed (`report_every_ms`,
+    /// default 15000, and at most a third of the rollout's `stale_ms`); a report with
+    /// news against gray is published at the next look. See the
+    /// [rollout docs](crate::rollout).
+    pub report_every: Duration,
 }
 
 /// One routed service.

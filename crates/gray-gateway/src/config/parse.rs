@@ -233,18 +233,17 @@ fn rollout_settings(
     base: &Path,
     resolve: &dyn Fn(PathBuf) -> PathBuf,
 ) -> Result<RolloutSettings, ConfigError> {
-    let interval = raw.interval_ms.unwrap_or(1000);
-    if interval == 0 {
-        return Err(doc.error("rollouts.interval_ms", "expected at least 1"));
-    }
+    // a key given as 0 (or absent: its default), refused at its field
+    let positive = |value: Option<u64>, default: u64, field: &str| match value.unwrap_or(default) {
+        0 => Err(doc.error(field, "expected at least 1")),
+        v => Ok(v),
+    };
+    let interval = positive(raw.interval_ms, 1000, "rollouts.interval_ms")?;
     let history = raw.history.unwrap_or(32);
     if history == 0 {
         return Err(doc.error("rollouts.history", "expected at least 1"));
     }
-    let partition_hold = raw.partition_hold_ms.unwrap_or(30_000);
-    if partition_hold == 0 {
-        return Err(doc.error("rollouts.partition_hold_ms", "expected at least 1"));
-    }
+    let partition_hold = positive(raw.partition_hold_ms, 30_000, "rollouts.partition_hold_ms")?;
     let lease_ttl = raw.lease_ttl_ms.unwrap_or(5_000);
     if lease_ttl < 1_000 {
         return Err(doc.error(
@@ -252,12 +251,16 @@ fn rollout_settings(
             "expected at least 1000 (etcd's leases count whole seconds)",
         ));
     }
+    let save_every = positive(raw.save_every_ms, 15_000, "rollouts.save_every_ms")?;
+    let report_every = positive(raw.report_every_ms, 15_000, "rollouts.report_every_ms")?;
     Ok(RolloutSettings {
         state_dir: raw.state_dir.map_or_else(|| base.to_owned(), resolve),
         interval: Duration::from_millis(interval),
         history,
         partition_hold: Duration::from_millis(partition_hold),
         lease_ttl: Duration::from_millis(lease_ttl),
+        save_every: Duration::from_millis(save_every),
+        report_every: Duration::from_millis(report_every),
     })
 }
 

@@ -245,6 +245,16 @@ fn retry_and_health_check_mistakes_name_their_line_and_field() {
             3,
             "rollouts.lease_ttl_ms",
         ),
+        (
+            "listen = \"127.0.0.1:1\"\n[rollouts]\nsave_every_ms = 0\n[services.a]\n",
+            3,
+            "rollouts.save_every_ms",
+        ),
+        (
+            "listen = \"127.0.0.1:1\"\n[rollouts]\nreport_every_ms = 0\n[services.a]\n",
+            3,
+            "rollouts.report_every_ms",
+        ),
     ] {
         let e = parse(text).unwrap_err();
         assert_eq!((e.line(), e.field()), (Some(line), Some(field)), "{e}");

@@ -1,8 +1,10 @@
 //! One service's rollout in the gateway: the commands of the admin API, the look about
-//! once an `interval` (every gateway's report into [`Rollout::observe`], then
+//! once an `interval` (every gateway's report into [`Rollout::observe_all`], then
 //! [`Rollout::tick`]), and what each transition does: the weight put on the rule at once,
 //! the recorder following the new epoch, a log line, the metrics, the history and the
-//! store.
+//! store. What is written when (the state on a transition, else every `save_every`; a
+//! follower's report when it changed, every `report_every` or at once with news against
+//! gray) is [`cadence`](super::cadence)'s.
 //!
 //! Who transitions is decided here, not in the store: only the leader
 //! ([`RolloutStore::is_leader`]) observes and advances, in saves fenced by
@@ -23,7 +25,7 @@ use std::{
         Arc, Mutex,
         atomic::{AtomicBool, Ordering},
     },
-    time::{Duration, SystemTime},
+    time::{Duration, Instant, SystemTime},
 };
 
 use gray_rollout::{Phase, Recorder, Rollout, RolloutConfig, Transition, machine::EvidenceSummary};
@@ -34,6 +36,7 @@ use tower::BoxError;
 
 use super::{
     Population, ServiceEvidence,
+    cadence::Cadence,
     store::{Fence, RolloutStore, Saved, Stored},
 };
 use crate::config::RolloutSettings;
@@ -114,6 +117,12 @@ pub(crate) struct Controller {
     /// How long one look may take before it is cancelled (`[rollouts] lease_ttl_ms`: a
     /// leader that cannot complete looks for that long also gives up leading).
     look_bound: Duration,
+    /// A state without a transition is saved at most this often (`save_every_ms`).
+    save_every: Duration,
+    /// A changed report without news against gray is published at most this often
+    /// (`report_every_ms`, at most a third of `stale_ms`).
+    report_every: Duration,
+    cadence: Mutex<Cadence>,
     cut_off: AtomicBool,
     rollout: AsyncMutex<Option<Rollout>>,
     view: Mutex<View>,
@@ -173,6 +182,12 @@ impl Controller {
             history: settings.history,
             partition_hold: settings.partition_hold,
             look_bound: settings.lease_ttl,
+            save_every: settings.save_every,
+            report_every: settings
+                .report_every
+                .min(config.stale_after / 3)
+                .max(Duration::from_millis(1)),
+            cadence: Mutex::new(Cadence::default()),
             cut_off: AtomicBool::new(false),
             rollout: AsyncMutex::new(None),
             view: Mutex::new(view),
@@ -209,6 +224,10 @@ impl Controller {
 
     fn lock_view(&self) -> std::sync::MutexGuard<'_, View> {
         self.view.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn lock_cadence(&self) -> std::sync::MutexGuard<'_, Cadence> {
+        self.cadence.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// What the admin API shows.
@@ -361,14 +380,19 @@ impl Controller {
             return;
         }
         let report = self.recorder.report();
-        if let Err(e) = self.store.publish_report(&self.service, &report).await {
-            tracing::warn!(target: "gray::rollout", service = %self.service, error = %e, "cannot publish this gateway's evidence");
-        }
         if !self.store.is_leader(&self.service) {
+            self.publish(&report).await;
             return;
         }
+        // the leader reads its own report here; published, it would serve only a next
+        // leader while this one lives, and as a follower it publishes at its next look
         let reports = match self.store.reports(&self.service).await {
-            Ok(reports) => reports,
+            Ok(mut reports) => {
+                // its own evidence fresh, not as last published
+                reports.retain(|r| r.source != report.source);
+                reports.push(report);
+                reports
+            }
             Err(e) => {
                 tracing::warn!(target: "gray::rollout", service = %self.service, error = %e, stale_after = ?self.config.stale_after, "cannot read the gateways' evidence: no evidence this look (the rollout pauses as stale if this lasts)");
                 Vec::new()
@@ -379,6 +403,16 @@ impl Controller {
         let mut transitions = Vec::new();
         transitions.extend(rollout.observe_all(now, &reports));
         transitions.extend(rollout.tick(now));
+        if transitions.is_empty()
+            && !self
+                .lock_cadence()
+                .save_due(Instant::now(), self.save_every)
+        {
+            // nothing transitioned and the state's turn has not come: the evidence is in
+            // this gateway's view, and in the store at the next save
+            self.put_in_force(rollout);
+            return;
+        }
         match self.save(&mut slot, Fence::Leader).await {
             Save::Won => {
                 let Some(rollout) = slot.as_ref() else {
@@ -409,6 +443,41 @@ impl Controller {
                 }
                 *slot = Rollout::restore(self.config.clone(), before).ok();
             }
+        }
+    }
+
+    /// Publishes this gateway's `report` when it is due ([`Cadence::publish_due`]).
+    async fn publish(&self, report: &gray_rollout::evidence::Report) {
+        let holder = self.store.reports_holder();
+        let due =
+            self.lock_cadence()
+                .publish_due(report, holder, Instant::now(), self.report_every);
+        if !due {
+            return;
+        }
+        match self.store.publish_report(&self.service, report).await {
+            Ok(()) => self
+                .lock_cadence()
+                .published(report.clone(), holder, Instant::now()),
+            Err(e) => {
+                tracing::warn!(target: "gray::rollout", service = %self.service, error = %e, "cannot publish this gateway's evidence");
+            }
+        }
+    }
+
+    /// On the way out, the leader saves the evidence it consumed since its last save (at
+    /// most `save_every` of it), so that a restart of every gateway resumes from it; a
+    /// bounded try, as a look.
+    async fn save_on_stop(&self) {
+        let save = async {
+            let mut slot = self.rollout.lock().await;
+            let active = slot.as_ref().is_some_and(|r| r.state().phase.is_active());
+            if active && self.store.is_leader(&self.service) {
+                let _ = self.save(&mut slot, Fence::Leader).await;
+            }
+        };
+        if tokio::time::timeout(self.look_bound, save).await.is_err() {
+            tracing::warn!(target: "gray::rollout", service = %self.service, "the rollout's state could not be saved on the way out: the next leader resumes from the last save");
         }
     }
 
@@ -524,10 +593,13 @@ impl Controller {
             Ok(Saved::Won(version)) => {
                 self.lock_view().version = Some(version);
                 self.acknowledge(rollout);
+                self.lock_cadence().saved(Some(Instant::now()));
                 Save::Won
             }
             Ok(Saved::Lost(current)) => {
                 self.adopt(slot, current.map(|c| *c));
+                // should it lead again, its first look saves
+                self.lock_cadence().saved(None);
                 Save::Lost
             }
             Err(e) => {
@@ -613,7 +685,10 @@ impl Controller {
                     }
                     Err(_) => watching = false,
                 },
-                () = crate::serve::until_stopped(&mut stopped) => return,
+                () = crate::serve::until_stopped(&mut stopped) => {
+                    self.save_on_stop().await;
+                    return;
+                }
             }
         }
     }

@@ -24,6 +24,7 @@
 //! | `gray_gateway_rollout_look_failures_total` | counter | `service`, `kind` (`panic`, `timeout`): looks that did not complete |
 
 mod admin;
+mod cadence;
 mod controller;
 #[cfg(feature = "etcd")]
 pub mod etcd;

@@ -121,6 +121,13 @@ pub trait RolloutStore: Send + Sync + std::fmt::Debug + 'static {
     /// How fresh the contact with the store is.
     fn contact(&self) -> Contact;
 
+    /// What this gateway's reports are held under (etcd: its lease). When it changes, the
+    /// reports published before may be gone, and the next one is published at once. The
+    /// default: 0, reports that never go.
+    fn reports_holder(&self) -> u64 {
+        0
+    }
+
     /// `service`'s controller completed a look. A store with an election lets go of the
     /// leadership of a rollout whose controller has not completed a look for a bounded
     /// time (etcd: a lease TTL), and does not take it until looks complete again, so that

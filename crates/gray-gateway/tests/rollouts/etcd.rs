@@ -48,9 +48,10 @@ pub(crate) async fn setup(tag: &str, rollout: &str, settings: &str) -> Setup {
             "listen = \"127.0.0.1:0\"\nadmin = \"127.0.0.1:0\"\nrules = \"rules.toml\"\n\n\
              [etcd]\nendpoints = [\"{}\"]\nprefix = \"/gray\"\nconnect_timeout_ms = 1000\n\
              request_timeout_ms = 1000\nprogress_deadline_ms = 1500\n\n\
-             [rollouts]\ninterval_ms = 100\nlease_ttl_ms = 2000\n{settings}\n\
+             [rollouts]\ninterval_ms = 100\n{FAST}lease_ttl_ms = 2000\n{settings}\n\
              [services.svc]\npreset = \"seed-000\"\n\n[services.svc.rollout]\nrule = \"canary\"\n{rollout}",
-            etcd.endpoint()
+            etcd.endpoint(),
+            FAST = super::FAST_WRITES,
         ),
     )
     .unwrap();

@@ -309,6 +309,10 @@ impl RolloutStore for EtcdStore {
         self.inner.join(service)
     }
 
+    fn reports_holder(&self) -> u64 {
+        self.inner.lease().0.cast_unsigned()
+    }
+
     fn contact(&self) -> Contact {
         let mut last = *self.inner.contact.lock().unwrap_or_else(|p| p.into_inner());
         for s in self
