@@ -89,6 +89,12 @@ fn summary(v: &serde_json::Value) -> String {
     if v["cut_off"].as_bool() == Some(true) {
         role.push_str("; cut off from the store");
     }
+    if let Some(reason) = v["config_skew"]["reason"].as_str() {
+        role.push_str(
+            "; this gateway's configuration of the rollout does not fit the stored state: ",
+        );
+        role.push_str(reason);
+    }
     format!(
         "{}: {}, weight {} % ({step}, rule {}){last}{role}",
         v["service"].as_str().unwrap_or("?"),

@@ -801,3 +801,180 @@ async fn a_gray_fault_reaches_weight_0_on_two_and_three_gateways() {
     fault_to_weight_0("rollout-etcd-fault-2", 2, 5).await;
     fault_to_weight_0("rollout-etcd-fault-3", 3, 5).await;
 }
+
+/// A configuration change rolling through the fleet: gateway `b` has other steps than the
+/// stored state was written under. It shows the skew (API, metrics), puts the stored
+/// weight in force (every user in the same lane through either gateway), records
+/// evidence for the leader, does not lead, refuses a pause naming the skew, and takes an
+/// abort, after which the state fits both.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gateway_whose_configuration_differs_shows_it_keeps_the_stored_weight_and_can_abort() {
+    let s = setup(
+        "rollout-etcd-skew",
+        "steps = [10, 50, 100]\nhold_ms = 600000\nmin_users = 10\n",
+        "",
+    )
+    .await;
+    let other = gray_test_support::TempDir::new("rollout-etcd-skew-b");
+    for file in ["rules.toml", "gateway.toml"] {
+        let text = std::fs::read_to_string(s.dir.path().join(file)).unwrap();
+        let text = text.replace("steps = [10, 50, 100]", "steps = [20, 50, 100]");
+        std::fs::write(other.path().join(file), text).unwrap();
+    }
+    let a = Process::start(&s.dir).await;
+    wait_for(&a, WAIT, |v| v["leader"] == true).await;
+    let b = Process::start(&other).await;
+    let (status, view) = admin(&a, "POST", "/rollouts/svc").await;
+    assert_eq!(
+        (status, view["weight"].as_f64()),
+        (200, Some(10.0)),
+        "{view:#}"
+    );
+    let on_b = wait_for(&b, WAIT, |v| !v["config_skew"].is_null()).await;
+    let skew = &on_b["config_skew"];
+    assert_eq!(
+        (
+            skew["stored_phase"].as_str(),
+            skew["stored_weight"].as_f64()
+        ),
+        (Some("step"), Some(10.0)),
+        "{on_b:#}"
+    );
+    let reason = skew["reason"].as_str().unwrap();
+    assert!(
+        reason.contains("`weight`") && reason.contains("[20.0, 50.0, 100.0]"),
+        "{reason}"
+    );
+    assert!(
+        skew["config"]
+            .as_str()
+            .unwrap()
+            .contains("steps [20.0, 50.0, 100.0]"),
+        "{on_b:#}"
+    );
+    assert_eq!(
+        (on_b["weight"].as_f64(), on_b["leader"].as_bool()),
+        (Some(10.0), Some(false)),
+        "{on_b:#}"
+    );
+    let skewed = |m: &str, v: u8| {
+        m.contains(&format!(
+            "gray_gateway_rollout_config_skew{{service=\"svc\"}} {v}"
+        ))
+    };
+    assert!(skewed(&rollouts::text(&b, "/metrics").await, 1));
+    assert!(skewed(&rollouts::text(&a, "/metrics").await, 0));
+    let (_, on_a) = admin(&a, "GET", "/rollouts/svc").await;
+    assert!(on_a["config_skew"].is_null(), "{on_a:#}");
+
+    // the same lane for every user through either gateway: the stored weight
+    let lane = |g: &Process, user: u32| {
+        let req = http::Request::get(format!("http://{}/svc/x", g.proxy()))
+            .header("x-user", format!("u{user}"))
+            .body(http_body_util::Empty::new())
+            .unwrap();
+        async move {
+            let res = client().request(req).await.expect("the gateway answers");
+            res.headers()["x-served-by"].to_str().unwrap().to_owned()
+        }
+    };
+    let mut gray = 0;
+    for user in 0..200 {
+        let (x, y) = (lane(&a, user).await, lane(&b, user).await);
+        assert_eq!(x, y, "user u{user}");
+        gray += usize::from(x == "gray-1");
+    }
+    assert!(
+        (5..=45).contains(&gray),
+        "{gray} of 200 users in gray at 10 %"
+    );
+
+    // b's evidence reaches the leader
+    let before = settled(&a).await["evidence"]["requests"]["baseline"]
+        .as_u64()
+        .unwrap();
+    for user in 1000..1100 {
+        lane(&b, user).await;
+    }
+    wait_for(&a, Duration::from_secs(60), |v| {
+        v["evidence"]["requests"]["baseline"].as_u64() >= Some(before + 80)
+    })
+    .await;
+
+    let (status, refused) = admin(&b, "POST", "/rollouts/svc/pause").await;
+    assert_eq!(status, 409, "{refused}");
+    assert!(
+        refused
+            .to_string()
+            .contains("does not fit its stored state"),
+        "{refused}"
+    );
+    let (status, aborted) = admin(&b, "POST", "/rollouts/svc/abort").await;
+    assert_eq!(
+        (status, aborted["phase"].as_str()),
+        (200, Some("rolled_back")),
+        "{aborted:#}"
+    );
+    assert!(aborted["config_skew"].is_null(), "{aborted:#}");
+    let on_a = wait_for(&a, WAIT, |v| v["phase"] == "rolled_back").await;
+    assert_eq!(on_a["weight"], 0.0);
+    assert!(skewed(&rollouts::text(&b, "/metrics").await, 0));
+    b.terminate().await;
+    a.terminate().await;
+}
+
+/// Nothing read from etcd can panic a gateway: a state key that is not a rollout state
+/// stops a gateway's start with an error naming the key, and the gateways already running
+/// keep their state and go on serving; a state written back fits again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_corrupt_stored_state_is_refused_naming_its_key() {
+    let s = setup(
+        "rollout-etcd-corrupt",
+        "steps = [10, 50, 100]\nhold_ms = 600000\nmin_users = 10\n",
+        "",
+    )
+    .await;
+    let a = Process::start(&s.dir).await;
+    wait_for(&a, WAIT, |v| v["leader"] == true).await;
+    admin(&a, "POST", "/rollouts/svc").await;
+    let good = s
+        .etcd
+        .client()
+        .await
+        .get(rollouts::etcd::STATE, None)
+        .await
+        .unwrap()
+        .kvs()[0]
+        .value()
+        .to_vec();
+    // a writer that left half a state
+    s.etcd
+        .put(rollouts::etcd::STATE, "{\"phase\": \"step\", \"weight\": ")
+        .await;
+    let (status, stderr) = Process::refused(&s.dir).await;
+    assert!(!status.success());
+    assert!(
+        stderr.contains("/gray/rollouts/svc/state") && stderr.contains("not a rollout state"),
+        "{stderr}"
+    );
+    // the running gateway kept its state and serves
+    let (_, view) = admin(&a, "GET", "/rollouts/svc").await;
+    assert_eq!(
+        (view["phase"].as_str(), view["weight"].as_f64()),
+        (Some("step"), Some(10.0)),
+        "{view:#}"
+    );
+    let (stop, seen, tasks) = load_all(std::slice::from_ref(&a), 50);
+    wait_until_seen(&seen[0], 50).await;
+    stop_load(&stop, tasks).await;
+    assert!(seen[0].all_ok());
+    // an abort overwrites it: fenced by the version only, on what etcd holds
+    s.etcd.put(rollouts::etcd::STATE, good).await;
+    let (status, view) = admin(&a, "POST", "/rollouts/svc/abort").await;
+    assert_eq!(
+        (status, view["phase"].as_str()),
+        (200, Some("rolled_back")),
+        "{view:#}"
+    );
+    a.terminate().await;
+}

@@ -285,12 +285,14 @@ impl MixtureTest {
     /// (in `[0, 1]`). Returns whether the test alarms now.
     pub fn update(&mut self, now: Duration, w: f64, gray: u64, baseline: u64) -> bool {
         self.open_until(now);
-        if !(w > 0.0 && w < 1.0) || gray + baseline == 0 {
+        // counts come from reports read back from a store: saturating, never a panic
+        let all = gray.saturating_add(baseline);
+        if !(w > 0.0 && w < 1.0) || all == 0 {
             return self.alarm();
         }
-        self.gray += gray;
-        self.baseline += baseline;
-        let (c, n) = (gray as f64, (gray + baseline) as f64);
+        self.gray = self.gray.saturating_add(gray);
+        self.baseline = self.baseline.saturating_add(baseline);
+        let (c, n) = (gray as f64, all as f64);
         let base = (w * (self.r0 - 1.0)).ln_1p();
         let deltas: Vec<f64> = self
             .ratios

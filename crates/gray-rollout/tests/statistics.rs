@@ -101,7 +101,7 @@ fn a_healthy_gray_over_4000_hours_is_rolled_back_at_most_alpha_of_the_time() {
 /// The request path for real: heavy and occasional users, user sets, thresholds from the
 /// baseline, reports; a large α so that a few hundred runs can check it. On one gateway,
 /// and on 3 and 10 whose recorders each count the users they see, the leader counting
-/// the union of their user logs.
+/// the union of their user logs, under a load swinging ten-fold.
 #[test]
 fn users_hashed_into_arms_through_the_recorder_keep_the_bound() {
     let alpha = 0.3;
@@ -119,6 +119,9 @@ fn users_hashed_into_arms_through_the_recorder_keep_the_bound() {
                 .with_min_latency_samples(500)
                 .with_alpha(alpha);
             let mut sim = Requests::new(seed, config, 50.0).on_gateways(gateways, spread);
+            if gateways > 1 {
+                sim = sim.with_swing(10.0, S(120));
+            }
             let mut users = population(300, 0.3);
             let mut behaviour = healthy;
             sim.run(S(20), &mut users, &mut behaviour);
@@ -279,7 +282,8 @@ fn step_through(
     step_through_on(1, Spread::RoundRobin, runs, seed0, population, behaviour)
 }
 
-/// [`step_through`] on `gateways` gateways behind a balancer that spreads by `spread`.
+/// [`step_through`] on `gateways` gateways behind a balancer that spreads by `spread`
+/// (and, on more than one, under a load swinging ten-fold every 10 minutes).
 fn step_through_on(
     gateways: usize,
     spread: Spread,
@@ -295,6 +299,10 @@ fn step_through_on(
             .with_min_users(20)
             .with_alpha(ALPHA);
         let mut sim = Requests::new(seed0 + i, config, 100.0).on_gateways(gateways, spread);
+        if gateways > 1 {
+            // on several gateways, under a load swinging ten-fold as in the calibration
+            sim = sim.with_swing(10.0, S(600));
+        }
         let mut users = population();
         let mut behaviour = behaviour(seed0 + i);
         sim.run(S(30), &mut users, &mut behaviour);

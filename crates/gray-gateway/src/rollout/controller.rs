@@ -28,7 +28,10 @@ use std::{
     time::{Duration, Instant, SystemTime},
 };
 
-use gray_rollout::{Phase, Recorder, Rollout, RolloutConfig, Transition, machine::EvidenceSummary};
+use gray_rollout::{
+    Phase, Recorder, Rollout, RolloutConfig, State, Transition,
+    machine::{EvidenceSummary, RestoreError},
+};
 use gray_tower::edge::LiveRules;
 use serde::Serialize;
 use tokio::sync::{Mutex as AsyncMutex, watch};
@@ -92,6 +95,28 @@ pub(crate) struct View {
     /// yet: a rollback whose save failed (only a move toward weight 0 is put in force
     /// unsaved; it is saved again at each look until the store takes it).
     pub(crate) unsaved: bool,
+    /// The stored state this gateway's configuration of the rollout does not fit, if it
+    /// does not (`null` when it fits): see [`Skew`].
+    pub(crate) config_skew: Option<Skew>,
+}
+
+/// A stored state that this gateway's configuration of the rollout does not fit (a
+/// configuration change rolling through the fleet: other steps, another `alpha`). The
+/// gateway then puts the stored weight in force (the safe weight: the one the fleet's
+/// leader decided, so that a user is in the same lane through every gateway; 0 once cut
+/// off, as for any rollout in progress), records evidence for the leader, does not lead,
+/// and takes only an abort, until a state it fits is stored.
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct Skew {
+    /// The stored state's version.
+    pub(crate) version: u64,
+    /// What does not fit, with the field of the state and both values.
+    pub(crate) reason: String,
+    /// This gateway's configuration of the rollout, in short.
+    pub(crate) config: String,
+    /// The stored state's phase and weight (the weight in force here).
+    pub(crate) stored_phase: Phase,
+    pub(crate) stored_weight: f64,
 }
 
 /// How many looks did not complete, by why.
@@ -125,6 +150,9 @@ pub(crate) struct Controller {
     cadence: Mutex<Cadence>,
     cut_off: AtomicBool,
     rollout: AsyncMutex<Option<Rollout>>,
+    /// The stored state this gateway's configuration does not fit, while it does not
+    /// ([`Skew`]); the rollout's slot is then empty.
+    unfit: Mutex<Option<Stored>>,
     view: Mutex<View>,
 }
 
@@ -172,6 +200,7 @@ impl Controller {
             leader: false,
             look_failures: LookFailures::default(),
             unsaved: false,
+            config_skew: None,
         };
         let controller = Arc::new(Controller {
             service: service.to_owned(),
@@ -190,12 +219,18 @@ impl Controller {
             cadence: Mutex::new(Cadence::default()),
             cut_off: AtomicBool::new(false),
             rollout: AsyncMutex::new(None),
+            unfit: Mutex::new(None),
             view: Mutex::new(view),
             config,
         });
         if let Some(stored) = stored {
-            let rollout = Rollout::restore(controller.config.clone(), stored.state)
-                .map_err(|e| format!("rollout of `{service}`: its saved state does not fit its configuration: {e}"))?;
+            let rollout = match Rollout::restore(controller.config.clone(), stored.state.clone()) {
+                Ok(rollout) => rollout,
+                Err(e) => {
+                    controller.unfit(stored, &e);
+                    return Ok(controller);
+                }
+            };
             if let Some(t) = &rollout.state().last_transition {
                 controller.lock_view().transitions.push_back(t.clone());
             }
@@ -208,7 +243,7 @@ impl Controller {
                 "rollout restored from its saved state",
             );
             controller.acknowledge(&rollout);
-            controller.put_in_force(&rollout);
+            controller.put_in_force(rollout.state());
             *controller.rollout.lock().await = Some(rollout);
         }
         Ok(controller)
@@ -218,7 +253,11 @@ impl Controller {
     /// state the store holds (read from it, or accepted by it), so that a leader that
     /// dies before its next save leaves them to be read again by the next.
     fn acknowledge(&self, saved: &Rollout) {
-        let cursor = saved.state().users.cursor(self.recorder.source());
+        self.acknowledge_state(saved.state());
+    }
+
+    fn acknowledge_state(&self, saved: &State) {
+        let cursor = saved.users.cursor(self.recorder.source());
         self.recorder.acknowledge(cursor);
     }
 
@@ -247,10 +286,9 @@ impl Controller {
         view
     }
 
-    /// Puts `rollout`'s weight on the rule (but for a rollout never started), records
+    /// Puts `state`'s weight on the rule (but for a rollout never started), records
     /// evidence while it is active, and has the recorder follow its epoch.
-    fn put_in_force(&self, rollout: &Rollout) {
-        let state = rollout.state();
+    fn put_in_force(&self, state: &State) {
         let cut_off = self.cut_off.load(Ordering::Relaxed);
         let in_force = weight_in_force(state, cut_off);
         if let Some(weight) = in_force
@@ -258,7 +296,7 @@ impl Controller {
         {
             tracing::error!(target: "gray::rollout", service = %self.service, rule = %self.config.rule, error = %e, "cannot put the rollout's weight on its rule");
         }
-        self.recorder.follow(&rollout.epoch_spec());
+        self.recorder.follow(&state.epoch_spec());
         let population = state.phase.is_active().then(|| {
             Arc::new(Population {
                 recorder: self.recorder.clone(),
@@ -283,7 +321,11 @@ impl Controller {
         let mut slot = self.rollout.lock().await;
         for _ in 0..3 {
             let before = slot.as_ref().map(|r| r.state().clone());
-            let transition = self.apply(command, &mut slot)?;
+            let unfit = self.lock_unfit().clone();
+            let transition = match unfit {
+                Some(unfit) => self.abort_unfit(command, unfit, &mut slot)?,
+                None => self.apply(command, &mut slot)?,
+            };
             let Some(rollout) = slot.as_mut() else {
                 break;
             };
@@ -295,6 +337,7 @@ impl Controller {
             {
                 Ok(Saved::Won(version)) => {
                     self.lock_view().version = Some(version);
+                    self.fits_again();
                     self.acknowledge(rollout);
                     self.transitioned(rollout, &transition);
                     drop(slot);
@@ -321,6 +364,36 @@ impl Controller {
             status: 409,
             reason: "the rollout's state kept changing under the command: try again".into(),
         })
+    }
+
+    /// `command` on a stored state this gateway's configuration does not fit: an abort
+    /// rolls it back ([`Rollout::abort_unfit`]: then it fits every configuration), any
+    /// other command is refused (409), naming the skew.
+    fn abort_unfit(
+        &self,
+        command: Command,
+        unfit: Stored,
+        slot: &mut Option<Rollout>,
+    ) -> Result<Transition, Refused> {
+        let refused = |reason: String| Refused {
+            status: 409,
+            reason: format!(
+                "this gateway's configuration of the rollout of `{}` does not fit its stored state ({reason}): it takes only an abort; send other commands to a gateway whose configuration fits, or roll the configuration out to every gateway, abort, and start again",
+                self.service
+            ),
+        };
+        if command != Command::Abort {
+            return Err(refused(
+                self.lock_view()
+                    .config_skew
+                    .as_ref()
+                    .map_or_else(String::new, |k| k.reason.clone()),
+            ));
+        }
+        let (rollout, transition) = Rollout::abort_unfit(self.config.clone(), unfit.state, now())
+            .map_err(|e| refused(e.to_string()))?;
+        *slot = Some(rollout);
+        Ok(transition)
     }
 
     /// The state machine's part of `command`.
@@ -367,7 +440,16 @@ impl Controller {
     /// from the same cumulative counts at the next look.
     pub(crate) async fn look(&self) {
         let mut slot = self.rollout.lock().await;
-        self.check_contact(slot.as_ref());
+        let unfit = self.lock_unfit().clone();
+        if let Some(unfit) = unfit {
+            // a skewed gateway does not lead: it reports its evidence and keeps the weight
+            self.check_contact(Some(&unfit.state));
+            if unfit.state.phase.is_active() {
+                self.publish(&self.recorder.report()).await;
+            }
+            return;
+        }
+        self.check_contact(slot.as_ref().map(Rollout::state));
         #[cfg(feature = "fault-injection")]
         crate::faults::look(&self.service).await;
         if self.lock_view().unsaved {
@@ -410,7 +492,7 @@ impl Controller {
         {
             // nothing transitioned and the state's turn has not come: the evidence is in
             // this gateway's view, and in the store at the next save
-            self.put_in_force(rollout);
+            self.put_in_force(rollout.state());
             return;
         }
         match self.save(&mut slot, Fence::Leader).await {
@@ -422,7 +504,7 @@ impl Controller {
                     self.transitioned(rollout, t);
                 }
                 if transitions.is_empty() {
-                    self.put_in_force(rollout);
+                    self.put_in_force(rollout.state());
                 }
             }
             // a deposed leader's transitions are dropped for the stored state
@@ -493,7 +575,7 @@ impl Controller {
 
     /// The partition rule: cut off from the store for longer than `partition_hold`, 0 on
     /// the rule; in contact again, the stored weight.
-    fn check_contact(&self, rollout: Option<&Rollout>) {
+    fn check_contact(&self, state: Option<&State>) {
         let last = self.store.contact().last;
         let cut_off = last.is_none_or(|t| t.elapsed() > self.partition_hold);
         if self.cut_off.swap(cut_off, Ordering::Relaxed) == cut_off {
@@ -504,8 +586,8 @@ impl Controller {
         } else {
             tracing::info!(target: "gray::rollout", service = %self.service, "in contact with the rollouts' store again: its weight is put back");
         }
-        match rollout {
-            Some(r) => self.put_in_force(r),
+        match state {
+            Some(state) => self.put_in_force(state),
             None => self.lock_view().cut_off = cut_off,
         }
     }
@@ -516,10 +598,12 @@ impl Controller {
         let Some(stored) = stored else {
             // nothing stored (any more): the next save creates it
             self.lock_view().version = None;
+            self.fits_again();
             return;
         };
-        match Rollout::restore(self.config.clone(), stored.state) {
+        match Rollout::restore(self.config.clone(), stored.state.clone()) {
             Ok(theirs) => {
+                self.fits_again();
                 {
                     let mut view = self.lock_view();
                     let last = &theirs.state().last_transition;
@@ -533,13 +617,68 @@ impl Controller {
                 }
                 tracing::debug!(target: "gray::rollout", service = %self.service, version = stored.version, "the stored rollout state is adopted");
                 self.acknowledge(&theirs);
-                self.put_in_force(&theirs);
+                self.put_in_force(theirs.state());
                 *slot = Some(theirs);
             }
             Err(e) => {
-                tracing::error!(target: "gray::rollout", service = %self.service, error = %e, "the stored rollout state does not fit the configuration");
+                *slot = None;
+                self.unfit(stored, &e);
             }
         }
+    }
+
+    /// `stored` does not fit this gateway's configuration ([`Skew`]): its weight in force,
+    /// its epoch followed, a WARN (once per skew) naming what differs, and the skew in the
+    /// API and the metrics.
+    fn unfit(&self, stored: Stored, e: &RestoreError) {
+        let state = &stored.state;
+        let config = &self.config;
+        let ours = format!(
+            "steps {:?}, gates {:?}, tolerance {:?}, ratios {:?}, alpha {}",
+            config.steps, config.gates, config.tolerance, config.ratios, config.alpha
+        );
+        let repeated = {
+            let mut view = self.lock_view();
+            // once per skew, not per save of the fleet's leader
+            let repeated = view
+                .config_skew
+                .as_ref()
+                .is_some_and(|k| k.reason == e.to_string());
+            view.config_skew = Some(Skew {
+                version: stored.version,
+                reason: e.to_string(),
+                config: ours.clone(),
+                stored_phase: state.phase,
+                stored_weight: state.weight,
+            });
+            view.version = Some(stored.version);
+            let last = &state.last_transition;
+            if let Some(t) = last.as_ref().filter(|_| *last != view.last_transition) {
+                view.transitions.push_back(t.clone());
+                while view.transitions.len() > self.history {
+                    view.transitions.pop_front();
+                }
+            }
+            repeated
+        };
+        if !repeated {
+            tracing::warn!(target: "gray::rollout", service = %self.service, version = stored.version, stored_phase = %state.phase, stored_weight = state.weight, stored_step = ?state.step, unfit = %e, this_gateway = %ours, "the stored rollout state was written under another configuration of the rollout than this gateway's (a configuration change rolling through the fleet?): this gateway puts the stored weight in force, records evidence for the leader, does not lead, and takes only an abort, until the configurations agree");
+        }
+        self.acknowledge_state(state);
+        self.put_in_force(state);
+        *self.lock_unfit() = Some(stored);
+    }
+
+    /// The stored state fits again (or is gone): the skew ends.
+    fn fits_again(&self) {
+        if self.lock_unfit().take().is_some() {
+            self.lock_view().config_skew = None;
+            tracing::info!(target: "gray::rollout", service = %self.service, "the stored rollout state fits this gateway's configuration again");
+        }
+    }
+
+    fn lock_unfit(&self) -> std::sync::MutexGuard<'_, Option<Stored>> {
+        self.unfit.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// A state written to the store: adopted if it is newer than this gateway's.
@@ -560,7 +699,7 @@ impl Controller {
 
     /// Everything a transition does but the save.
     fn transitioned(&self, rollout: &Rollout, t: &Transition) {
-        self.put_in_force(rollout);
+        self.put_in_force(rollout.state());
         let evidence = serde_json::to_string(&t.evidence).unwrap_or_default();
         let reason = serde_json::to_string(&t.reason).unwrap_or_default();
         if t.to == Phase::RolledBack {
@@ -648,6 +787,9 @@ impl Controller {
         use futures_util::FutureExt;
         let look = std::panic::AssertUnwindSafe(self.look()).catch_unwind();
         match tokio::time::timeout(self.look_bound, look).await {
+            // a skewed gateway does not confirm its looks: the store's election moves
+            // to a gateway whose configuration fits (etcd: within a lease TTL)
+            Ok(Ok(())) if self.lock_unfit().is_some() => {}
             Ok(Ok(())) => self.store.looked(&self.service),
             Ok(Err(panic)) => {
                 let detail = panic

@@ -22,6 +22,7 @@
 //! | `gray_gateway_rollout_weight` | gauge | `service`: the percentage in force |
 //! | `gray_gateway_rollout_phase` | gauge | `service`, `phase`: 1 for the phase the rollout is in |
 //! | `gray_gateway_rollout_look_failures_total` | counter | `service`, `kind` (`panic`, `timeout`): looks that did not complete |
+//! | `gray_gateway_rollout_config_skew` | gauge | `service`: 1 while the stored state does not fit this gateway's configuration of the rollout |
 
 mod admin;
 mod cadence;
@@ -102,18 +103,13 @@ impl Collector for Rollouts {
                 ConstCounter::new(*n).encode(transitions.encode_family(&labels)?)?;
             }
         }
-        let mut weight = encoder.encode_descriptor(
+        service_gauge(
+            &mut encoder,
+            &views,
             "rollout_weight",
             "The percentage a service's rollout puts on its rule",
-            None,
-            MetricType::Gauge,
+            |v| v.weight,
         )?;
-        for v in &views {
-            let labels = ServiceLabel {
-                service: v.service.clone(),
-            };
-            ConstGauge::new(v.weight).encode(weight.encode_family(&labels)?)?;
-        }
         let mut phase = encoder.encode_descriptor(
             "rollout_phase",
             "1 for the phase a service's rollout is in, else 0",
@@ -129,6 +125,13 @@ impl Collector for Rollouts {
                 ConstGauge::new(i64::from(v.phase == p)).encode(phase.encode_family(&labels)?)?;
             }
         }
+        service_gauge(
+            &mut encoder,
+            &views,
+            "rollout_config_skew",
+            "1 while the stored state of a service's rollout does not fit this gateway's configuration of it, else 0",
+            |v| i64::from(v.config_skew.is_some()),
+        )?;
         let mut failures = encoder.encode_descriptor(
             "rollout_look_failures",
             "Looks of a service's rollout that did not complete, by why (panic, timeout)",
@@ -149,4 +152,25 @@ impl Collector for Rollouts {
         }
         Ok(())
     }
+}
+
+/// A gauge `name` of one value per service, `value` of its view.
+fn service_gauge<N>(
+    encoder: &mut DescriptorEncoder<'_>,
+    views: &[View],
+    name: &str,
+    help: &str,
+    value: impl Fn(&View) -> N,
+) -> fmt::Result
+where
+    ConstGauge<N>: EncodeMetric,
+{
+    let mut gauge = encoder.encode_descriptor(name, help, None, MetricType::Gauge)?;
+    for v in views {
+        let labels = ServiceLabel {
+            service: v.service.clone(),
+        };
+        ConstGauge::new(value(v)).encode(gauge.encode_family(&labels)?)?;
+    }
+    Ok(())
 }

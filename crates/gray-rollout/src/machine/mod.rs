@@ -143,11 +143,18 @@ impl Rollout {
 
     /// The rollout `state` describes (read back from a file or etcd), checked against
     /// `config`: the same step, the same evidence. The kill switch's window starts again
-    /// empty.
+    /// empty. A state that is not active (`pending`, `promoted`, `rolled_back`) fits any
+    /// configuration: nothing is judged until a start, which begins fresh evidence under
+    /// the configuration of the day.
     pub fn restore(config: RolloutConfig, state: State) -> Result<Self, RestoreError> {
         let mut rollout = Rollout::new(config)?;
         let steps = &rollout.config.steps;
-        for s in Stream::ALL {
+        let judged = if state.phase.is_active() {
+            &Stream::ALL[..]
+        } else {
+            &[]
+        };
+        for &s in judged {
             let (have, want) = (state.evidence.streams.get(s), rollout.fresh.get(s));
             if !have.same_test(want) {
                 return Err(RestoreError::new(
@@ -181,7 +188,7 @@ impl Rollout {
         }
         let pause_fits = match (state.phase, state.pause) {
             (Phase::Paused, Some(PauseReason::Gate { step })) => {
-                state.step.map(|i| i + 1) == Some(step) && step < steps.len()
+                state.step.and_then(|i| i.checked_add(1)) == Some(step) && step < steps.len()
             }
             (Phase::Paused, pause) => pause.is_some(),
             (_, pause) => pause.is_none(),
@@ -203,6 +210,29 @@ impl Rollout {
             rollout.kill_counts(),
         );
         Ok(rollout)
+    }
+
+    /// Rolls back a stored rollout that `config` does not fit ([`restore`](Self::restore)
+    /// refused it: a configuration change rolling through a fleet of gateways, say): its
+    /// run, epochs and transitions go on from `state`, its weight goes to 0, and the
+    /// rolled-back state fits `config` (and any other) from then on. The abort that works
+    /// whatever configuration wrote the state; `state` must be active or promoted, as for
+    /// [`abort`](Self::abort).
+    pub fn abort_unfit(
+        config: RolloutConfig,
+        state: State,
+        now: Duration,
+    ) -> Result<(Self, Transition), RestoreError> {
+        let mut rollout = Rollout::new(config)?;
+        if !(state.phase.is_active() || state.phase == Phase::Promoted) {
+            return Err(RestoreError::new(
+                "phase",
+                format!("a rollout {} cannot be aborted", state.phase),
+            ));
+        }
+        rollout.state = state;
+        let transition = rollout.roll_back(whole_ms(now), Reason::Abort);
+        Ok((rollout, transition))
     }
 
     /// The configuration.
@@ -601,7 +631,7 @@ impl Rollout {
             evidence,
         };
         state.last_transition = Some(transition.clone());
-        state.transitions += 1;
+        state.transitions = state.transitions.saturating_add(1);
         transition
     }
 
@@ -613,7 +643,7 @@ impl Rollout {
         let thresholds = Thresholds::from_latencies(&latencies, self.config.min_latency_samples)
             .or(state.epoch.thresholds);
         let next = Epoch {
-            index: state.epoch.index + 1,
+            index: state.epoch.index.saturating_add(1),
             weight,
             started: now,
             thresholds,

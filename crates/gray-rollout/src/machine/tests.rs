@@ -481,8 +481,31 @@ fn restore_refuses_a_state_that_does_not_fit_its_configuration() {
     paused.pause = Some(PauseReason::Manual);
     let err = Rollout::restore(config(), paused).unwrap_err();
     assert!(err.to_string().contains("`pause`"), "{err}");
-    let err = Rollout::restore(config().with_alpha(2.0), state).unwrap_err();
+    let err = Rollout::restore(config().with_alpha(2.0), state.clone()).unwrap_err();
     assert!(err.to_string().contains("`alpha`"), "{err}");
+    // the abort that works whatever configuration wrote the state: rolled back, and then
+    // it fits the other configuration, and the first
+    let other = config().with_alpha(0.05).with_steps([2.0, 100.0]);
+    let (aborted, t) = Rollout::abort_unfit(other.clone(), state.clone(), S(5)).unwrap();
+    assert_eq!(
+        (t.from, t.to, t.weight),
+        (Phase::Step, Phase::RolledBack, 0.0)
+    );
+    assert_eq!(aborted.state().transitions, state.transitions + 1);
+    assert!(
+        aborted.state().epoch.index > state.epoch.index,
+        "a new epoch"
+    );
+    let mut again = Rollout::restore(other, aborted.state().clone()).unwrap();
+    Rollout::restore(config(), aborted.state().clone()).unwrap();
+    // and a start there begins fresh evidence under that configuration
+    again.start(S(6)).unwrap();
+    assert_eq!(again.state().weight, 2.0);
+    let err = Rollout::abort_unfit(config(), aborted.state().clone(), S(7)).unwrap_err();
+    assert!(
+        err.to_string().contains("rolled_back cannot be aborted"),
+        "{err}"
+    );
     // a file that is not a state says where
     let err = serde_json::from_str::<State>(r#"{"phase": "flying"}"#).unwrap_err();
     assert!(
@@ -832,4 +855,31 @@ fn a_saved_union_round_trips_and_garbage_is_refused() {
         .unwrap_err()
         .to_string();
     assert!(err.contains("user fingerprint 0"), "{err}");
+}
+
+/// Counts and numbers read back from a store are saturated, never a panic: reports of
+/// absurd counts, and a state whose transition and epoch numbers are at their ends.
+#[test]
+fn absurd_counts_from_a_store_saturate() {
+    let mut r = Rollout::new(config()).unwrap();
+    r.start(S(0)).unwrap();
+    let max = u64::MAX;
+    for source in [1, 2] {
+        let c = counts(1, max, Pair::new(max, max), Pair::new(max, max));
+        r.observe(S(1), &report(source, vec![c]));
+    }
+    let ev = &r.state().evidence;
+    assert_eq!(
+        (ev.requests, ev.errors),
+        (Pair::new(max, max), Pair::new(max, max))
+    );
+    assert_eq!(ev.streams.errors.counts(), (max, max));
+    let mut state = r.state().clone();
+    state.transitions = max;
+    state.epoch.index = max;
+    // the absurd counts alarmed: rolled back; a start numbers its transition and epoch
+    assert_eq!(state.phase, Phase::RolledBack);
+    let mut r = Rollout::restore(config(), state).unwrap();
+    r.start(S(2)).unwrap();
+    assert_eq!((r.state().transitions, r.state().epoch.index), (max, max));
 }

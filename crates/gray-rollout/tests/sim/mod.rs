@@ -177,6 +177,8 @@ pub(crate) struct Requests {
     pub(crate) spread: Spread,
     next: usize,
     pub(crate) rps: f64,
+    /// A daily-style swing of the load: peak ÷ trough, and the period.
+    swing: Option<(f64, Duration)>,
     pub(crate) now: Duration,
     pub(crate) transitions: Vec<Transition>,
 }
@@ -190,6 +192,7 @@ impl Requests {
             spread: Spread::RoundRobin,
             next: 0,
             rps,
+            swing: None,
             now: Duration::ZERO,
             transitions: Vec::new(),
         }
@@ -200,6 +203,25 @@ impl Requests {
         self.recorders = (1..=n.max(1) as u64).map(Recorder::new).collect();
         self.spread = spread;
         self
+    }
+
+    /// The load swings as a sine around `rps`, from 2·rps/(1 + swing) to
+    /// 2·rps·swing/(1 + swing) (peak ÷ trough = `swing`) every `period`, as the days of
+    /// the aggregated calibration do.
+    pub(crate) fn with_swing(mut self, swing: f64, period: Duration) -> Self {
+        self.swing = Some((swing, period));
+        self
+    }
+
+    /// The mean arrivals per second at `at`.
+    fn rate(&self, at: Duration) -> f64 {
+        match self.swing {
+            None => self.rps,
+            Some((swing, period)) => {
+                let phase = std::f64::consts::TAU * at.as_secs_f64() / period.as_secs_f64();
+                self.rps * ((swing - 1.0) / (swing + 1.0)).mul_add(phase.sin(), 1.0)
+            }
+        }
     }
 
     /// The gateway the next request reaches (no draw with one gateway: one-gateway runs
@@ -230,7 +252,8 @@ impl Requests {
         let slice = Duration::from_millis(100);
         while self.now < end {
             let weight = self.rollout.state().weight;
-            let n = poisson(&mut self.rng, self.rps * slice.as_secs_f64());
+            let mean = self.rate(self.now) * slice.as_secs_f64();
+            let n = poisson(&mut self.rng, mean);
             for _ in 0..n {
                 let user = population(&mut self.rng);
                 let arm = if in_gray(user, weight) {
