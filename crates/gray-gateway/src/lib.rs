@@ -124,7 +124,12 @@ impl Gateway {
     pub async fn shutdown(self) {
         let _ = self.stop.send(true);
         for task in self.tasks {
-            let _ = task.await;
+            // a task that panicked is said, not dropped in silence
+            if let Err(e) = task.await
+                && e.is_panic()
+            {
+                tracing::error!(error = %e, "a task of the gateway had panicked");
+            }
         }
         self.store.close().await;
     }

@@ -978,3 +978,138 @@ async fn a_corrupt_stored_state_is_refused_naming_its_key() {
     );
     a.terminate().await;
 }
+
+/// The state key deleted under the gateways (an operator's `etcdctl del`): an abort on a
+/// gateway that does not lead still answers 200, writes a `rolled_back` state anew (the
+/// command is tried again on the state before, which the save creates), and weight 0 is
+/// in force on both gateways.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_abort_after_the_state_key_was_deleted_writes_it_anew() {
+    let s = setup(
+        "rollout-etcd-deleted",
+        "steps = [10, 50, 100]\nhold_ms = 600000\nmin_users = 10\n",
+        "",
+    )
+    .await;
+    let (a, b) = two(&s).await;
+    admin(&a, "POST", "/rollouts/svc").await;
+    wait_for(&b, WAIT, |v| v["weight"] == 10.0).await;
+    s.etcd.delete(rollouts::etcd::STATE).await;
+    let (status, view) = admin(&b, "POST", "/rollouts/svc/abort").await;
+    assert_eq!(
+        (status, view["phase"].as_str(), view["weight"].as_f64()),
+        (200, Some("rolled_back"), Some(0.0)),
+        "{view:#}"
+    );
+    let stored = s
+        .etcd
+        .client()
+        .await
+        .get(rollouts::etcd::STATE, None)
+        .await
+        .unwrap();
+    let state: gray_rollout::State = serde_json::from_slice(stored.kvs()[0].value()).unwrap();
+    assert_eq!(
+        (state.phase, state.weight),
+        (gray_rollout::Phase::RolledBack, 0.0)
+    );
+    wait_for(&a, WAIT, |v| {
+        v["phase"] == "rolled_back" && v["weight"] == 0.0
+    })
+    .await;
+    b.terminate().await;
+    a.terminate().await;
+}
+
+/// etcd loses its data mid-step (a member restored empty: revisions start again from 1,
+/// leases and keys gone): the leader writes the state again from what it holds, every
+/// gateway keeps the weight, and a gray fault after it is still rolled back on both.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn etcd_losing_its_data_mid_step_loses_no_rollout() {
+    let mut s = setup(
+        "rollout-etcd-lost-data",
+        "steps = [20, 100]\nhold_ms = 600000\nmin_users = 10\n",
+        "",
+    )
+    .await;
+    let (a, b) = two(&s).await;
+    let (stop, [seen, seen_b], tasks) = load_both(&a, &b, 400, 2);
+    admin(&a, "POST", "/rollouts/svc").await;
+    for g in [&a, &b] {
+        wait_for(g, WAIT, |v| v["weight"] == 20.0).await;
+    }
+    wait_until_seen(&seen, 300).await;
+    // push the revision well past what the rebuilt etcd will reach soon
+    for i in 0..200 {
+        s.etcd.put(&format!("/elsewhere/{i}"), "x").await;
+    }
+    let instances = s
+        .etcd
+        .client()
+        .await
+        .get(
+            "/gray/svc/",
+            Some(etcd_client::GetOptions::new().with_prefix()),
+        )
+        .await
+        .unwrap();
+    let instances: Vec<(Vec<u8>, Vec<u8>)> = instances
+        .kvs()
+        .iter()
+        .map(|kv| (kv.key().to_vec(), kv.value().to_vec()))
+        .collect();
+    assert_eq!(instances.len(), 2);
+    s.etcd.restart_empty().await;
+    // the instances register again (as their registrars do when their lease is gone)
+    for (key, value) in instances {
+        s.etcd.put(std::str::from_utf8(&key).unwrap(), value).await;
+    }
+    // the state is written again, at the same step, by whoever leads now
+    let written = Instant::now();
+    loop {
+        let got = s
+            .etcd
+            .client()
+            .await
+            .get(rollouts::etcd::STATE, None)
+            .await
+            .unwrap();
+        if let Some(kv) = got.kvs().first() {
+            let state: gray_rollout::State = serde_json::from_slice(kv.value()).unwrap();
+            assert_eq!(
+                (state.phase, state.weight),
+                (gray_rollout::Phase::Step, 20.0)
+            );
+            break;
+        }
+        assert!(
+            written.elapsed() < Duration::from_secs(60),
+            "the state was never written again"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    for g in [&a, &b] {
+        let (_, view) = admin(g, "GET", "/rollouts/svc").await;
+        assert_eq!(
+            (view["phase"].as_str(), view["weight"].as_f64()),
+            (Some("step"), Some(20.0)),
+            "{view:#}"
+        );
+    }
+    // a gray fault now: rolled back on both gateways, although the revisions are lower
+    // than before the loss
+    for part in [&seen, &seen_b] {
+        let n = part.0.lock().unwrap().len();
+        wait_until_seen(part, n + 100).await;
+    }
+    s.gray.fail_per_mille.store(50, Ordering::Relaxed);
+    for g in [&a, &b] {
+        wait_for(g, Duration::from_secs(60), |v| {
+            v["phase"] == "rolled_back" && v["weight"] == 0.0
+        })
+        .await;
+    }
+    stop_load(&stop, tasks).await;
+    b.terminate().await;
+    a.terminate().await;
+}

@@ -92,8 +92,8 @@ pub struct RolloutSettings {
     /// views of the evidence are that old at most.
     pub save_every: Duration,
     /// How often a gateway publishes its report when it changed (`report_every_ms`,
-    /// default 15000, and at most a third of the rollout's `stale_ms`); a report with
-    /// news against gray is published at the next look. See the
+    /// default 15000, but at most a third of the rollout's `stale_ms`: 10 s with its
+    /// default); a report with news against gray is published at the next look. See the
     /// [rollout docs](crate::rollout).
     pub report_every: Duration,
 }

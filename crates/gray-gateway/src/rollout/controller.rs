@@ -23,7 +23,7 @@ use std::{
     collections::{BTreeMap, VecDeque},
     sync::{
         Arc, Mutex,
-        atomic::{AtomicBool, Ordering},
+        atomic::{AtomicBool, AtomicU64, Ordering},
     },
     time::{Duration, Instant, SystemTime},
 };
@@ -148,6 +148,8 @@ pub(crate) struct Controller {
     /// (`report_every_ms`, at most a third of `stale_ms`).
     report_every: Duration,
     cadence: Mutex<Cadence>,
+    /// The version of the last state the store's watch delivered.
+    watched: AtomicU64,
     cut_off: AtomicBool,
     rollout: AsyncMutex<Option<Rollout>>,
     /// The stored state this gateway's configuration does not fit, while it does not
@@ -217,6 +219,7 @@ impl Controller {
                 .min(config.stale_after / 3)
                 .max(Duration::from_millis(1)),
             cadence: Mutex::new(Cadence::default()),
+            watched: AtomicU64::new(0),
             cut_off: AtomicBool::new(false),
             rollout: AsyncMutex::new(None),
             unfit: Mutex::new(None),
@@ -682,12 +685,24 @@ impl Controller {
     }
 
     /// A state written to the store: adopted if it is newer than this gateway's.
+    ///
+    /// Versions only grow within one history of the store: a state watched at a version
+    /// below the one watched before means the store's history began again (etcd lost its
+    /// data, or was replaced: its revisions start again from 1), and what it holds now is
+    /// adopted whatever the version this gateway had. A state gone from the store (deleted,
+    /// or lost) leaves this gateway's rollout as it is, and the next state written is
+    /// adopted whatever its version.
     async fn follow(&self, stored: Option<Stored>) {
         let Some(stored) = stored else {
+            self.lock_view().version = None;
             return;
         };
+        let before = self.watched.swap(stored.version, Ordering::Relaxed);
+        let new_history = stored.version < before;
         let mut slot = self.rollout.lock().await;
-        if self
+        if new_history {
+            tracing::warn!(target: "gray::rollout", service = %self.service, version = stored.version, before, "the rollouts' store began a new history (etcd lost its data, or was replaced): its state is adopted as it is now");
+        } else if self
             .lock_view()
             .version
             .is_some_and(|v| stored.version <= v)
