@@ -80,15 +80,7 @@ async fn a_gray_failing_5_percent_is_rolled_back_on_every_gateway() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_gateways_aborting_at_once_make_one_transition() {
-    let s = setup(
-        "rollout-etcd-abort",
-        "steps = [20, 50, 100]\nhold_ms = 600000\nmin_users = 10\n",
-        "",
-    )
-    .await;
-    let (a, b) = two(&s).await;
-    admin(&a, "POST", "/rollouts/svc").await;
-    wait_for(&b, WAIT, |v| v["weight"] == 20.0).await;
+    let (s, a, b) = started_on_two("rollout-etcd-abort", "[20, 50, 100]").await;
 
     let (one, other) = tokio::join!(
         admin(&a, "POST", "/rollouts/svc/abort"),
@@ -985,15 +977,7 @@ async fn a_corrupt_stored_state_is_refused_naming_its_key() {
 /// in force on both gateways.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_abort_after_the_state_key_was_deleted_writes_it_anew() {
-    let s = setup(
-        "rollout-etcd-deleted",
-        "steps = [10, 50, 100]\nhold_ms = 600000\nmin_users = 10\n",
-        "",
-    )
-    .await;
-    let (a, b) = two(&s).await;
-    admin(&a, "POST", "/rollouts/svc").await;
-    wait_for(&b, WAIT, |v| v["weight"] == 10.0).await;
+    let (s, a, b) = started_on_two("rollout-etcd-deleted", "[10, 50, 100]").await;
     s.etcd.delete(rollouts::etcd::STATE).await;
     let (status, view) = admin(&b, "POST", "/rollouts/svc/abort").await;
     assert_eq!(
@@ -1112,4 +1096,21 @@ async fn etcd_losing_its_data_mid_step_loses_no_rollout() {
     stop_load(&stop, tasks).await;
     b.terminate().await;
     a.terminate().await;
+}
+
+/// Two gateways on one etcd (the first leading), a rollout of `steps` with a long hold
+/// started, and its first weight in force on both.
+async fn started_on_two(tag: &str, steps: &str) -> (rollouts::etcd::Setup, Process, Process) {
+    let s = setup(
+        tag,
+        &format!("steps = {steps}\nhold_ms = 600000\nmin_users = 10\n"),
+        "",
+    )
+    .await;
+    let (a, b) = two(&s).await;
+    let (status, view) = admin(&a, "POST", "/rollouts/svc").await;
+    assert_eq!(status, 200, "{view:#}");
+    let first = view["weight"].as_f64().expect("a weight");
+    wait_for(&b, WAIT, |v| v["weight"] == first).await;
+    (s, a, b)
 }
