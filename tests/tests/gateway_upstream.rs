@@ -5,7 +5,8 @@
 //! gives a 502, a log line naming the instance and the reason, and the instance's
 //! ejection (in `/explain`); mutual TLS routes with the client certificate and fails
 //! without; one HTTP/2 connection (h2c, and h2 over TLS by ALPN) carries 1,000 concurrent
-//! requests.
+//! requests; a black-holed HTTP/2 instance is ejected once its keep-alive PING goes
+//! unanswered.
 
 use std::net::SocketAddr;
 
@@ -22,6 +23,11 @@ use gray_tests::reqwest_builder;
 /// that stains `x-tester` requests gray, and `gateway.toml` with `service` as the
 /// `[services.svc]` keys; starts the gateway.
 async fn gateway(dir: &TempDir, gray: &str, base: &str, service: &str) -> Gateway {
+    gateway_with(dir, gray, base, "", service).await
+}
+
+/// [`gateway`] with the top-level keys `top` too.
+async fn gateway_with(dir: &TempDir, gray: &str, base: &str, top: &str, service: &str) -> Gateway {
     std::fs::write(
         dir.path().join("instances.toml"),
         format!(
@@ -35,7 +41,7 @@ async fn gateway(dir: &TempDir, gray: &str, base: &str, service: &str) -> Gatewa
         dir.path().join("gateway.toml"),
         format!(
             "listen = \"127.0.0.1:0\"\nadmin = \"127.0.0.1:0\"\nrules = \"rules.toml\"\n\
-             instances = \"instances.toml\"\n\n[services.svc]\npreset = \"seed-000\"\n{service}\n"
+             instances = \"instances.toml\"\n{top}\n[services.svc]\npreset = \"seed-000\"\n{service}\n"
         ),
     )
     .unwrap();
@@ -286,5 +292,62 @@ async fn one_http2_connection_per_instance_carries_a_thousand_concurrent_request
         (1, 1),
         "one connection each"
     );
+    gw.shutdown().await;
+}
+
+/// A black-holed HTTP/2 instance: it accepts, then answers nothing, not even a PING (a
+/// host behind a dead route keeps the connection open). With keep-alive PINGs, the first
+/// gray request on it fails once the PING goes unanswered, the instance is ejected at
+/// once, and that request (a GET, retried) and every later one fall back to baseline:
+/// no 504 after the upstream timeout, no wait for TCP to give up.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_black_holed_http2_instance_is_ejected_when_its_ping_goes_unanswered() {
+    let dir = TempDir::new("up-h2-black-hole");
+    let hole = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let hole_addr = hole.local_addr().unwrap();
+    let accepted = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let count = accepted.clone();
+    tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((socket, _)) = hole.accept().await {
+            count.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            held.push(socket);
+        }
+    });
+    let base = Upstream::start("base-1", None).await;
+    let gw = gateway_with(
+        &dir,
+        &hole_addr.to_string(),
+        &base.addr().to_string(),
+        "upstream_timeout_ms = 60000\nupstream_http2_keep_alive_interval_ms = 300\n\
+         upstream_http2_keep_alive_timeout_ms = 300\n",
+        "protocol = \"h2c\"\nhealth_check = { interval_ms = 60000, max_interval_ms = 60000 }\n",
+    )
+    .await;
+    let started = std::time::Instant::now();
+    let (status, body) = get(gw.addr(), true).await;
+    let first = started.elapsed();
+    assert_eq!(
+        (status, body.as_str()),
+        (200, "base-1 HTTP/2.0 /item lane=gray")
+    );
+    assert_eq!(accepted.load(std::sync::atomic::Ordering::Relaxed), 1);
+    eprintln!("the first gray request, on the black hole: answered by baseline after {first:?}");
+    let admin = gw.admin_addr().expect("admin");
+    let deadline = tokio::time::Instant::now() + gray_test_support::WAIT;
+    loop {
+        let after = explained(admin).await;
+        if after.contains(r#"{"present":0,"ready":0,"subset":{"lane":"gray"}}"#) {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "not ejected: {after}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    for _ in 0..20 {
+        assert_eq!(get(gw.addr(), true).await.0, 200);
+    }
     gw.shutdown().await;
 }

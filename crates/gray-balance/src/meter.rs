@@ -363,9 +363,9 @@ impl<O: ?Sized + Metered> Ticket<O> {
             Completion::Failed(Failure::Other) => reset(&m.failures),
             // The client's body failed: nothing said about the instance, either way.
             Completion::Failed(Failure::Client) => {}
-            // Nothing listens there: out at once. Picks avoid it from now on (`doomed`),
-            // and the background task ejects it.
-            Completion::Failed(Failure::Refused) if fb.consecutive > 0 => {
+            // Nothing listens there, or nothing answers at all: out at once. Picks avoid
+            // it from now on (`doomed`), and the background task ejects it.
+            Completion::Failed(f) if f.ejects_at_once() && fb.consecutive > 0 => {
                 if m.failures.swap(fb.consecutive, Relaxed) < fb.consecutive {
                     fb.send(Event::Eject(m.id));
                 }

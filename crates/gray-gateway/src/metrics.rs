@@ -4,7 +4,7 @@
 //! |---|---|---|
 //! | `gray_gateway_requests_total` | counter | `service`, `lane`, `instance`, `status` |
 //! | `gray_gateway_fallbacks_total` | counter | `service`, `lane`, `subset` |
-//! | `gray_gateway_retries_total` | counter | `service`, `reason`: requests sent again to another instance after a `refused` connection, another `unsent` one, or a `broken` one (idempotent requests) |
+//! | `gray_gateway_retries_total` | counter | `service`, `reason`: requests sent again to another instance after a `refused` connection, another `unsent` one, or a `broken` or unresponsive one (idempotent requests) |
 //! | `gray_gateway_retries_refused_total` | counter | `service`: retries the retry budget refused |
 //! | `gray_gateway_request_duration_seconds` | histogram | `service`, `lane`: from routing to the response head (or the gateway's own answer), 1 ms … 10 s |
 //! | `gray_gateway_rollout_transitions_total` | counter | `service`, `from`, `to`, `reason` |

@@ -220,11 +220,24 @@ fn endpoints(config: &Config) -> HttpEndpoints<Connector, ReplayBody<ClientBody>
     http1.writev(false);
     // What a response buffers ahead of its client (see `limits`).
     http1.max_buf_size(config.limits.upstream_buffer_bytes);
-    HttpEndpoints::new()
+    let mut endpoints = HttpEndpoints::new()
         .with_http1(http1)
         .with_response_timeout(config.upstream_timeout)
         .with_max_connects_per_instance(config.limits.upstream_max_connects)
-        .with_idle_timeout(config.limits.upstream_idle_timeout)
+        .with_idle_timeout(config.limits.upstream_idle_timeout);
+    if let Some(interval) = config.limits.upstream_http2_keep_alive_interval {
+        let mut http2 =
+            hyper::client::conn::http2::Builder::new(hyper_util::rt::TokioExecutor::new());
+        // Pings only while requests are open: an idle connection is never pinged, which
+        // servers that police pings (grpc-go's and grpc-java's 5 min default) refuse.
+        http2
+            .timer(hyper_util::rt::TokioTimer::new())
+            .keep_alive_interval(interval)
+            .keep_alive_timeout(config.limits.upstream_http2_keep_alive_timeout)
+            .keep_alive_while_idle(false);
+        endpoints = endpoints.with_http2(http2);
+    }
+    endpoints
 }
 
 /// One [`Upstream`] per service (its balancer over its instances' endpoints), and the

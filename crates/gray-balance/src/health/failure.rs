@@ -21,6 +21,11 @@ pub enum Failure {
     /// The connection broke (reset, aborted, closed early) before a response head
     /// arrived: the request may have reached the instance.
     Broken,
+    /// The instance stopped answering at all: an HTTP/2 keep-alive PING went unanswered
+    /// for its timeout, and the connection was closed. Out of the picks at once, like a
+    /// refusal (a black-holed host keeps its connection open and answers nothing), but
+    /// the request may have reached it: retried only as a broken one is.
+    Unresponsive,
     /// Anything else: the instance answered, or the error says nothing about the
     /// connection (a timeout, a protocol error).
     Other,
@@ -31,8 +36,8 @@ pub enum Failure {
 }
 
 impl Failure {
-    /// `true` for a connection error (refused, unsent or broken): what passive health
-    /// counts towards an ejection.
+    /// `true` for a connection error (refused, unsent, broken or unresponsive): what
+    /// passive health counts towards an ejection.
     #[must_use]
     pub fn is_connection(self) -> bool {
         !matches!(self, Failure::Other | Failure::Client)
@@ -45,14 +50,22 @@ impl Failure {
         matches!(self, Failure::Refused | Failure::Unsent)
     }
 
+    /// `true` when the endpoint leaves the picks at once (refused, unresponsive), not
+    /// after consecutive failures.
+    #[must_use]
+    pub fn ejects_at_once(self) -> bool {
+        matches!(self, Failure::Refused | Failure::Unresponsive)
+    }
+
     /// The name of this failure in logs and metrics: `refused`, `unsent`, `broken`,
-    /// `other`, `client`.
+    /// `unresponsive`, `other`, `client`.
     #[must_use]
     pub fn as_str(self) -> &'static str {
         match self {
             Failure::Refused => "refused",
             Failure::Unsent => "unsent",
             Failure::Broken => "broken",
+            Failure::Unresponsive => "unresponsive",
             Failure::Other => "other",
             Failure::Client => "client",
         }
@@ -77,7 +90,9 @@ pub type Classifier = fn(&(dyn Error + 'static)) -> Failure;
 ///   `is_canceled()` (it closed with the request queued on it), or (feature
 ///   `rustls`) a `rustls::Error`, bare or inside an `io::Error` (how tokio-rustls reports
 ///   a failed handshake: an unknown CA, a wrong name, an expired or refused certificate):
-///   [`Failure::Broken`]. A TLS error alone does not tell whether the handshake or a
+///   [`Failure::Broken`]; (feature `hyper-util`) a hyper error that `is_timeout()` (on a
+///   client connection, only an HTTP/2 keep-alive PING left unanswered for its timeout):
+///   [`Failure::Unresponsive`]. A TLS error alone does not tell whether the handshake or a
 ///   later record failed, so it counts towards an ejection but lets only an idempotent
 ///   request go elsewhere; clients that know the handshake failed say so (gray-discovery's
 ///   endpoints hand the request back [`Unsent`], hyper-util's connect errors are
@@ -94,6 +109,7 @@ pub fn classify(error: &(dyn Error + 'static)) -> Failure {
     }
     let mut unsent = false;
     let mut broken = false;
+    let mut unresponsive = false;
     let mut current = Some(error);
     while let Some(e) = current {
         if let Some(io) = e.downcast_ref::<io::Error>() {
@@ -129,6 +145,8 @@ pub fn classify(error: &(dyn Error + 'static)) -> Failure {
                 // Canceled: the connection went away with the request queued on it
                 // (tonic's channels report a killed instance so).
                 broken |= hyper.is_incomplete_message() || hyper.is_canceled();
+                // A client connection's only timeout: a keep-alive PING unanswered.
+                unresponsive |= hyper.is_timeout();
             }
             if let Some(h2) = e.downcast_ref::<h2::Error>() {
                 // A stream the instance refused, or one above the last stream of its
@@ -141,14 +159,16 @@ pub fn classify(error: &(dyn Error + 'static)) -> Failure {
         }
         current = e.source();
     }
-    match (unsent, broken) {
-        (true, _) => Failure::Unsent,
-        (false, true) => Failure::Broken,
-        (false, false) => Failure::Other,
+    match (unsent, broken, unresponsive) {
+        (true, _, _) => Failure::Unsent,
+        (false, _, true) => Failure::Unresponsive,
+        (false, true, false) => Failure::Broken,
+        (false, false, false) => Failure::Other,
     }
 }
 
-/// Whether [`classify`] calls `error` a connection error (refused, unsent or broken).
+/// Whether [`classify`] calls `error` a connection error (refused, unsent, broken or
+/// unresponsive).
 pub fn is_connection_error(error: &(dyn Error + 'static)) -> bool {
     classify(error).is_connection()
 }

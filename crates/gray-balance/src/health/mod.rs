@@ -4,12 +4,14 @@
 //! Every completion of an endpoint is observed, in atomics of its own, and its error (if
 //! any) is classified as a [`Failure`] by a [`Classifier`] ([`classify`] by default):
 //!
-//! - **Refused**: nothing listens at the instance's address. One refusal ejects the
+//! - **Refused**, and **Unresponsive** (an HTTP/2 keep-alive PING left unanswered: a
+//!   black-holed host): nothing listens, or nothing answers. One of them ejects the
 //!   endpoint at once: the response future that saw it marks the endpoint (picks avoid
 //!   it from that moment) and asks the balancer's background task to eject it, through
 //!   the same event as any ejection, so the counts the policy walks stay exact.
 //! - **Unsent** and **Broken**: when [`Ejection::consecutive`] requests in a row fail with
-//!   a connection error (refused, unsent or broken), the endpoint is ejected.
+//!   a connection error (refused, unsent, broken or unresponsive), the endpoint is
+//!   ejected.
 //! - Any other outcome (a response, or an error that is not a connection error, such as
 //!   a timeout of a request already sent) resets the error count: the endpoint was
 //!   reachable. One successful request also resets the ejection streak.

@@ -85,7 +85,7 @@ impl Retries {
         let eligible = match failure {
             Failure::Refused | Failure::Unsent => true,
             // Once only: the request may have reached the instance.
-            Failure::Broken => idempotent && retries == 0,
+            Failure::Broken | Failure::Unresponsive => idempotent && retries == 0,
             // The client's body failed (it is gone), or the instance answered.
             Failure::Other | Failure::Client => false,
         };
@@ -101,7 +101,7 @@ impl Retries {
         }
         let counter = match failure {
             Failure::Refused => &self.refused,
-            Failure::Broken => &self.broken,
+            Failure::Broken | Failure::Unresponsive => &self.broken,
             _ => &self.unsent,
         };
         counter.fetch_add(1, Relaxed);

@@ -68,6 +68,10 @@ pub(super) struct File {
     pub(super) upstream_max_connects: usize,
     #[serde(default = "defaults::upstream_idle_timeout_ms")]
     pub(super) upstream_idle_timeout_ms: u64,
+    #[serde(default)]
+    pub(super) upstream_http2_keep_alive_interval_ms: u64,
+    #[serde(default = "defaults::upstream_http2_keep_alive_timeout_ms")]
+    pub(super) upstream_http2_keep_alive_timeout_ms: u64,
     #[serde(default = "defaults::http2_max_concurrent_streams")]
     pub(super) http2_max_concurrent_streams: u32,
     #[serde(default = "defaults::http2_max_send_buf_size")]

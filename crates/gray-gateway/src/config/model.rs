@@ -259,6 +259,14 @@ pub struct Limits {
     /// of reused (`upstream_idle_timeout_ms`, default 4 s: below common servers'
     /// keep-alive timeouts).
     pub upstream_idle_timeout: Duration,
+    /// HTTP/2 keep-alive PINGs to the instances: after this long without a frame from an
+    /// instance while requests are open on its connection
+    /// (`upstream_http2_keep_alive_interval_ms`, default 0: none); see the
+    /// [gateway docs](crate#limits).
+    pub upstream_http2_keep_alive_interval: Option<Duration>,
+    /// How long a PING may go unanswered before the connection is closed and the instance
+    /// ejected (`upstream_http2_keep_alive_timeout_ms`, default 20000).
+    pub upstream_http2_keep_alive_timeout: Duration,
     /// HTTP/2: streams open at once per connection (`SETTINGS_MAX_CONCURRENT_STREAMS`).
     pub http2_max_concurrent_streams: u32,
     /// HTTP/2: response bytes buffered per stream, beyond what the client's window takes.
@@ -294,6 +302,10 @@ impl Default for Limits {
             upstream_buffer_bytes: defaults::upstream_buffer_bytes(),
             upstream_max_connects: defaults::upstream_max_connects(),
             upstream_idle_timeout: Duration::from_millis(defaults::upstream_idle_timeout_ms()),
+            upstream_http2_keep_alive_interval: None,
+            upstream_http2_keep_alive_timeout: Duration::from_millis(
+                defaults::upstream_http2_keep_alive_timeout_ms(),
+            ),
             http2_max_concurrent_streams: defaults::http2_max_concurrent_streams(),
             http2_max_send_buf_size: defaults::http2_max_send_buf_size(),
             http2_stream_window: defaults::http2_stream_window(),

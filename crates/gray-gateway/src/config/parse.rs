@@ -211,6 +211,12 @@ impl Config {
                 upstream_buffer_bytes: raw.upstream_buffer_bytes,
                 upstream_max_connects: raw.upstream_max_connects,
                 upstream_idle_timeout: Duration::from_millis(raw.upstream_idle_timeout_ms),
+                upstream_http2_keep_alive_interval: millis(
+                    raw.upstream_http2_keep_alive_interval_ms,
+                ),
+                upstream_http2_keep_alive_timeout: Duration::from_millis(
+                    raw.upstream_http2_keep_alive_timeout_ms.max(1),
+                ),
                 http2_max_concurrent_streams: raw.http2_max_concurrent_streams,
                 http2_max_send_buf_size: raw.http2_max_send_buf_size,
                 http2_stream_window: raw.http2_stream_window,
