@@ -242,6 +242,16 @@ impl<C, B> HttpEndpoints<C, B> {
         self
     }
 
+    /// Keeps at most `max` idle HTTP/1 connections over every instance of these endpoints
+    /// together (default: no bound but the per-instance one); a connection released when
+    /// `max` are idle is closed. Each is a socket: with many instances, this is what keeps
+    /// the idle ones within the process's descriptor limit.
+    #[must_use]
+    pub fn with_max_idle_total(mut self, max: usize) -> Self {
+        Arc::make_mut(&mut self.settings).idle_total = Arc::new(settings::IdleBudget::new(max));
+        self
+    }
+
     /// Closes, instead of reusing, a connection that has been idle longer than `timeout`
     /// (default 4 s: below the keep-alive timeouts of common servers, 5 s for Node.js,
     /// Apache and uvicorn, so that a connection is rarely reused just as the instance

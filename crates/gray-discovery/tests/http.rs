@@ -338,6 +338,29 @@ async fn idle_limits_are_applied() {
     );
 }
 
+/// The idle connections of every instance share one budget: with room for two, of four
+/// instances asked in turn, two keep theirs for the next request and two connect again.
+#[tokio::test]
+async fn the_idle_connections_of_all_instances_share_one_budget() {
+    let endpoints = HttpEndpoints::<_, Full<Bytes>>::new().with_max_idle_total(2);
+    let mut servers = Vec::new();
+    for _ in 0..4 {
+        let (addr, accepted) = counting_server(true).await;
+        servers.push((endpoints.endpoint(instance(addr)), accepted));
+    }
+    for _round in 0..2 {
+        for (endpoint, _) in &servers {
+            let response = endpoint.clone().oneshot(get("/")).await.unwrap();
+            assert_eq!(read(response).await, "ok");
+        }
+    }
+    let accepted: Vec<usize> = servers
+        .iter()
+        .map(|(_, a)| a.load(Ordering::SeqCst))
+        .collect();
+    assert_eq!(accepted, [1, 1, 2, 2], "the first two kept theirs idle");
+}
+
 #[tokio::test]
 async fn a_response_later_than_the_timeout_fails_and_closes_its_connection() {
     let (addr, accepted) = counting_server(true).await;

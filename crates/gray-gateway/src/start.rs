@@ -224,7 +224,8 @@ fn endpoints(config: &Config) -> HttpEndpoints<Connector, ReplayBody<ClientBody>
         .with_http1(http1)
         .with_response_timeout(config.upstream_timeout)
         .with_max_connects_per_instance(config.limits.upstream_max_connects)
-        .with_idle_timeout(config.limits.upstream_idle_timeout);
+        .with_idle_timeout(config.limits.upstream_idle_timeout)
+        .with_max_idle_total(config.limits.upstream_max_idle);
     if let Some(interval) = config.limits.upstream_http2_keep_alive_interval {
         let mut http2 =
             hyper::client::conn::http2::Builder::new(hyper_util::rt::TokioExecutor::new());

@@ -7,7 +7,10 @@
 //! no socket that went unused for longer than that. An idle connection that the instance
 //! closed is dropped when a request would take it. Nothing reaps the idle list in the
 //! background: the pool of an instance that gets no more requests keeps its connections
-//! until the endpoint is dropped with its instance (or the instance closes them).
+//! until the endpoint is dropped with its instance (or the instance closes them). Every
+//! pool of one `HttpEndpoints` also shares one budget of idle connections
+//! (`with_max_idle_total`): a connection released when the budget is spent is closed,
+//! so the sockets kept idle stay within what the process's descriptor limit allows.
 
 use std::{
     collections::VecDeque,
@@ -77,6 +80,8 @@ impl<IO: Read + Write + Unpin, B: Body + 'static> Pool<IO, B> {
             conn
         });
         drop(idle);
+        let left = expired.len() + usize::from(conn.is_some());
+        self.settings.idle_total.give_back(left);
         drop(expired);
         conn
     }
@@ -101,11 +106,21 @@ impl<IO: Read + Write + Unpin, B: Body + 'static> Pool<IO, B> {
         conn.idle_since = now;
         let mut idle = self.lock();
         let expired = self.expired(&mut idle, now);
-        if idle.len() < self.settings.max_idle {
+        let budget = &self.settings.idle_total;
+        budget.give_back(expired.len());
+        if idle.len() < self.settings.max_idle && budget.take_one() {
             idle.push_back(conn);
         }
         drop(idle);
         drop(expired);
+    }
+}
+
+impl<IO: Read + Write + Unpin, B: Body + 'static> Drop for Pool<IO, B> {
+    /// The pool goes with its instance: its idle connections leave the budget.
+    fn drop(&mut self) {
+        let idle = self.lock().len();
+        self.settings.idle_total.give_back(idle);
     }
 }
 
@@ -221,6 +236,39 @@ mod tests {
             pool.put(c);
         }
         assert_eq!(pool.lock().len(), 2);
+    }
+
+    #[tokio::test]
+    async fn every_pool_of_the_endpoints_shares_one_budget_of_idle_connections() {
+        let settings = Arc::new(Settings {
+            idle_total: Arc::new(crate::http::settings::IdleBudget::new(3)),
+            ..Settings::default()
+        });
+        let (a, b) = (
+            Arc::new(TestPool::new(settings.clone())),
+            Arc::new(TestPool::new(settings.clone())),
+        );
+        let mut far_ends = Vec::new();
+        for pool in [&a, &b, &a, &b] {
+            let (c, far) = conn(pool).await;
+            far_ends.push(far);
+            pool.put(c);
+        }
+        // the fourth released connection found the budget spent: closed
+        assert_eq!((a.lock().len(), b.lock().len()), (2, 1));
+        assert_eq!(settings.idle_total.idle(), 3);
+        let taken = b.take().expect("b's idle connection");
+        assert_eq!(settings.idle_total.idle(), 2);
+        drop(taken);
+        drop(a);
+        assert_eq!(
+            settings.idle_total.idle(),
+            0,
+            "a's pool went with its idle ones"
+        );
+        let (c, _far) = conn(&b).await;
+        b.put(c);
+        assert_eq!(settings.idle_total.idle(), 1);
     }
 
     #[tokio::test]

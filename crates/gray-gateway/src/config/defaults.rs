@@ -46,6 +46,9 @@ pub(crate) fn upstream_max_connects() -> usize {
 pub(crate) fn upstream_idle_timeout_ms() -> u64 {
     4000
 }
+pub(crate) fn upstream_max_idle() -> usize {
+    1024
+}
 pub(crate) fn upstream_http2_keep_alive_timeout_ms() -> u64 {
     20_000
 }

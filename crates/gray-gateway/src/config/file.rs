@@ -68,6 +68,8 @@ pub(super) struct File {
     pub(super) upstream_max_connects: usize,
     #[serde(default = "defaults::upstream_idle_timeout_ms")]
     pub(super) upstream_idle_timeout_ms: u64,
+    #[serde(default = "defaults::upstream_max_idle")]
+    pub(super) upstream_max_idle: usize,
     #[serde(default)]
     pub(super) upstream_http2_keep_alive_interval_ms: u64,
     #[serde(default = "defaults::upstream_http2_keep_alive_timeout_ms")]

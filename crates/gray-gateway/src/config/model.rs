@@ -259,6 +259,10 @@ pub struct Limits {
     /// of reused (`upstream_idle_timeout_ms`, default 4 s: below common servers'
     /// keep-alive timeouts).
     pub upstream_idle_timeout: Duration,
+    /// Idle upstream HTTP/1.1 connections kept over every instance together
+    /// (`upstream_max_idle`, default 1024): each is a socket, counted in the descriptor
+    /// budget ([`limits`](crate::limits)).
+    pub upstream_max_idle: usize,
     /// HTTP/2 keep-alive PINGs to the instances: after this long without a frame from an
     /// instance while requests are open on its connection
     /// (`upstream_http2_keep_alive_interval_ms`, default 0: none); see the
@@ -302,6 +306,7 @@ impl Default for Limits {
             upstream_buffer_bytes: defaults::upstream_buffer_bytes(),
             upstream_max_connects: defaults::upstream_max_connects(),
             upstream_idle_timeout: Duration::from_millis(defaults::upstream_idle_timeout_ms()),
+            upstream_max_idle: defaults::upstream_max_idle(),
             upstream_http2_keep_alive_interval: None,
             upstream_http2_keep_alive_timeout: Duration::from_millis(
                 defaults::upstream_http2_keep_alive_timeout_ms(),

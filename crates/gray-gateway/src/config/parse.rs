@@ -211,6 +211,7 @@ impl Config {
                 upstream_buffer_bytes: raw.upstream_buffer_bytes,
                 upstream_max_connects: raw.upstream_max_connects,
                 upstream_idle_timeout: Duration::from_millis(raw.upstream_idle_timeout_ms),
+                upstream_max_idle: raw.upstream_max_idle,
                 upstream_http2_keep_alive_interval: millis(
                     raw.upstream_http2_keep_alive_interval_ms,
                 ),

@@ -1,22 +1,21 @@
 //! The file-descriptor limit: raised at start where allowed, and the connection and
 //! in-flight caps fitted under it with a reserve.
 //!
-//! Each client connection holds a descriptor, and each request in flight to an upstream
-//! one more (its upstream connection). So the caps are fitted to keep
-//! `max_connections + max_in_flight` within the limit less [`RESERVE`] (the listeners, the
-//! admin endpoint, etcd, files, connects under way): the accept loop then stops accepting
-//! at `max_connections` before the process runs out, and a request over `max_in_flight`
-//! gets a 503 instead of an upstream connect that fails.
+//! Each client connection holds a descriptor, each request in flight to an upstream one
+//! more (its upstream connection), and each idle upstream HTTP/1.1 connection kept for
+//! reuse one: so the caps are fitted to keep
+//! `max_connections + max_in_flight + upstream_max_idle` within the limit less
+//! [`RESERVE`] (the listeners, the admin endpoint, etcd, files, connects under way), the
+//! idle connections taking at most a quarter of it. The accept loop then stops accepting
+//! at `max_connections` before the process runs out, a request over `max_in_flight` gets
+//! a 503 instead of an upstream connect that fails, and a connection released when
+//! `upstream_max_idle` are idle (over every instance together) is closed instead of kept.
 //!
-//! What the budget leaves out: the **idle upstream connections**. Each instance keeps up
-//! to 256 idle HTTP/1.1 connections (gray-discovery's `max_idle_per_instance`), and its
-//! one HTTP/2 connection, between requests; an idle one is closed when a request finds it
-//! expired or closed, or with its instance, not by a timer. An instance's idle connections
-//! never outnumber the requests it had in flight at its busiest, so with one service of
-//! one instance the budget holds; with many instances, the idle connections of those not
-//! busy now add up to 257 descriptors an instance beyond `max_connections + max_in_flight`.
-//! Size the hard limit for `max_connections + max_in_flight + 257 × instances + 64`
-//! (`--check` prints the caps as configured; the start lowers them to fit, with a WARN).
+//! What the budget leaves out: each instance's one HTTP/2 connection (a service with
+//! `protocol = "h2c"`, `"h2"` or `"auto"`), one descriptor per such instance. Size the
+//! hard limit for `max_connections + max_in_flight + upstream_max_idle + (HTTP/2
+//! instances) + 64` (`--check` prints the caps as configured; the start lowers them to
+//! fit, with a WARN).
 
 use rustix::process::{Resource, Rlimit, getrlimit, setrlimit};
 
@@ -51,6 +50,18 @@ pub(crate) fn fit(limits: &mut Limits) {
 
 fn fit_under(limits: &mut Limits, nofile: u64) {
     let budget = usize::try_from(nofile.saturating_sub(RESERVE)).unwrap_or(usize::MAX);
+    let idle = limits.upstream_max_idle;
+    limits.upstream_max_idle = idle.min(budget / 4);
+    if limits.upstream_max_idle < idle {
+        tracing::warn!(
+            nofile,
+            upstream_max_idle = limits.upstream_max_idle,
+            configured_upstream_max_idle = idle,
+            "the descriptor limit cannot cover upstream_max_idle: lowered to a quarter of it \
+             (raise the hard limit, e.g. LimitNOFILE= in systemd or `ulimit -Hn`)"
+        );
+    }
+    let budget = budget - limits.upstream_max_idle;
     let in_flight = match limits.max_in_flight {
         0 => usize::MAX,
         n => n,
@@ -83,8 +94,14 @@ mod tests {
     fn caps_are_fitted_under_the_limit_less_the_reserve() {
         let mut limits = Limits::default();
         fit_under(&mut limits, 1024);
-        assert_eq!(limits.max_in_flight, 480);
-        assert_eq!(limits.max_connections, 480);
+        // 960 less a quarter for the idle upstream connections, then halves
+        assert_eq!(limits.upstream_max_idle, 240);
+        assert_eq!(limits.max_in_flight, 360);
+        assert_eq!(limits.max_connections, 360);
+        assert!(
+            limits.max_connections + limits.max_in_flight + limits.upstream_max_idle
+                <= 1024 - RESERVE as usize
+        );
 
         // Within the budget: untouched.
         let mut limits = Limits::default();
