@@ -317,3 +317,29 @@ async fn parked_keep_alive_connections_serve_what_their_clients_send_next() {
     }
     gateway.shutdown().await;
 }
+
+/// A client that reads nothing of a large response: `send_timeout_ms` closes its
+/// connection, and the cut is logged (WARN) with the service and the instance, where it
+/// was a DEBUG line naming the peer only.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_response_cut_by_the_send_timeout_is_logged_with_its_service_and_instance() {
+    let logs = gray_test_support::logs::capture_process();
+    // 64 MiB: more than the sockets' buffers hold for a client that reads nothing
+    let big = || async { vec![b'x'; 64 << 20] };
+    let upstream = serve(Router::new().fallback(any(big))).await;
+    let (gw, _dir, _up) = start_with("send_timeout_ms = 1000\n", upstream).await;
+    let mut stream = TcpStream::connect(gw.addr()).await.unwrap();
+    stream
+        .write_all(b"GET /svc/big HTTP/1.1\r\nhost: gw\r\n\r\n")
+        .await
+        .unwrap();
+    let line = logs
+        .line_with(
+            &["a response was cut", "svc", "svc-1", "send_timeout_ms"],
+            WAIT,
+        )
+        .await;
+    assert!(line.contains("WARN"), "{line}");
+    assert!(closed(&mut stream).await, "the connection is closed");
+    gw.shutdown().await;
+}

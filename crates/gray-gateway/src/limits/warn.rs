@@ -26,9 +26,11 @@ pub(crate) enum Warning {
     Cancelling,
     /// A client abandoned its request body (an abort, a reset) while it was proxied.
     ClientAborted,
+    /// A response was cut by `send_timeout` (its client read nothing of it).
+    SendTimeout,
 }
 
-const KINDS: usize = 5;
+const KINDS: usize = 6;
 const NEVER: u64 = u64::MAX;
 
 struct Slot {

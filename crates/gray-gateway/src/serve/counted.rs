@@ -10,7 +10,7 @@ use std::{
     task::{Context, Poll, ready},
 };
 
-use http::{Request, Response};
+use http::{HeaderValue, Request, Response, Uri};
 use hyper::body::{Body, Frame, Incoming, SizeHint};
 use pin_project_lite::pin_project;
 use tower::Service;
@@ -48,9 +48,11 @@ where
                 tracing::warn!(%peer, suppressed, "GOAWAY: the client cancels most of its streams (max_cancelled_streams_percent)");
             });
         }
+        // what a body cut by `send_timeout` is logged with (reference counts, no copy)
+        let uri = req.uri().clone();
         CountedFuture {
             inner: self.inner.call(req),
-            flight: Some(flight),
+            flight: Some((flight, uri)),
         }
     }
 }
@@ -60,7 +62,7 @@ pin_project! {
     pub(super) struct CountedFuture<F> {
         #[pin]
         inner: F,
-        flight: Option<Exchange>,
+        flight: Option<(Exchange, Uri)>,
     }
 }
 
@@ -73,9 +75,15 @@ where
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.project();
         let res = ready!(this.inner.poll(cx))?;
-        let flight = this.flight.take().map(|mut flight| {
+        let instance = res.headers().get(crate::upstream::X_GRAY_INSTANCE).cloned();
+        let flight = this.flight.take().map(|(mut flight, uri)| {
             flight.response_began();
-            flight
+            Sending {
+                flight,
+                uri,
+                instance,
+                ended: false,
+            }
         });
         Poll::Ready(Ok(res.map(|inner| CountedBody { inner, flight })))
     }
@@ -87,7 +95,47 @@ pin_project! {
     pub(crate) struct CountedBody<B> {
         #[pin]
         inner: B,
-        flight: Option<Exchange>,
+        flight: Option<Sending>,
+    }
+}
+
+/// A response body's flight while it is sent, and what to name it by should
+/// `send_timeout` cut it: the request's URI (its service) and the instance that answered.
+#[derive(Debug)]
+pub(crate) struct Sending {
+    flight: Exchange,
+    uri: Uri,
+    instance: Option<HeaderValue>,
+    ended: bool,
+}
+
+impl Drop for Sending {
+    /// A body dropped unfinished because the watchdog closed its connection for
+    /// `send_timeout` is logged (WARN, at a bounded rate) with its service and instance.
+    fn drop(&mut self) {
+        if self.ended || !self.flight.send_expired() {
+            return;
+        }
+        let service = self
+            .uri
+            .path()
+            .trim_start_matches('/')
+            .split('/')
+            .next()
+            .unwrap_or_default();
+        let instance = self
+            .instance
+            .as_ref()
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("-");
+        crate::limits::warn(crate::limits::Warning::SendTimeout, |suppressed| {
+            tracing::warn!(
+                service,
+                instance,
+                suppressed,
+                "a response was cut: its client read nothing of it for send_timeout_ms"
+            );
+        });
     }
 }
 
@@ -101,8 +149,12 @@ impl<B: Body> Body for CountedBody<B> {
     ) -> Poll<Option<Result<Frame<B::Data>, B::Error>>> {
         let this = self.project();
         let frame = ready!(this.inner.poll_frame(cx));
-        if let (Some(flight), Some(Ok(_))) = (this.flight.as_ref(), &frame) {
-            flight.frame_sent();
+        if let Some(sending) = this.flight.as_mut() {
+            match &frame {
+                Some(Ok(_)) => sending.flight.frame_sent(),
+                None => sending.ended = true,
+                Some(Err(_)) => {}
+            }
         }
         Poll::Ready(frame)
     }

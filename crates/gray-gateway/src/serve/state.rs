@@ -41,6 +41,9 @@ pub(super) struct ConnState {
     /// watches.
     bodies: AtomicUsize,
     sent: AtomicU64,
+    /// The watchdog closed the connection for `send_timeout`: the bodies then dropped
+    /// unfinished say so, with their service and instance.
+    send_expired: AtomicBool,
     /// HTTP/2 streams cancelled before their response (`limits::cancel`).
     cancels: Arc<Cancels>,
     /// Whether the last request came with no body (its connection then reads nothing
@@ -89,6 +92,7 @@ impl ConnState {
             http2: AtomicBool::new(false),
             bodies: AtomicUsize::new(0),
             sent: AtomicU64::new(0),
+            send_expired: AtomicBool::new(false),
             cancels: Arc::new(Cancels::new(limits.max_cancelled_streams_percent)),
             bodyless: AtomicBool::new(false),
             read_pending: AtomicBool::new(false),
@@ -98,6 +102,12 @@ impl ConnState {
             #[cfg(test)]
             parks: AtomicU64::new(0),
         }
+    }
+
+    /// The watchdog closes the connection for `send_timeout` (its response bodies are
+    /// dropped unfinished next).
+    pub(super) fn expire_send(&self) {
+        self.send_expired.store(true, Relaxed);
     }
 
     /// The connection's count of cancelled HTTP/2 streams, which its drain member watches.
@@ -299,6 +309,11 @@ impl Exchange {
     /// A frame of the response body was sent.
     pub(super) fn frame_sent(&self) {
         self.state.sent.fetch_add(1, Relaxed);
+    }
+
+    /// Whether the connection was closed for `send_timeout`.
+    pub(super) fn send_expired(&self) -> bool {
+        self.state.send_expired.load(Relaxed)
     }
 }
 

@@ -99,6 +99,8 @@ pub(super) async fn watchdog(
                 stalled += tick;
                 if stalled >= limit {
                     tracing::debug!(%peer, "connection closed: {}", Expired::Send);
+                    // the bodies cut log their service and instance as they are dropped
+                    state.expire_send();
                     conn.abort();
                     return;
                 }
