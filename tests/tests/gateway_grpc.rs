@@ -6,7 +6,8 @@
 //! metadata), and the servers read the lane from the `x-gray-lane` metadata the gateway
 //! wrote; status codes, messages and custom trailing metadata arrive intact; the
 //! gateway's own answers are gRPC statuses (`UNAVAILABLE` with the reason when nothing
-//! fits, `UNIMPLEMENTED` for a service it does not route).
+//! fits, `UNIMPLEMENTED` for a service it does not route); an instance shut down
+//! gracefully under load fails no call.
 
 use std::{net::SocketAddr, pin::Pin};
 
@@ -264,5 +265,74 @@ async fn the_gateways_own_answers_are_grpc_statuses() {
         .unwrap_err();
     assert_eq!(status.code(), Code::Internal, "{status:?}");
     assert!(status.message().contains("encoded_slash"), "{status:?}");
+    gw.shutdown().await;
+}
+
+/// `name`'s greeter until `shutdown` fires: then tonic's graceful shutdown (GOAWAY, the
+/// calls in flight finished, the connection closed).
+async fn serve_until(
+    name: &'static str,
+    shutdown: tokio::sync::oneshot::Receiver<()>,
+) -> (SocketAddr, tokio::task::JoinHandle<()>) {
+    let listener = loopback_listener().await;
+    let addr = listener.local_addr().unwrap();
+    let task = tokio::spawn(async move {
+        tonic::transport::Server::builder()
+            .add_service(GreeterServer::new(Named(name)))
+            .serve_with_incoming_shutdown(
+                tonic::transport::server::TcpIncoming::from(listener),
+                async move {
+                    let _ = shutdown.await;
+                },
+            )
+            .await
+            .unwrap();
+    });
+    (addr, task)
+}
+
+/// An instance shut down gracefully under load (tonic's graceful shutdown, as a rolling
+/// restart does): no call fails; those it had not taken go to the other instance.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_instance_shut_down_gracefully_under_load_fails_no_call() {
+    let dir = TempDir::new("grpc-graceful");
+    let (stop, stopped) = tokio::sync::oneshot::channel();
+    let (first, task) = serve_until("base-1", stopped).await;
+    let second = serve("base-2").await;
+    let gw = gateway(&dir, &[("base-1", first, false), ("base-2", second, false)]).await;
+    let calls = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let mut load = Vec::new();
+    for _ in 0..4 {
+        let (mut greeter, calls) = (client(gw.addr()).await, calls.clone());
+        load.push(tokio::spawn(async move {
+            let mut failed = Vec::new();
+            for _ in 0..400 {
+                if let Err(status) = greeter.say_hello(hello("ann", false)).await {
+                    failed.push(format!("{status:?}"));
+                }
+                calls.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            }
+            failed
+        }));
+    }
+    let deadline = std::time::Instant::now() + gray_test_support::WAIT;
+    while calls.load(std::sync::atomic::Ordering::Relaxed) < 400 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the load made too few calls"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
+    stop.send(()).unwrap();
+    let mut failed = Vec::new();
+    for task in load {
+        failed.extend(task.await.unwrap());
+    }
+    task.await.unwrap();
+    assert!(
+        failed.is_empty(),
+        "{} of 1600 calls failed: {failed:#?}",
+        failed.len()
+    );
     gw.shutdown().await;
 }

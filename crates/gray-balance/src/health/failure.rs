@@ -101,8 +101,9 @@ pub type Classifier = fn(&(dyn Error + 'static)) -> Failure;
 ///
 /// A [`ClientAborted`] anywhere in the chain wins over all of these: the request's own
 /// body failed at the client, and whatever the upstream connection then reported follows
-/// from it ([`Failure::Client`]). Otherwise a refusal anywhere wins; an error that says both "not connected" and "broken" (a
-/// reset during a TLS handshake) is unsent.
+/// from it ([`Failure::Client`]). Otherwise a refusal anywhere wins, then an unanswered
+/// PING; an error that says both "not connected" and "broken" (a reset during a TLS
+/// handshake) is unsent.
 pub fn classify(error: &(dyn Error + 'static)) -> Failure {
     if ClientAborted::find(error).is_some() {
         return Failure::Client;
@@ -159,10 +160,12 @@ pub fn classify(error: &(dyn Error + 'static)) -> Failure {
         }
         current = e.source();
     }
-    match (unsent, broken, unresponsive) {
-        (true, _, _) => Failure::Unsent,
-        (false, _, true) => Failure::Unresponsive,
-        (false, true, false) => Failure::Broken,
+    // An unanswered PING says the host is gone, whatever else the error says: out at
+    // once (and retried as a broken request).
+    match (unresponsive, unsent, broken) {
+        (true, _, _) => Failure::Unresponsive,
+        (false, true, _) => Failure::Unsent,
+        (false, false, true) => Failure::Broken,
         (false, false, false) => Failure::Other,
     }
 }

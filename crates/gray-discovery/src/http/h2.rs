@@ -14,7 +14,12 @@
 //! the instance refused once it was sent (`REFUSED_STREAM`, or a stream above a graceful
 //! `GOAWAY`'s last stream id) is not sent again here: the request fails with the stream's
 //! error, which gray-balance's `classify` calls unsent (never processed), so a balancer
-//! that kept a copy sends it elsewhere whatever its method.
+//! that kept a copy sends it elsewhere whatever its method. So does a request whose
+//! connection failed before the instance sent its first byte: a server's connection
+//! preface (its `SETTINGS`) comes before anything else it sends (RFC 9113 §3.4), so such a
+//! connection processed nothing. That is the connection a closing listener accepted into
+//! its backlog and then reset, as during a graceful shutdown: its error is wrapped in an
+//! [`Unsent`] (the request itself is gone, sent into the connection).
 //!
 //! Requests beyond the instance's `SETTINGS_MAX_CONCURRENT_STREAMS` wait on the same
 //! connection for a stream to end (hyper queues them): no second connection is opened,
@@ -27,11 +32,13 @@
 
 use std::{
     future::Future,
+    io,
     pin::Pin,
     sync::{
-        Mutex, MutexGuard,
+        Arc, Mutex, MutexGuard,
         atomic::{AtomicBool, AtomicU64, Ordering},
     },
+    task::{Context, Poll, ready},
 };
 
 use futures_util::{FutureExt, future::Shared};
@@ -41,7 +48,10 @@ use http::{
     header::HOST,
     uri::{self, Authority, PathAndQuery},
 };
-use hyper::client::conn::http2::SendRequest;
+use hyper::{
+    client::conn::http2::SendRequest,
+    rt::{Read, ReadBuf, ReadBufCursor, Write},
+};
 use tower::BoxError;
 
 use super::{
@@ -80,8 +90,94 @@ fn handed_back<B: Send + 'static>(
     Box::new(Unsent::new(Request::from_parts(parts, body), error))
 }
 
-/// The handle that sends requests on an HTTP/2 connection.
-type Sender<B> = SendRequest<H2Body<B>>;
+/// The handle that sends requests on an HTTP/2 connection, and whether the instance sent
+/// anything on it yet ([`Heard`]).
+struct Sender<B> {
+    send: SendRequest<H2Body<B>>,
+    heard: Arc<AtomicBool>,
+}
+
+impl<B> Clone for Sender<B> {
+    fn clone(&self) -> Self {
+        Sender {
+            send: self.send.clone(),
+            heard: self.heard.clone(),
+        }
+    }
+}
+
+impl<B> Sender<B> {
+    fn is_closed(&self) -> bool {
+        self.send.is_closed()
+    }
+
+    /// Whether the instance sent a first byte on the connection (its preface).
+    fn heard(&self) -> bool {
+        self.heard.load(Ordering::Acquire)
+    }
+}
+
+/// An HTTP/2 connection's I/O that notes the first byte the instance sends (see the
+/// [module docs](self)). Until then it reads through a small buffer of its own, since
+/// safe code cannot tell how much a read filled of hyper's cursor; then it is the I/O
+/// itself.
+struct Heard<IO> {
+    io: IO,
+    heard: Arc<AtomicBool>,
+}
+
+impl<IO: Read + Unpin> Read for Heard<IO> {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        mut buf: ReadBufCursor<'_>,
+    ) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        if this.heard.load(Ordering::Relaxed) {
+            return Pin::new(&mut this.io).poll_read(cx, buf);
+        }
+        let mut first = [0u8; 64];
+        let len = buf.remaining().min(first.len());
+        let mut read = ReadBuf::new(&mut first[..len]);
+        ready!(Pin::new(&mut this.io).poll_read(cx, read.unfilled()))?;
+        let filled = read.filled();
+        if !filled.is_empty() {
+            this.heard.store(true, Ordering::Release);
+            buf.put_slice(filled);
+        }
+        Poll::Ready(Ok(()))
+    }
+}
+
+impl<IO: Write + Unpin> Write for Heard<IO> {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.get_mut().io).poll_write(cx, buf)
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().io).poll_flush(cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().io).poll_shutdown(cx)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.io.is_write_vectored()
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.get_mut().io).poll_write_vectored(cx, bufs)
+    }
+}
 
 /// An opening connection, awaited by every request that needs it.
 type Opening<B> = Shared<Pin<Box<dyn Future<Output = Result<Chosen<B>, RequestError>> + Send>>>;
@@ -213,11 +309,17 @@ impl<C: MakeIo<IO>, IO: TargetIo, B: SendBody> Target<C, IO, B> {
                 pool.put(conn);
                 return Ok(Chosen::Http1);
             }
-            let (sender, connection) = settings
+            let heard = Arc::new(AtomicBool::new(false));
+            let io = Heard {
+                io,
+                heard: heard.clone(),
+            };
+            let (send, connection) = settings
                 .http2
                 .handshake(io)
                 .await
                 .map_err(|e| RequestError::new(Stage::Handshake, uri.clone(), e))?;
+            let sender = Sender { send, heard };
             tokio::spawn(async move {
                 if let Err(e) = connection.await {
                     tracing::debug!(target: "gray::discovery", instance = %uri, error = %e, "HTTP/2 connection closed");
@@ -286,7 +388,7 @@ impl<C: MakeIo<IO>, IO: TargetIo, B: SendBody> Target<C, IO, B> {
             let (mut request, original) = self.h2_request(request);
             let mut again = true;
             loop {
-                match sender.try_send_request(request).await {
+                match sender.send.try_send_request(request).await {
                     Ok(response) => return Ok(response.map(|body| ResponseBody::new(body, None))),
                     // Not sent: the connection closed (or is shutting down: a GOAWAY) under
                     // us. Once more, on a new one; and when that cannot be had, the request
@@ -314,7 +416,14 @@ impl<C: MakeIo<IO>, IO: TargetIo, B: SendBody> Target<C, IO, B> {
                             let error = self.error(Stage::Send, e.into_error());
                             return Err(handed_back(unsent, original, error));
                         }
-                        None => return Err(self.error(Stage::Send, e.into_error())),
+                        None => {
+                            let error = self.error(Stage::Send, e.into_error());
+                            if sender.heard() {
+                                return Err(error);
+                            }
+                            // The instance never sent its preface: it processed nothing.
+                            return Err(Box::new(Unsent::new((), error)));
+                        }
                     },
                 }
             }

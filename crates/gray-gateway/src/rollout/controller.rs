@@ -640,21 +640,9 @@ impl Controller {
             "steps {:?}, gates {:?}, tolerance {:?}, ratios {:?}, alpha {}",
             config.steps, config.gates, config.tolerance, config.ratios, config.alpha
         );
+        let reason = e.to_string();
         let repeated = {
             let mut view = self.lock_view();
-            // once per skew, not per save of the fleet's leader
-            let repeated = view
-                .config_skew
-                .as_ref()
-                .is_some_and(|k| k.reason == e.to_string());
-            view.config_skew = Some(Skew {
-                version: stored.version,
-                reason: e.to_string(),
-                config: ours.clone(),
-                stored_phase: state.phase,
-                stored_weight: state.weight,
-            });
-            view.version = Some(stored.version);
             let last = &state.last_transition;
             if let Some(t) = last.as_ref().filter(|_| *last != view.last_transition) {
                 view.transitions.push_back(t.clone());
@@ -662,13 +650,25 @@ impl Controller {
                     view.transitions.pop_front();
                 }
             }
-            repeated
+            view.version = Some(stored.version);
+            // once per skew, not per save of the fleet's leader
+            view.config_skew
+                .as_ref()
+                .is_some_and(|k| k.reason == reason)
         };
         if !repeated {
             tracing::warn!(target: "gray::rollout", service = %self.service, version = stored.version, stored_phase = %state.phase, stored_weight = state.weight, stored_step = ?state.step, unfit = %e, this_gateway = %ours, "the stored rollout state was written under another configuration of the rollout than this gateway's (a configuration change rolling through the fleet?): this gateway puts the stored weight in force, records evidence for the leader, does not lead, and takes only an abort, until the configurations agree");
         }
         self.acknowledge_state(state);
+        // the weight first, then the skew: whoever sees the skew sees the weight in force
         self.put_in_force(state);
+        self.lock_view().config_skew = Some(Skew {
+            version: stored.version,
+            reason,
+            config: ours,
+            stored_phase: state.phase,
+            stored_weight: state.weight,
+        });
         *self.lock_unfit() = Some(stored);
     }
 
