@@ -539,7 +539,7 @@ async fn one_user_failing_every_request_over_three_gateways_is_one_bad_user() {
     let s = setup(
         "rollout-etcd-one-user",
         // the power a step waits for has tests of its own: a 1 % step sees few gray users
-        "steps = [1, 100]\nhold_ms = 10000\nmin_users = 1\ndetect = { power = 0 }\n",
+        "steps = [1, 100]\nhold_ms = 20000\nmin_users = 1\ndetect = { power = 0 }\n",
         "",
     )
     .await;
