@@ -261,7 +261,7 @@ pub struct Limits {
     pub upstream_idle_timeout: Duration,
     /// Idle upstream HTTP/1.1 connections kept over every instance together
     /// (`upstream_max_idle`, default 1024): each is a socket, counted in the descriptor
-    /// budget ([`limits`](crate::limits)).
+    /// budget (see the [gateway docs](crate#limits)).
     pub upstream_max_idle: usize,
     /// HTTP/2 keep-alive PINGs to the instances: after this long without a frame from an
     /// instance while requests are open on its connection
