@@ -23,7 +23,7 @@ use http::Response;
 use hyper::body::{Body, Frame, SizeHint};
 use tokio::time::Sleep;
 
-use crate::upstream::Tally;
+use crate::upstream::{Answerer, Tally};
 
 /// What a response's body showed first.
 #[derive(Debug)]
@@ -104,19 +104,32 @@ pub(crate) struct HeldBody {
     /// The response of a gRPC call: an upstream failure mid-stream ends it with the
     /// status gRPC gives a lost transport (`UNAVAILABLE`) in trailers, not a reset.
     grpc: bool,
+    /// Who answered (for the log of a body `send_timeout` cuts).
+    answerer: Answerer,
 }
 
 impl HeldBody {
     /// `rest`, after what it showed first (not [`First::Failed`], which gets no body);
-    /// `grpc` for the response of a gRPC call.
-    pub(crate) fn new(first: First, rest: ResponseBody, grpc: bool) -> Self {
+    /// `grpc` for the response of a gRPC call, answered by `answerer`.
+    pub(crate) fn new(first: First, rest: ResponseBody, grpc: bool, answerer: Answerer) -> Self {
         let (first, rest) = match first {
             First::Frame(frame) => (Some(frame), Some(rest)),
             // An ended body has released its connection: it is not polled again.
             First::End => (None, None),
             First::Nothing | First::Failed(_) => (None, Some(rest)),
         };
-        HeldBody { first, rest, grpc }
+        HeldBody {
+            first,
+            rest,
+            grpc,
+            answerer,
+        }
+    }
+}
+
+impl crate::serve::Answered for HeldBody {
+    fn answered_by(&self) -> Option<&Answerer> {
+        Some(&self.answerer)
     }
 }
 /// The trailers of a gRPC call whose upstream failed with `error` mid-stream.

@@ -415,9 +415,10 @@ fn finish(
         );
     }
     let fell_back = tally.fell_back();
+    let answerer = tally.answerer();
     tally.count(lane, response.status().as_u16());
     timing.served(response.status().as_u16(), fell_back);
-    response.map(|rest| Either::Left(HeldBody::new(first, rest, grpc)))
+    response.map(|rest| Either::Left(HeldBody::new(first, rest, grpc, answerer)))
 }
 
 /// The answer to a request over an in-flight cap: 503 (all clients), 429 (its client's).

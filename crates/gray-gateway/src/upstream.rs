@@ -85,7 +85,27 @@ pub(crate) struct Tally {
     routed: Option<Routed>,
 }
 
+/// Who answered a response: its service and instance, for a log line about it (one
+/// reference count, nothing copied).
+#[derive(Debug, Clone)]
+pub(crate) struct Answerer(Arc<Identity>);
+
+impl Answerer {
+    pub(crate) fn service(&self) -> &str {
+        &self.0.service
+    }
+
+    pub(crate) fn instance(&self) -> &str {
+        &self.0.id
+    }
+}
+
 impl Tally {
+    /// Who served, for the response body to carry.
+    pub(crate) fn answerer(&self) -> Answerer {
+        Answerer(self.me.clone())
+    }
+
     /// The id of the instance that served.
     pub(crate) fn instance(&self) -> &str {
         &self.me.id

@@ -543,26 +543,13 @@ async fn one_user_failing_every_request_over_three_gateways_is_one_bad_user() {
         "",
     )
     .await;
-    let a = Process::start(&s.dir).await;
-    wait_for(&a, WAIT, |v| v["leader"] == true).await;
-    let gateways = [
-        a,
-        Process::start(&s.dir).await,
-        Process::start(&s.dir).await,
-    ];
+    let gateways = started(&s, 3).await;
     admin(&gateways[1], "POST", "/rollouts/svc").await;
     for g in &gateways {
         wait_for(g, WAIT, |v| v["weight"] == 1.0).await;
     }
     // healthy users through every gateway
-    let stop = Arc::new(AtomicBool::new(false));
-    let mut tasks = Vec::new();
-    let mut seen = Vec::new();
-    for g in &gateways {
-        let (part, more) = load(g, 300, 1, false, stop.clone());
-        seen.push(part);
-        tasks.extend(more);
-    }
+    let (stop, seen, tasks) = load_all(&gateways, 300);
     // the bad account: the first user the 1 % sends to gray
     let get = |i: usize, user: &str| {
         let req = http::Request::get(format!("http://{}/svc/x", gateways[i % 3].proxy()))
@@ -801,21 +788,7 @@ async fn a_gray_fault_reaches_weight_0_on_two_and_three_gateways() {
 /// abort, after which the state fits both.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_gateway_whose_configuration_differs_shows_it_keeps_the_stored_weight_and_can_abort() {
-    let s = setup(
-        "rollout-etcd-skew",
-        "steps = [10, 50, 100]\nhold_ms = 600000\nmin_users = 10\n",
-        "",
-    )
-    .await;
-    let other = gray_test_support::TempDir::new("rollout-etcd-skew-b");
-    for file in ["rules.toml", "gateway.toml"] {
-        let text = std::fs::read_to_string(s.dir.path().join(file)).unwrap();
-        let text = text.replace("steps = [10, 50, 100]", "steps = [20, 50, 100]");
-        std::fs::write(other.path().join(file), text).unwrap();
-    }
-    let a = Process::start(&s.dir).await;
-    wait_for(&a, WAIT, |v| v["leader"] == true).await;
-    let b = Process::start(&other).await;
+    let (_s, _other, a, b) = skewed_pair("rollout-etcd-skew").await;
     let (status, view) = admin(&a, "POST", "/rollouts/svc").await;
     assert_eq!(
         (status, view["weight"].as_f64()),
@@ -926,8 +899,7 @@ async fn a_corrupt_stored_state_is_refused_naming_its_key() {
         "",
     )
     .await;
-    let a = Process::start(&s.dir).await;
-    wait_for(&a, WAIT, |v| v["leader"] == true).await;
+    let a = started(&s, 1).await.remove(0);
     admin(&a, "POST", "/rollouts/svc").await;
     let good = s
         .etcd
@@ -1114,4 +1086,106 @@ async fn started_on_two(tag: &str, steps: &str) -> (rollouts::etcd::Setup, Proce
     let first = view["weight"].as_f64().expect("a weight");
     wait_for(&b, WAIT, |v| v["weight"] == first).await;
     (s, a, b)
+}
+
+/// With the default cadence (a state without a transition saved every 15 s), a leader
+/// stopped gracefully saves the evidence it consumed on its way out: what etcd holds
+/// after it is what the leader showed last, not the state of its last periodic save.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_stopped_gracefully_saves_its_evidence_on_the_way_out() {
+    let s = setup(
+        "rollout-etcd-stop-save",
+        "steps = [20, 100]\nhold_ms = 600000\nmin_users = 10\n",
+        "",
+    )
+    .await;
+    default_cadence(&s);
+    let a = started(&s, 1).await.remove(0);
+    admin(&a, "POST", "/rollouts/svc").await;
+    // two bursts: the first look after the start saves (its turn comes at once), the
+    // second burst is taken in by looks that do not save (15 s apart)
+    let mut answered = 0;
+    let mut view = Value::Null;
+    for _ in 0..2 {
+        let (stop, seen, tasks) = load_all(std::slice::from_ref(&a), 200);
+        wait_until_seen(&seen[0], 300).await;
+        stop_load(&stop, tasks).await;
+        answered += seen[0].0.lock().unwrap().len() as u64;
+        // the leader's own view takes in every request within a look or two
+        view = wait_for(&a, WAIT, |v| {
+            let r = &v["evidence"]["requests"];
+            r["gray"].as_u64().unwrap_or(0) + r["baseline"].as_u64().unwrap_or(0) >= answered
+        })
+        .await;
+    }
+    let stored_before = history(&s.etcd).await.last().unwrap().1.evidence.requests;
+    assert!(
+        stored_before.gray + stored_before.baseline < answered,
+        "the periodic save has not come yet: {stored_before:?} of {answered}"
+    );
+    a.terminate().await;
+    let stored = history(&s.etcd).await.last().unwrap().1.evidence.requests;
+    let shown = &view["evidence"]["requests"];
+    assert_eq!(
+        (Some(stored.gray), Some(stored.baseline)),
+        (shown["gray"].as_u64(), shown["baseline"].as_u64())
+    );
+}
+
+/// Two gateways on one etcd whose rollout of `svc` has other steps: `a` (steps 10, 50,
+/// 100) leads, `b` (20, 50, 100) joins second; the folder of `b`'s configuration.
+async fn skewed_pair(
+    tag: &str,
+) -> (
+    rollouts::etcd::Setup,
+    gray_test_support::TempDir,
+    Process,
+    Process,
+) {
+    let s = setup(
+        tag,
+        "steps = [10, 50, 100]\nhold_ms = 600000\nmin_users = 10\n",
+        "",
+    )
+    .await;
+    let other = gray_test_support::TempDir::new(&format!("{tag}-b"));
+    for file in ["rules.toml", "gateway.toml"] {
+        let text = std::fs::read_to_string(s.dir.path().join(file)).unwrap();
+        let text = text.replace("steps = [10, 50, 100]", "steps = [20, 50, 100]");
+        std::fs::write(other.path().join(file), text).unwrap();
+    }
+    let a = started(&s, 1).await.remove(0);
+    let b = Process::start(&other).await;
+    (s, other, a, b)
+}
+
+/// A skewed gateway does not take the lead: with the gateway whose configuration fits
+/// killed, `b` stays a follower past the leader's lease (nobody advances under steps it
+/// cannot read), and its abort still works.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_skewed_gateway_does_not_lead_when_the_fitting_one_dies() {
+    let (s, _other, a, b) = skewed_pair("rollout-etcd-skew-lead").await;
+    admin(&a, "POST", "/rollouts/svc").await;
+    wait_for(&b, WAIT, |v| !v["config_skew"].is_null()).await;
+    a.kill().await;
+    // the dead leader's lease (2 s) expires, and a gateway that may lead does within a
+    // third of it more (+ etcd's 500 ms expiry check): 6 s is well past that
+    let since = Instant::now();
+    while since.elapsed() < Duration::from_secs(6) {
+        let (_, view) = admin(&b, "GET", "/rollouts/svc").await;
+        assert_eq!(view["leader"], false, "{view:#}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let (status, aborted) = admin(&b, "POST", "/rollouts/svc/abort").await;
+    assert_eq!(
+        (status, aborted["phase"].as_str()),
+        (200, Some("rolled_back")),
+        "{aborted:#}"
+    );
+    let stored = history(&s.etcd).await.last().unwrap().1.clone();
+    assert_eq!(
+        (stored.phase, stored.weight),
+        (gray_rollout::Phase::RolledBack, 0.0)
+    );
+    b.terminate().await;
 }

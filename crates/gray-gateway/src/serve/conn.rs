@@ -84,7 +84,7 @@ where
         + Unpin
         + 'static,
     S::Future: Send + 'static,
-    B: Body + Send + 'static,
+    B: Body + super::counted::Answered + Send + 'static,
     B::Data: Send,
     B::Error: Into<BoxError>,
 {

@@ -10,7 +10,10 @@ use std::{
     task::{Context, Poll, ready},
 };
 
-use http::{HeaderValue, Request, Response, Uri};
+use http::{Request, Response};
+use http_body_util::{Either, Full};
+
+use crate::upstream::Answerer;
 use hyper::body::{Body, Frame, Incoming, SizeHint};
 use pin_project_lite::pin_project;
 use tower::Service;
@@ -28,6 +31,7 @@ pub(super) struct Counted<S> {
 impl<S, B> Service<Request<Incoming>> for Counted<S>
 where
     S: Service<Request<Incoming>, Response = Response<B>>,
+    B: Answered,
 {
     type Response = Response<CountedBody<B>>;
     type Error = S::Error;
@@ -48,11 +52,9 @@ where
                 tracing::warn!(%peer, suppressed, "GOAWAY: the client cancels most of its streams (max_cancelled_streams_percent)");
             });
         }
-        // what a body cut by `send_timeout` is logged with (reference counts, no copy)
-        let uri = req.uri().clone();
         CountedFuture {
             inner: self.inner.call(req),
-            flight: Some((flight, uri)),
+            flight: Some(flight),
         }
     }
 }
@@ -62,30 +64,58 @@ pin_project! {
     pub(super) struct CountedFuture<F> {
         #[pin]
         inner: F,
-        flight: Option<(Exchange, Uri)>,
+        flight: Option<Exchange>,
     }
 }
 
 impl<F, B, E> Future for CountedFuture<F>
 where
     F: Future<Output = Result<Response<B>, E>>,
+    B: Answered,
 {
     type Output = Result<Response<CountedBody<B>>, E>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.project();
         let res = ready!(this.inner.poll(cx))?;
-        let instance = res.headers().get(crate::upstream::X_GRAY_INSTANCE).cloned();
-        let flight = this.flight.take().map(|(mut flight, uri)| {
+        let answerer = res.body().answered_by().cloned();
+        let flight = this.flight.take().map(|mut flight| {
             flight.response_began();
             Sending {
                 flight,
-                uri,
-                instance,
+                answerer,
                 ended: false,
             }
         });
         Poll::Ready(Ok(res.map(|inner| CountedBody { inner, flight })))
+    }
+}
+
+/// A response body that can tell who answered it: the instance of an upstream response,
+/// `None` for the gateway's own answers.
+pub(crate) trait Answered {
+    /// The service and instance that answered, if an upstream did.
+    fn answered_by(&self) -> Option<&Answerer>;
+}
+
+impl Answered for Full<bytes::Bytes> {
+    fn answered_by(&self) -> Option<&Answerer> {
+        None
+    }
+}
+
+impl<L: Answered, R: Answered> Answered for Either<L, R> {
+    fn answered_by(&self) -> Option<&Answerer> {
+        match self {
+            Either::Left(l) => l.answered_by(),
+            Either::Right(r) => r.answered_by(),
+        }
+    }
+}
+
+impl<B: Answered> Answered for gray_tower::edge::EdgeBody<B> {
+    fn answered_by(&self) -> Option<&Answerer> {
+        self.get_ref()?.answered_by()
     }
 }
 
@@ -99,13 +129,12 @@ pin_project! {
     }
 }
 
-/// A response body's flight while it is sent, and what to name it by should
-/// `send_timeout` cut it: the request's URI (its service) and the instance that answered.
+/// A response body's flight while it is sent, and who answered it, to name should
+/// `send_timeout` cut it.
 #[derive(Debug)]
 pub(crate) struct Sending {
     flight: Exchange,
-    uri: Uri,
-    instance: Option<HeaderValue>,
+    answerer: Option<Answerer>,
     ended: bool,
 }
 
@@ -116,18 +145,10 @@ impl Drop for Sending {
         if self.ended || !self.flight.send_expired() {
             return;
         }
-        let service = self
-            .uri
-            .path()
-            .trim_start_matches('/')
-            .split('/')
-            .next()
-            .unwrap_or_default();
-        let instance = self
-            .instance
+        let (service, instance) = self
+            .answerer
             .as_ref()
-            .and_then(|v| v.to_str().ok())
-            .unwrap_or("-");
+            .map_or(("-", "-"), |o| (o.service(), o.instance()));
         crate::limits::warn(crate::limits::Warning::SendTimeout, |suppressed| {
             tracing::warn!(
                 service,

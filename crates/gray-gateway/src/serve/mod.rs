@@ -68,6 +68,7 @@ use tower::Service;
 use crate::config::Limits;
 
 pub(crate) use conn::ClientIo;
+pub(crate) use counted::Answered;
 use counted::Counted;
 use state::ConnState;
 use watchdog::{Timeouts, watchdog};
@@ -163,7 +164,7 @@ pub(crate) async fn serve<H, M, S, B>(
         + Unpin
         + 'static,
     S::Future: Send + 'static,
-    B: Body + Send + 'static,
+    B: Body + Answered + Send + 'static,
     B::Data: Send,
     B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
 {

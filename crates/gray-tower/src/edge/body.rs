@@ -75,6 +75,15 @@ impl<B> EdgeBody<B> {
         }
     }
 
+    /// A reference to the inner service's body; `None` for the edge's own answer.
+    #[must_use]
+    pub fn get_ref(&self) -> Option<&B> {
+        match &self.kind {
+            Kind::Inner { body } => Some(body),
+            Kind::Answer { .. } => None,
+        }
+    }
+
     /// The inner service's body; `None` for the edge's own answer.
     #[must_use]
     pub fn into_inner(self) -> Option<B> {
