@@ -229,13 +229,14 @@ fn endpoints(config: &Config) -> HttpEndpoints<Connector, ReplayBody<ClientBody>
     if let Some(interval) = config.limits.upstream_http2_keep_alive_interval {
         let mut http2 =
             hyper::client::conn::http2::Builder::new(hyper_util::rt::TokioExecutor::new());
-        // Pings only while requests are open: an idle connection is never pinged, which
-        // servers that police pings (grpc-go's and grpc-java's 5 min default) refuse.
+        // Idle connections too: hyper may leave a connection that opened with a request
+        // unscheduled when it judged it idle a moment before, and a black hole sends
+        // nothing that would schedule it again.
         http2
             .timer(hyper_util::rt::TokioTimer::new())
             .keep_alive_interval(interval)
             .keep_alive_timeout(config.limits.upstream_http2_keep_alive_timeout)
-            .keep_alive_while_idle(false);
+            .keep_alive_while_idle(true);
         endpoints = endpoints.with_http2(http2);
     }
     endpoints

@@ -264,7 +264,7 @@ pub struct Limits {
     /// budget (see the [gateway docs](crate#limits)).
     pub upstream_max_idle: usize,
     /// HTTP/2 keep-alive PINGs to the instances: after this long without a frame from an
-    /// instance while requests are open on its connection
+    /// instance on its connection, idle or not
     /// (`upstream_http2_keep_alive_interval_ms`, default 0: none); see the
     /// [gateway docs](crate#limits).
     pub upstream_http2_keep_alive_interval: Option<Duration>,
