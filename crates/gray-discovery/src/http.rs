@@ -69,6 +69,14 @@
 //! request. [`HttpEndpoints::with_http2`] sets the connection's options (windows, frame
 //! size, keep-alive pings).
 //!
+//! **Upgrades (WebSocket).** A request that asks for an HTTP/1.1 upgrade
+//! ([`is_upgrade_request`]: an `Upgrade` header and `Connection: upgrade`, as a WebSocket
+//! handshake) goes out like any other; when the instance answers `101 Switching
+//! Protocols`, its connection leaves the pool for good and the response carries it:
+//! [`upgraded`] takes it out, as an [`Upgraded`] whose reads start with what the instance
+//! sent past the answer's head. Over HTTP/2 there is no upgrade: such a request to an
+//! instance spoken to in HTTP/2 fails without being sent.
+//!
 //! **No request depends on other traffic.** An instance may answer before it has read the
 //! whole request body (an early 413 or 200, then close). When such a response ends while
 //! its request body is still being sent, the connection is closed rather than kept idle: an
@@ -116,6 +124,7 @@ mod target;
 #[cfg(feature = "tls")]
 mod tls;
 mod transport;
+mod upgrade;
 
 use std::{
     fmt,
@@ -142,7 +151,11 @@ use tower_service::Service;
 #[cfg(feature = "tls")]
 pub use self::tls::Tls;
 pub use self::{
-    body::ResponseBody, error::RequestError, protocol::Protocol, target::EndpointFuture,
+    body::ResponseBody,
+    error::RequestError,
+    protocol::Protocol,
+    target::EndpointFuture,
+    upgrade::{Upgraded, is_upgrade_request, upgraded},
 };
 use self::{
     settings::Settings,

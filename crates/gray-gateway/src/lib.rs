@@ -18,6 +18,7 @@ mod start;
 mod target;
 #[cfg(feature = "tls")]
 mod tls;
+mod upgrade;
 mod upstream;
 
 use std::{net::SocketAddr, sync::Arc};

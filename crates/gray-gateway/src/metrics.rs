@@ -11,6 +11,10 @@
 //! | `gray_gateway_rollout_weight` | gauge | `service`: the percentage its rollout puts on its rule |
 //! | `gray_gateway_rollout_phase` | gauge | `service`, `phase`: 1 for the rollout's phase |
 //! | `gray_gateway_rollout_look_failures_total` | counter | `service`, `kind` (`panic`, `timeout`) |
+//! | `gray_gateway_upgraded_opened_total` | counter | `service`, `lane`: upgraded connections (WebSocket) opened |
+//! | `gray_gateway_upgraded_open` | gauge | `service`, `lane`: upgraded connections open now |
+//! | `gray_gateway_upgraded_closed_total` | counter | `service`, `lane`, `reason` (`peer`, `error`, `idle`, `rollback`, `drain`) |
+//! | `gray_gateway_upgraded_bytes_total` | counter | `service`, `lane`, `direction` (`up`: client to instance, `down`) |
 //! | `gray_gateway_rules_generation` | gauge | the generation of the rule set in force |
 //! | `gray_gateway_rules_rejected` | gauge | rule-set versions rejected since the start |
 //! | `gray_gateway_discovery_connected` | gauge | 1 while discovery's source is reachable and followed |
@@ -65,7 +69,7 @@ use prometheus_client::{
     metrics::{
         counter::{ConstCounter, Counter},
         family::Family,
-        gauge::ConstGauge,
+        gauge::{ConstGauge, Gauge},
         info::Info,
     },
     registry::Registry,
@@ -88,6 +92,65 @@ struct FallbackLabels {
     subset: &'static str,
 }
 
+/// The labels of the upgraded connections' series.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct UpgradeLabels {
+    service: Arc<str>,
+    lane: Arc<str>,
+}
+
+/// The labels of `gray_gateway_upgraded_closed_total`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct UpgradeClosedLabels {
+    service: Arc<str>,
+    lane: Arc<str>,
+    reason: &'static str,
+}
+
+/// The labels of `gray_gateway_upgraded_bytes_total`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct UpgradeBytesLabels {
+    service: Arc<str>,
+    lane: Arc<str>,
+    direction: &'static str,
+}
+
+/// The series of upgraded connections.
+#[derive(Default)]
+struct UpgradeFamilies {
+    opened: Family<UpgradeLabels, Counter>,
+    open: Family<UpgradeLabels, Gauge>,
+    closed: Family<UpgradeClosedLabels, Counter>,
+    bytes: Family<UpgradeBytesLabels, Counter>,
+}
+
+/// The counters of the upgraded connections of one service and lane
+/// ([`Metrics::upgrades`]).
+#[derive(Debug, Clone)]
+pub(crate) struct UpgradeSeries {
+    service: Arc<str>,
+    lane: Arc<str>,
+    /// Open now.
+    pub(crate) open: Gauge,
+    /// Bytes from the client to the instance, and back.
+    pub(crate) up: Counter,
+    pub(crate) down: Counter,
+    closed: Family<UpgradeClosedLabels, Counter>,
+}
+
+impl UpgradeSeries {
+    /// Counts a connection closed for `reason`.
+    pub(crate) fn closed(&self, reason: &'static str) {
+        self.closed
+            .get_or_create(&UpgradeClosedLabels {
+                service: self.service.clone(),
+                lane: self.lane.clone(),
+                reason,
+            })
+            .inc();
+    }
+}
+
 /// An instance, by service and id.
 type InstanceKey = (Arc<str>, Arc<str>);
 
@@ -101,6 +164,7 @@ pub struct Metrics {
     requests: Family<RequestLabels, Counter>,
     fallbacks: Family<FallbackLabels, Counter>,
     lanes: LaneLabels,
+    upgrades: UpgradeFamilies,
     /// The instances in the registry, by service and instance id.
     instances: Mutex<HashMap<InstanceKey, Arc<InstanceSeries>>>,
 }
@@ -134,10 +198,32 @@ impl Metrics {
             "Requests served from a fallback subset, by service, lane and kind of subset",
             fallbacks.clone(),
         );
+        let upgrades = UpgradeFamilies::default();
+        registry.register(
+            "upgraded_opened",
+            "Upgraded connections (WebSocket) opened, by service and lane",
+            upgrades.opened.clone(),
+        );
+        registry.register(
+            "upgraded_open",
+            "Upgraded connections open now, by service and lane",
+            upgrades.open.clone(),
+        );
+        registry.register(
+            "upgraded_closed",
+            "Upgraded connections closed, by service, lane and reason",
+            upgrades.closed.clone(),
+        );
+        registry.register(
+            "upgraded_bytes",
+            "Bytes through upgraded connections, by service, lane and direction (up: client to instance)",
+            upgrades.bytes.clone(),
+        );
         Arc::new(Metrics {
             registry: Mutex::new(registry),
             requests,
             fallbacks,
+            upgrades,
             lanes: LaneLabels::new(max_lanes),
             instances: Mutex::default(),
         })
@@ -211,6 +297,34 @@ impl Metrics {
             subset,
         };
         self.fallbacks.get_or_create(&labels).inc();
+    }
+
+    /// The counters of the upgraded connections of `service` and `lane`, one more of them
+    /// counted as opened.
+    pub(crate) fn upgrades(&self, service: &Arc<str>, lane: Option<&Lane>) -> UpgradeSeries {
+        let lane = self.lanes.label(lane);
+        let labels = UpgradeLabels {
+            service: service.clone(),
+            lane: lane.clone(),
+        };
+        self.upgrades.opened.get_or_create(&labels).inc();
+        let bytes = |direction| {
+            self.upgrades
+                .bytes
+                .get_or_create_owned(&UpgradeBytesLabels {
+                    service: service.clone(),
+                    lane: lane.clone(),
+                    direction,
+                })
+        };
+        UpgradeSeries {
+            open: self.upgrades.open.get_or_create_owned(&labels),
+            up: bytes("up"),
+            down: bytes("down"),
+            service: service.clone(),
+            lane,
+            closed: self.upgrades.closed.clone(),
+        }
     }
 
     /// The metrics in the Prometheus text format (OpenMetrics 1.0).

@@ -38,6 +38,7 @@ use crate::{
     limits::{Flight, InFlight, Paced, Refused, SlowBody},
     metrics::Metrics,
     rollout::Timing,
+    upgrade::{Offer, Ticket, Tunnels},
     upstream::{BalancerCall, Served, Tally, Upstream},
 };
 
@@ -63,6 +64,8 @@ pub(crate) struct Routes {
     pub(crate) in_flight: Arc<InFlight>,
     /// Who the client is, for its cap.
     pub(crate) clients: ClientIpResolver,
+    /// The upgraded connections (WebSocket), and their cap.
+    pub(crate) tunnels: Arc<Tunnels>,
 }
 
 /// The proxy service (behind the edge layer). Cheap to clone.
@@ -193,6 +196,18 @@ impl Service<Request<Incoming>> for Proxy {
             req.headers_mut()
                 .insert(header::TE, HeaderValue::from_static("trailers"));
         }
+        // An upgrade (WebSocket): its headers back on, one of the `max_upgraded` places held
+        // until its tunnel ends (`crate::upgrade`).
+        let upgrading = match req.extensions_mut().remove::<Offer>() {
+            None => None,
+            Some(offer) => match upgrade(routes, upstream, lane.as_ref(), &mut req, offer) {
+                Ok(upgrading) => Some(upgrading),
+                Err(res) => {
+                    timing.done(res.status().as_u16());
+                    return ProxyFuture::ready(*res);
+                }
+            },
+        };
         let client = routes
             .in_flight
             .per_client()
@@ -226,9 +241,92 @@ impl Service<Request<Incoming>> for Proxy {
                 timing,
                 flight,
                 yielded: false,
+                upgrading,
             },
         }
     }
+}
+
+/// An upgrade request on its way: what its tunnel needs once the instance switched.
+#[derive(Debug)]
+pub(crate) struct Upgrading {
+    offer: Offer,
+    ticket: Ticket,
+}
+
+/// Readies an upgrade request for its instance: its `Connection` and `Upgrade` headers
+/// back (the edge took them off as hop-by-hop), and a place under `max_upgraded`; or the
+/// gateway's answer when it cannot go.
+fn upgrade(
+    routes: &Routes,
+    upstream: &Upstream,
+    lane: Option<&Lane>,
+    req: &mut Request<Incoming>,
+    offer: Offer,
+) -> Result<Box<Upgrading>, Box<Response<Body>>> {
+    if upstream.http2_only {
+        routes
+            .metrics
+            .answered(&upstream.name, lane, StatusCode::BAD_GATEWAY.as_u16());
+        return Err(Box::new(json(
+            StatusCode::BAD_GATEWAY,
+            serde_json::json!({
+                "error": "an upgrade (WebSocket) needs HTTP/1.1 to the instances; this service's protocol is http2",
+                "service": &*upstream.name,
+            }),
+        )));
+    }
+    let Some(ticket) = routes.tunnels.admit() else {
+        crate::limits::warn(crate::limits::Warning::Upgraded, |suppressed| {
+            tracing::warn!(service = %upstream.name, cap = routes.tunnels.max(), suppressed, "upgrade refused: max_upgraded reached");
+        });
+        let status = StatusCode::SERVICE_UNAVAILABLE;
+        routes
+            .metrics
+            .answered(&upstream.name, lane, status.as_u16());
+        return Err(Box::new(json(
+            status,
+            serde_json::json!({"error": "max_upgraded reached", "limit": routes.tunnels.max(), "service": &*upstream.name}),
+        )));
+    };
+    let headers = req.headers_mut();
+    headers.insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
+    headers.insert(header::UPGRADE, offer.protocol.clone());
+    Ok(Box::new(Upgrading { offer, ticket }))
+}
+
+/// The instance's answer to an upgrade request: a `101` becomes the client's `101`, its
+/// tunnel handed to the client's connection; any other answer goes on as it is.
+fn switched(
+    service: &Arc<str>,
+    lane: Option<&Lane>,
+    timing: &Timing,
+    mut response: Response<ResponseBody>,
+    tally: Tally,
+    upgrading: Upgrading,
+) -> Response<Body> {
+    let protocol = response.headers().get(header::UPGRADE).cloned();
+    let upstream = gray_discovery::http::upgraded(&mut response);
+    let (Some(protocol), Some(upstream)) = (protocol, upstream) else {
+        tally.count(lane, StatusCode::BAD_GATEWAY.as_u16());
+        timing.done(StatusCode::BAD_GATEWAY.as_u16());
+        return json(
+            StatusCode::BAD_GATEWAY,
+            serde_json::json!({"error": "the instance answered 101 without an Upgrade header", "service": &**service}),
+        );
+    };
+    let Upgrading { offer, ticket } = upgrading;
+    let tunnel = ticket.switched(service, lane, &protocol, upstream);
+    offer.handoff.hand_over(tunnel);
+    let fell_back = tally.fell_back();
+    tally.count(lane, StatusCode::SWITCHING_PROTOCOLS.as_u16());
+    timing.served(StatusCode::SWITCHING_PROTOCOLS.as_u16(), fell_back);
+    let (mut head, _) = response.into_parts();
+    hop::strip(&mut head.headers);
+    head.headers
+        .insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
+    head.headers.insert(header::UPGRADE, protocol);
+    Response::from_parts(head, Either::Right(Full::new(Bytes::new())))
 }
 
 pin_project_lite::pin_project! {
@@ -261,6 +359,8 @@ pin_project_lite::pin_project! {
             // The first poll was seen (and yielded, when others were in flight: see
             // `ProxyFuture::poll`).
             yielded: bool,
+            // An upgrade request (WebSocket).
+            upgrading: Option<Box<Upgrading>>,
         },
     }
 }
@@ -314,6 +414,7 @@ impl Future for ProxyFuture {
                 timing,
                 flight,
                 yielded,
+                upgrading,
             } => {
                 if !*yielded {
                     *yielded = true;
@@ -341,6 +442,29 @@ impl Future for ProxyFuture {
                             return Poll::Ready(Ok(res));
                         }
                     };
+                    if response.status() == StatusCode::SWITCHING_PROTOCOLS {
+                        let res = match upgrading.take() {
+                            Some(upgrading) => switched(
+                                service,
+                                lane.as_ref(),
+                                timing,
+                                response,
+                                tally,
+                                *upgrading,
+                            ),
+                            // A 101 to a request that asked for no upgrade.
+                            None => {
+                                tally.count(lane.as_ref(), StatusCode::BAD_GATEWAY.as_u16());
+                                timing.done(StatusCode::BAD_GATEWAY.as_u16());
+                                json(
+                                    StatusCode::BAD_GATEWAY,
+                                    serde_json::json!({"error": "the instance switched protocols unasked (101)", "service": &**service}),
+                                )
+                            }
+                        };
+                        state.set(State::Ready { response: None });
+                        return Poll::Ready(Ok(res));
+                    }
                     hop::strip(response.headers_mut());
                     // Most bodies bring their first frame with the head: nothing is held.
                     let first = match poll_first(response.body_mut(), cx) {

@@ -39,6 +39,7 @@ use crate::{
     proxy::{Proxy, Routes},
     rollout::{self, store::RolloutStore},
     serve,
+    upgrade::Tunnels,
     upstream::Upstream,
 };
 
@@ -61,9 +62,10 @@ pub(crate) async fn start(
         registry: registry.clone(),
     });
     let services = upstreams(&config, &registry, &metrics)?;
-    let rollouts = rollouts(&config, &services, &rules, &store).await?;
+    let tunnels = Tunnels::new(&config.limits, metrics.clone());
+    let rollouts = rollouts(&config, &services, &rules, &store, &tunnels).await?;
     metrics.register_collector(rollouts.clone());
-    let routes = routes(&config, services, &metrics);
+    let routes = routes(&config, services, &metrics, tunnels);
     let edge = edge(&config, &rules)?;
 
     let (stop, stopped) = watch::channel(false);
@@ -290,6 +292,7 @@ async fn rollouts(
     services: &BTreeMap<Box<str>, Upstream>,
     rules: &LiveRules,
     store: &Arc<dyn RolloutStore>,
+    tunnels: &Arc<Tunnels>,
 ) -> Result<rollout::Rollouts, BoxError> {
     let mut controllers = BTreeMap::new();
     for service in &config.services {
@@ -305,6 +308,7 @@ async fn rollouts(
             upstream.evidence.clone(),
             store.clone(),
             &config.rollouts,
+            tunnels.clone(),
         )
         .await?;
         controllers.insert(service.name.clone(), controller);
@@ -319,6 +323,7 @@ fn routes(
     config: &Config,
     services: BTreeMap<Box<str>, Upstream>,
     metrics: &Arc<Metrics>,
+    tunnels: Arc<Tunnels>,
 ) -> Arc<Routes> {
     Arc::new(Routes {
         services,
@@ -332,6 +337,7 @@ fn routes(
         )),
         clients: ClientIpResolver::new(TrustedProxies::cidrs(config.trusted_proxies.clone()))
             .with_header(config.forwarded_header),
+        tunnels,
     })
 }
 

@@ -234,6 +234,8 @@ pub(crate) struct Upstream {
     pub(crate) balancer: Balancer,
     /// Whether the service's name is taken off the path (`strip_prefix`).
     pub(crate) strip_prefix: bool,
+    /// Its instances are spoken to in HTTP/2 only (`protocol = "http2"`): no upgrade.
+    pub(crate) http2_only: bool,
     /// What its requests show, by lane and for a running rollout.
     pub(crate) evidence: Arc<ServiceEvidence>,
 }
@@ -320,6 +322,7 @@ impl Upstream {
             policy: config.policy.clone(),
             balancer: Retry::new(balancer),
             strip_prefix: config.strip_prefix,
+            http2_only: config.transport.protocol == gray_discovery::http::Protocol::Http2,
             evidence,
         }
     }

@@ -113,6 +113,15 @@ impl Rule {
         self.name.as_ref()
     }
 
+    /// The stain of a rule with a fixed outcome (`lane = …`, `version = …`): `None` for a
+    /// split, or a version read from the request.
+    pub fn stain(&self) -> Option<&Stain> {
+        match &self.outcome {
+            Outcome::Fixed(stain) => Some(stain),
+            _ => None,
+        }
+    }
+
     /// `false` when the rule is switched off in the configuration.
     pub fn is_enabled(&self) -> bool {
         self.enabled

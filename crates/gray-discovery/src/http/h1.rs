@@ -27,8 +27,9 @@ use std::{
     time::{Duration, Instant},
 };
 
+use bytes::Bytes;
 use gray_core::unsent::Unsent;
-use http::{Request, Response, Version, header::HOST};
+use http::{Request, Response, StatusCode, Version, header::HOST};
 use http_body::Body;
 use hyper::{
     client::conn::http1::{Connection, SendRequest},
@@ -45,6 +46,7 @@ use super::{
     settings::Settings,
     target::{Deadline, MakeIo, Mode, SendBody, Target, TargetIo},
     transport::{UpstreamIo, open},
+    upgrade::{Switched, Upgraded},
 };
 
 /// An HTTP/1 connection and the handle that sends requests on it.
@@ -364,6 +366,11 @@ impl<C: MakeIo<IO>, IO: TargetIo, B: SendBody> Target<C, IO, B> {
                     return Err(self.timeout(after));
                 };
                 match result {
+                    // The instance switched protocols (a WebSocket): the connection is the
+                    // response's now, never idle again.
+                    Ok(response) if response.status() == StatusCode::SWITCHING_PROTOCOLS => {
+                        return Box::pin(self.switched(conn, response, deadline)).await;
+                    }
                     Ok(response) => {
                         conn.pool = Some(self.pool.clone());
                         let lease: Box<dyn Lease> = conn;
@@ -396,5 +403,39 @@ impl<C: MakeIo<IO>, IO: TargetIo, B: SendBody> Target<C, IO, B> {
                 }
             }
         }
+    }
+
+    /// The answer `101 Switching Protocols` on `conn`: once hyper lets go of the
+    /// connection (it does when it has read the answer's head), the connection and what
+    /// hyper read past the head go with the response ([`upgraded`](super::upgraded)).
+    async fn switched(
+        self,
+        mut conn: Box<Conn<IO, B>>,
+        response: Response<hyper::body::Incoming>,
+        deadline: Deadline,
+    ) -> Result<Response<ResponseBody>, BoxError> {
+        let released = poll_fn(|cx| {
+            if conn.ended {
+                return Poll::Ready(Ok(()));
+            }
+            let done = ready!(Pin::new(&mut conn.driver).poll(cx));
+            conn.ended = true;
+            Poll::Ready(done)
+        });
+        let released = match deadline {
+            Some((at, after)) => tokio::time::timeout_at(at, released)
+                .await
+                .map_err(|_| self.timeout(after))?,
+            None => released.await,
+        };
+        released.map_err(|e| self.error(Stage::Send, e))?;
+        let Conn { driver, .. } = *conn;
+        let parts = driver.into_parts();
+        // Copied: hyper's read buffer is one allocation with the buffer it read the head
+        // into, which even a short slice of it would keep for the connection's life.
+        let upgraded = Upgraded::new(parts.io, Bytes::copy_from_slice(&parts.read_buf));
+        let (mut head, body) = response.into_parts();
+        head.extensions.insert(Switched::new(upgraded));
+        Ok(Response::from_parts(head, ResponseBody::new(body, None)))
     }
 }

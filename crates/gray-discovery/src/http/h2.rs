@@ -365,6 +365,15 @@ impl<C: MakeIo<IO>, IO: TargetIo, B: SendBody> Target<C, IO, B> {
         request: Request<B>,
         deadline: Deadline,
     ) -> Pin<Box<dyn Future<Output = Result<Response<ResponseBody>, BoxError>> + Send>> {
+        if super::is_upgrade_request(request.headers()) {
+            // HTTP/2 has no `Upgrade` (RFC 9113 §8.6): nothing is sent.
+            let error = self.error(
+                Stage::Send,
+                "an HTTP/1.1 upgrade (WebSocket) cannot be sent over HTTP/2, which this \
+                 instance speaks: give its endpoints the protocol http1",
+            );
+            return Box::pin(std::future::ready(Err(error)));
+        }
         Box::pin(self.exchange_h2(request, deadline))
     }
 

@@ -83,3 +83,12 @@ pub(crate) fn tls_reload_interval_ms() -> u64 {
 pub(crate) fn etcd_prefix() -> String {
     "/gray".into()
 }
+pub(crate) fn max_upgraded() -> usize {
+    5_000
+}
+pub(crate) fn upgraded_idle_timeout_ms() -> u64 {
+    300_000
+}
+pub(crate) fn upgraded_close_per_second() -> u32 {
+    50
+}

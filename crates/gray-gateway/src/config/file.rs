@@ -74,6 +74,12 @@ pub(super) struct File {
     pub(super) upstream_http2_keep_alive_interval_ms: u64,
     #[serde(default = "defaults::upstream_http2_keep_alive_timeout_ms")]
     pub(super) upstream_http2_keep_alive_timeout_ms: u64,
+    #[serde(default = "defaults::max_upgraded")]
+    pub(super) max_upgraded: usize,
+    #[serde(default = "defaults::upgraded_idle_timeout_ms")]
+    pub(super) upgraded_idle_timeout_ms: u64,
+    #[serde(default = "defaults::upgraded_close_per_second")]
+    pub(super) upgraded_close_per_second: u32,
     #[serde(default = "defaults::http2_max_concurrent_streams")]
     pub(super) http2_max_concurrent_streams: u32,
     #[serde(default = "defaults::http2_max_send_buf_size")]

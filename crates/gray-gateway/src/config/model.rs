@@ -271,6 +271,16 @@ pub struct Limits {
     /// How long a PING may go unanswered before the connection is closed and the instance
     /// ejected (`upstream_http2_keep_alive_timeout_ms`, default 20000).
     pub upstream_http2_keep_alive_timeout: Duration,
+    /// Upgraded connections (WebSocket) open at once (`max_upgraded`, default 5000; 0: no
+    /// cap); more upgrade requests get 503. They count in `max_connections` too.
+    pub max_upgraded: usize,
+    /// How long an upgraded connection may carry no byte either way before it is closed
+    /// (`upgraded_idle_timeout_ms`, default 300000; `None`: no limit). A WebSocket's own
+    /// pings count as traffic.
+    pub upgraded_idle_timeout: Option<Duration>,
+    /// How many upgraded connections a rollback closes a second, with the WebSocket close
+    /// code 1012 (`upgraded_close_per_second`, default 50; at least 1).
+    pub upgraded_close_per_second: u32,
     /// HTTP/2: streams open at once per connection (`SETTINGS_MAX_CONCURRENT_STREAMS`).
     pub http2_max_concurrent_streams: u32,
     /// HTTP/2: response bytes buffered per stream, beyond what the client's window takes.
@@ -311,6 +321,9 @@ impl Default for Limits {
             upstream_http2_keep_alive_timeout: Duration::from_millis(
                 defaults::upstream_http2_keep_alive_timeout_ms(),
             ),
+            max_upgraded: defaults::max_upgraded(),
+            upgraded_idle_timeout: millis(defaults::upgraded_idle_timeout_ms()),
+            upgraded_close_per_second: defaults::upgraded_close_per_second(),
             http2_max_concurrent_streams: defaults::http2_max_concurrent_streams(),
             http2_max_send_buf_size: defaults::http2_max_send_buf_size(),
             http2_stream_window: defaults::http2_stream_window(),

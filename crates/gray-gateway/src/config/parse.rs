@@ -68,6 +68,9 @@ impl Config {
                 ),
             ));
         }
+        if raw.upgraded_close_per_second == 0 {
+            return Err(err("upgraded_close_per_second", &"expected at least 1"));
+        }
         if raw.max_connections == 0 {
             return Err(err("max_connections", &"expected at least 1"));
         }
@@ -218,6 +221,9 @@ impl Config {
                 upstream_http2_keep_alive_timeout: Duration::from_millis(
                     raw.upstream_http2_keep_alive_timeout_ms.max(1),
                 ),
+                max_upgraded: raw.max_upgraded,
+                upgraded_idle_timeout: millis(raw.upgraded_idle_timeout_ms),
+                upgraded_close_per_second: raw.upgraded_close_per_second,
                 http2_max_concurrent_streams: raw.http2_max_concurrent_streams,
                 http2_max_send_buf_size: raw.http2_max_send_buf_size,
                 http2_stream_window: raw.http2_stream_window,

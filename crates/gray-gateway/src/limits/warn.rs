@@ -28,9 +28,11 @@ pub(crate) enum Warning {
     ClientAborted,
     /// A response was cut by `send_timeout` (its client read nothing of it).
     SendTimeout,
+    /// `max_upgraded` refused upgrade requests.
+    Upgraded,
 }
 
-const KINDS: usize = 6;
+const KINDS: usize = 7;
 const NEVER: u64 = u64::MAX;
 
 struct Slot {

@@ -156,6 +156,11 @@ pub(crate) struct Controller {
     /// ([`Skew`]); the rollout's slot is then empty.
     unfit: Mutex<Option<Stored>>,
     view: Mutex<View>,
+    /// The upgraded connections, which a rollback closes for the rule's lane.
+    tunnels: Arc<crate::upgrade::Tunnels>,
+    /// The rollback's closing of the lane's upgraded connections was started (once per
+    /// rollback).
+    tunnels_closed: AtomicBool,
 }
 
 /// The clock the states are written in: milliseconds since the Unix epoch, so that a
@@ -178,6 +183,7 @@ impl Controller {
         evidence: Arc<ServiceEvidence>,
         store: Arc<dyn RolloutStore>,
         settings: &RolloutSettings,
+        tunnels: Arc<crate::upgrade::Tunnels>,
     ) -> Result<Arc<Controller>, BoxError> {
         let stored = store
             .load(service)
@@ -224,6 +230,8 @@ impl Controller {
             rollout: AsyncMutex::new(None),
             unfit: Mutex::new(None),
             view: Mutex::new(view),
+            tunnels,
+            tunnels_closed: AtomicBool::new(false),
             config,
         });
         if let Some(stored) = stored {
@@ -289,6 +297,27 @@ impl Controller {
         view
     }
 
+    /// Once a rollout is rolled back, the upgraded connections (WebSocket) of its rule's
+    /// lane are closed, paced (`crate::upgrade`): their clients reconnect to baseline.
+    fn close_tunnels(&self, state: &State) {
+        if state.phase != Phase::RolledBack {
+            self.tunnels_closed.store(false, Ordering::Relaxed);
+            return;
+        }
+        if self.tunnels_closed.swap(true, Ordering::Relaxed) {
+            return;
+        }
+        let rules = self.rules.load();
+        let lane = rules
+            .rules()
+            .sticky_rule(&self.config.rule)
+            .ok()
+            .and_then(|sticky| sticky.rule().stain().and_then(|s| s.lane().cloned()));
+        if let Some(lane) = lane {
+            self.tunnels.close_lane(&self.service, &lane);
+        }
+    }
+
     /// Puts `state`'s weight on the rule (but for a rollout never started), records
     /// evidence while it is active, and has the recorder follow its epoch.
     fn put_in_force(&self, state: &State) {
@@ -299,6 +328,7 @@ impl Controller {
         {
             tracing::error!(target: "gray::rollout", service = %self.service, rule = %self.config.rule, error = %e, "cannot put the rollout's weight on its rule");
         }
+        self.close_tunnels(state);
         self.recorder.follow(&state.epoch_spec());
         let population = state.phase.is_active().then(|| {
             Arc::new(Population {

@@ -142,7 +142,22 @@ where
         })
         .await;
         if let Some(done) = parked {
-            return Ok(done?);
+            done?;
+            // An upgrade: hyper wrote the `101` and let go of the connection, which is a
+            // tunnel to the instance from now on (`crate::upgrade`).
+            if let Some(mut tunnel) = state.take_tunnel()
+                && let Some(upstream) = tunnel.take_upstream()
+            {
+                let parts = Pin::into_inner(conn).into_parts();
+                let (inner, unread) = parts.io.into_inner().into_inner().into_parts();
+                let mut ahead = BytesMut::with_capacity(unread.len() + parts.read_buf.len());
+                ahead.extend_from_slice(&unread);
+                ahead.extend_from_slice(&parts.read_buf);
+                let client = Prefixed::new(inner, ahead.freeze());
+                crate::upgrade::tunnel::run(*tunnel, client, TokioIo::new(upstream), &mut member)
+                    .await;
+            }
+            return Ok(());
         }
         // Idle between requests: closing it gracefully ends the burst at once, and
         // `without_shutdown` hands the socket back instead of shutting it down.

@@ -41,7 +41,18 @@ where
         self.inner.poll_ready(cx)
     }
 
-    fn call(&mut self, req: Request<Incoming>) -> Self::Future {
+    fn call(&mut self, mut req: Request<Incoming>) -> Self::Future {
+        // An upgrade asked for (WebSocket): noted before the edge strips `Upgrade` as a
+        // hop-by-hop header (`crate::upgrade`).
+        if req.version() == http::Version::HTTP_11
+            && gray_discovery::http::is_upgrade_request(req.headers())
+            && let Some(protocol) = req.headers().get(http::header::UPGRADE).cloned()
+        {
+            req.extensions_mut().insert(crate::upgrade::Offer {
+                protocol,
+                handoff: super::Handoff(self.state.clone()),
+            });
+        }
         let (flight, goaway) = self.state.begin(
             req.body().is_end_stream(),
             req.version() == http::Version::HTTP_2,

@@ -73,6 +73,19 @@ use counted::Counted;
 use state::ConnState;
 use watchdog::{Timeouts, watchdog};
 
+/// Where the proxy hands the tunnel of an accepted upgrade to the client's connection
+/// ([`crate::upgrade::Offer`]).
+#[derive(Clone)]
+pub(crate) struct Handoff(Arc<ConnState>);
+
+impl Handoff {
+    /// The instance switched protocols: the connection runs `tunnel` once its `101` is
+    /// written.
+    pub(crate) fn hand_over(&self, tunnel: crate::upgrade::Tunnel) {
+        self.0.hand_over(tunnel);
+    }
+}
+
 /// How long a shutdown waits for the connections to finish before it drops them.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
 

@@ -57,6 +57,11 @@ pub(super) struct ConnState {
     park: AtomicBool,
     /// Wakes the connection's task for that.
     waker: AtomicWaker,
+    /// The tunnel of an upgrade the instance accepted, for the connection to run once
+    /// hyper has written the `101` ([`crate::upgrade`]).
+    tunnel: std::sync::Mutex<Option<Box<crate::upgrade::Tunnel>>>,
+    /// The connection is a tunnel now: the watchdog has nothing more to watch.
+    upgraded: AtomicBool,
     /// Times the connection was parked (written by its task only; what tests check).
     #[cfg(test)]
     parks: AtomicU64,
@@ -99,9 +104,31 @@ impl ConnState {
             unflushed: AtomicBool::new(false),
             park: AtomicBool::new(false),
             waker: AtomicWaker::new(),
+            tunnel: std::sync::Mutex::new(None),
+            upgraded: AtomicBool::new(false),
             #[cfg(test)]
             parks: AtomicU64::new(0),
         }
+    }
+
+    /// The instance accepted the connection's upgrade: its tunnel waits for the `101` to
+    /// be written.
+    pub(super) fn hand_over(&self, tunnel: crate::upgrade::Tunnel) {
+        *self.tunnel.lock().unwrap_or_else(|p| p.into_inner()) = Some(Box::new(tunnel));
+    }
+
+    /// The tunnel handed over, if any; the connection is a tunnel from now on.
+    pub(super) fn take_tunnel(&self) -> Option<Box<crate::upgrade::Tunnel>> {
+        let tunnel = self.tunnel.lock().unwrap_or_else(|p| p.into_inner()).take();
+        if tunnel.is_some() {
+            self.upgraded.store(true, Relaxed);
+        }
+        tunnel
+    }
+
+    /// Whether the connection became a tunnel (its own limits apply, not the watchdog's).
+    pub(super) fn is_upgraded(&self) -> bool {
+        self.upgraded.load(Relaxed)
     }
 
     /// The watchdog closes the connection for `send_timeout` (its response bodies are

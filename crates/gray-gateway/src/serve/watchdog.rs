@@ -90,7 +90,7 @@ pub(super) async fn watchdog(
     let (mut sending, mut stalled) = (None, Duration::ZERO);
     loop {
         interval.tick().await;
-        if conn.is_finished() {
+        if conn.is_finished() || state.is_upgraded() {
             return;
         }
         if let Some(limit) = limits.send_timeout {

@@ -1,0 +1,287 @@
+//! WebSocket through the gateway against a direct connection and nginx (when `nginx` is on
+//! the `PATH`): message round trips on one connection (p50, p99), CPU per message, and
+//! memory per idle WebSocket connection.
+//!
+//! ```text
+//! cargo bench -p gray-tests --bench websocket            # 20,000 messages, 5,000 idle connections
+//! WS_MESSAGES=2000 WS_IDLE=500 cargo bench -p gray-tests --bench websocket
+//! ```
+//!
+//! The echo instance runs in a child process (this binary, `--echo`), so the figures of
+//! this process are the client's plus, through the gateway, the gateway's: the gateway's
+//! CPU per message and memory per connection are the differences with the direct run.
+//! nginx's are read from its worker's `/proc` entries. A custom harness: criterion reports
+//! neither percentiles nor memory.
+
+use std::{
+    io::{BufRead, BufReader},
+    net::SocketAddr,
+    process::{Child, Command, Stdio},
+    time::{Duration, Instant},
+};
+
+use futures_util::{SinkExt, StreamExt};
+use gray_test_support::TempDir;
+use tokio::net::{TcpListener, TcpStream};
+use tokio_tungstenite::{WebSocketStream, tungstenite::Message};
+
+fn env(name: &str, default: usize) -> usize {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+/// The echo instance: prints its address, then echoes every message of every connection.
+async fn echo_server() {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    println!("{}", listener.local_addr().unwrap());
+    while let Ok((tcp, _)) = listener.accept().await {
+        tokio::spawn(async move {
+            let Ok(mut ws) = tokio_tungstenite::accept_async(tcp).await else {
+                return;
+            };
+            while let Some(Ok(message)) = ws.next().await {
+                if (message.is_text() || message.is_binary()) && ws.send(message).await.is_err() {
+                    return;
+                }
+            }
+        });
+    }
+}
+
+fn spawn_echo() -> (Child, SocketAddr) {
+    let mut child = Command::new(std::env::current_exe().unwrap())
+        .arg("--echo")
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("the echo instance starts");
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    (child, line.trim().parse().expect("its address"))
+}
+
+/// This process's CPU time (user and system), from `/proc/self/stat`.
+fn cpu_of(pid: &str) -> Duration {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let fields: Vec<&str> = stat
+        .rsplit_once(") ")
+        .map_or(vec![], |(_, rest)| rest.split(' ').collect());
+    let ticks: u64 = [11, 12]
+        .iter()
+        .filter_map(|&i| fields.get(i)?.parse::<u64>().ok())
+        .sum();
+    // USER_HZ is 100 on Linux.
+    Duration::from_millis(ticks * 10)
+}
+
+/// Resident memory of `pid`, in bytes (`VmRSS`).
+fn rss_of(pid: &str) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches(" kB").trim().parse::<u64>().ok())
+        .map_or(0, |kb| kb * 1024)
+}
+
+async fn connect(addr: SocketAddr, path: &str) -> WebSocketStream<TcpStream> {
+    let tcp = TcpStream::connect(addr).await.unwrap();
+    let (ws, _) = tokio_tungstenite::client_async(format!("ws://{addr}{path}"), tcp)
+        .await
+        .expect("a WebSocket");
+    ws
+}
+
+struct Run {
+    p50: Duration,
+    p99: Duration,
+    cpu: Duration,
+}
+
+/// `messages` round trips of 32 bytes on one connection to `addr`; `cpu` is the CPU time
+/// `pids` spent meanwhile.
+async fn round_trips(addr: SocketAddr, path: &str, messages: usize, pids: &[String]) -> Run {
+    let mut ws = connect(addr, path).await;
+    let payload = "x".repeat(32);
+    for _ in 0..200 {
+        ws.send(Message::text(payload.clone())).await.unwrap();
+        ws.next().await.unwrap().unwrap();
+    }
+    let cpu = |pids: &[String]| pids.iter().map(|p| cpu_of(p)).sum::<Duration>();
+    let before = cpu(pids);
+    let mut times = Vec::with_capacity(messages);
+    for _ in 0..messages {
+        let start = Instant::now();
+        ws.send(Message::text(payload.clone())).await.unwrap();
+        ws.next().await.unwrap().unwrap();
+        times.push(start.elapsed());
+    }
+    let cpu = cpu(pids) - before;
+    times.sort();
+    Run {
+        p50: times[times.len() / 2],
+        p99: times[times.len() * 99 / 100],
+        cpu,
+    }
+}
+
+/// Memory of `pid` grown by `n` idle WebSocket connections to `addr` (held until return).
+async fn idle_growth(addr: SocketAddr, path: &str, n: usize, pid: &str) -> u64 {
+    let before = rss_of(pid);
+    let mut held = Vec::with_capacity(n);
+    for _ in 0..n {
+        held.push(connect(addr, path).await);
+    }
+    // One message on each: every tunnel is past its first frames.
+    for ws in &mut held {
+        ws.send(Message::text("hi")).await.unwrap();
+        ws.next().await.unwrap().unwrap();
+    }
+    let grown = rss_of(pid).saturating_sub(before);
+    for mut ws in held {
+        let _ = ws.close(None).await;
+    }
+    grown
+}
+
+fn nginx(dir: &TempDir, echo: SocketAddr) -> Option<(Child, SocketAddr, String)> {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .ok()?
+        .local_addr()
+        .ok()?
+        .port();
+    let conf = dir.path().join("nginx.conf");
+    std::fs::write(
+        &conf,
+        format!(
+            "worker_processes 1;\ndaemon off;\npid {dir}/nginx.pid;\nerror_log {dir}/error.log;\n\
+             events {{ worker_connections 12000; }}\n\
+             http {{\n  access_log off;\n  client_body_temp_path {dir};\n  proxy_temp_path {dir};\n\
+               fastcgi_temp_path {dir};\n  uwsgi_temp_path {dir};\n  scgi_temp_path {dir};\n\
+               server {{\n    listen 127.0.0.1:{port};\n    location /svc/ {{\n\
+                 proxy_pass http://{echo}/;\n      proxy_http_version 1.1;\n\
+                 proxy_set_header Upgrade $http_upgrade;\n\
+                 proxy_set_header Connection \"upgrade\";\n      proxy_read_timeout 3600s;\n\
+               }}\n  }}\n}}\n",
+            dir = dir.path().display()
+        ),
+    )
+    .ok()?;
+    let child = Command::new("nginx")
+        .args(["-c", conf.to_str()?, "-p", dir.path().to_str()?])
+        .stderr(Stdio::null())
+        .spawn()
+        .ok()?;
+    let addr: SocketAddr = format!("127.0.0.1:{port}").parse().ok()?;
+    // Its worker: the master's child.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        if std::net::TcpStream::connect(addr).is_ok() {
+            let children = std::fs::read_to_string(format!(
+                "/proc/{}/task/{}/children",
+                child.id(),
+                child.id()
+            ))
+            .unwrap_or_default();
+            if let Some(worker) = children.split_whitespace().next() {
+                return Some((child, addr, worker.to_owned()));
+            }
+        }
+        if Instant::now() > deadline {
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn main() {
+    if std::env::args().any(|a| a == "--echo") {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap()
+            .block_on(echo_server());
+        return;
+    }
+    // `cargo bench` passes `--bench`; `cargo test --benches` runs it once, briefly.
+    let quick = !std::env::args().any(|a| a == "--bench");
+    let messages = if quick {
+        200
+    } else {
+        env("WS_MESSAGES", 20_000)
+    };
+    let idle = if quick { 50 } else { env("WS_IDLE", 5_000) };
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async move {
+        let (mut echo, echo_addr) = spawn_echo();
+        let dir = TempDir::new("bench-ws");
+        std::fs::write(
+            dir.path().join("instances.toml"),
+            format!("[[services.svc]]\nid = \"base-1\"\naddress = \"{echo_addr}\"\n"),
+        )
+        .unwrap();
+        std::fs::write(
+            dir.path().join("gateway.toml"),
+            "listen = \"127.0.0.1:0\"\ninstances = \"instances.toml\"\nmax_upgraded = 0\n\
+             [services.svc]\npreset = \"seed-000\"\n",
+        )
+        .unwrap();
+        let gateway = gray_tests::start_gateway(dir.path()).await;
+        let me = std::process::id().to_string();
+        let nginx = nginx(&dir, echo_addr);
+
+        println!("WebSocket, 32-byte text messages, one connection, {messages} round trips:");
+        let direct = round_trips(echo_addr, "/", messages, std::slice::from_ref(&me)).await;
+        let through = round_trips(gateway.addr(), "/svc/", messages, std::slice::from_ref(&me)).await;
+        let per = |cpu: Duration| cpu.as_secs_f64() * 1e6 / messages as f64;
+        println!(
+            "  direct    p50 {:>7.1} µs  p99 {:>7.1} µs",
+            direct.p50.as_secs_f64() * 1e6,
+            direct.p99.as_secs_f64() * 1e6
+        );
+        let gateway_cpu = per(through.cpu.saturating_sub(direct.cpu));
+        println!(
+            "  gateway   p50 {:>7.1} µs  p99 {:>7.1} µs  CPU {:.2} µs a message (the client's subtracted)",
+            through.p50.as_secs_f64() * 1e6,
+            through.p99.as_secs_f64() * 1e6,
+            gateway_cpu
+        );
+        if let Some((_, addr, worker)) = &nginx {
+            let run = round_trips(*addr, "/svc/", messages, std::slice::from_ref(worker)).await;
+            println!(
+                "  nginx     p50 {:>7.1} µs  p99 {:>7.1} µs  CPU {:.2} µs a message (its worker's)",
+                run.p50.as_secs_f64() * 1e6,
+                run.p99.as_secs_f64() * 1e6,
+                per(run.cpu)
+            );
+        } else {
+            println!("  nginx     not on the PATH: skipped");
+        }
+
+        println!("Memory per idle WebSocket connection, {idle} connections:");
+        let direct = idle_growth(echo_addr, "/", idle, &me).await;
+        let through = idle_growth(gateway.addr(), "/svc/", idle, &me).await;
+        println!(
+            "  gateway   {:.1} kB (this process's growth through the gateway, less the direct run's)",
+            through.saturating_sub(direct) as f64 / idle as f64 / 1000.0
+        );
+        if let Some((_, addr, worker)) = &nginx {
+            let grown = idle_growth(*addr, "/svc/", idle, worker).await;
+            println!("  nginx     {:.1} kB (its worker's growth)", grown as f64 / idle as f64 / 1000.0);
+        }
+        gateway.shutdown().await;
+        if let Some((mut child, _, _)) = nginx {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        let _ = echo.kill();
+        let _ = echo.wait();
+    });
+}
