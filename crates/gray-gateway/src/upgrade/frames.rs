@@ -49,6 +49,26 @@ impl Frames {
         }
     }
 
+    /// Follows `data` up to the end of the frame the stream is in (all of it if that frame
+    /// goes on past it); returns how many bytes that took.
+    pub(super) fn feed_to_end(&mut self, data: &[u8]) -> usize {
+        let mut used = 0;
+        while used < data.len() {
+            let step = if self.remaining > 0 {
+                usize::try_from(self.remaining)
+                    .map_or(data.len() - used, |r| r.min(data.len() - used))
+            } else {
+                1
+            };
+            self.feed(&data[used..used + step]);
+            used += step;
+            if self.frame_start == self.pos {
+                break;
+            }
+        }
+        used
+    }
+
     /// The payload length once the header read so far is whole.
     fn header_done(&self) -> Option<u64> {
         let have = usize::from(self.have);
@@ -167,6 +187,24 @@ mod tests {
                 assert_eq!(cursor.frame_start(), stream.len() as u64);
             }
         }
+    }
+
+    #[test]
+    fn feeding_to_the_end_stops_at_the_frame_boundary() {
+        let stream = [frame(300, true), frame(5, true)].concat();
+        let mut cursor = Frames::default();
+        cursor.feed(&stream[..10]);
+        // The rest of the first frame, not a byte of the second.
+        assert_eq!(
+            cursor.feed_to_end(&stream[10..]),
+            frame(300, true).len() - 10
+        );
+        assert_eq!(cursor.frame_start(), cursor.pos());
+        // At a boundary, the next frame whole.
+        assert_eq!(
+            cursor.feed_to_end(&stream[frame(300, true).len()..]),
+            frame(5, true).len()
+        );
     }
 
     #[test]

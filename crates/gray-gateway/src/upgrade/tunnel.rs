@@ -46,6 +46,8 @@ struct Half {
     close: Option<(Vec<u8>, usize)>,
     /// The gateway's close frame was written (or there is none to write).
     closed: bool,
+    /// A close waits for the end of a frame begun: reads take no byte past it.
+    finishing: bool,
     /// Bytes read from the source.
     bytes: u64,
 }
@@ -59,6 +61,7 @@ impl Half {
             frames: websocket.then(Frames::default),
             close: None,
             closed: false,
+            finishing: false,
             bytes: 0,
         }
     }
@@ -94,6 +97,7 @@ impl Half {
         let start = frames.frame_start();
         let written = self.written();
         if start < written {
+            self.finishing = true;
             return false;
         }
         // Everything up to the frame that began at `start` goes; the rest of the frame
@@ -150,16 +154,22 @@ impl Half {
                     ready!(Pin::new(&mut *dst).poll_flush(cx))?;
                     return Poll::Pending;
                 }
-                let read = buf.filled();
+                let mut read = buf.filled();
                 if read.is_empty() {
                     self.read_done = true;
                     continue;
                 }
                 *progress = true;
-                self.bytes += read.len() as u64;
                 if let Some(frames) = &mut self.frames {
-                    frames.feed(read);
+                    if self.finishing {
+                        // The rest of the frame goes; what follows it is cut with the
+                        // source.
+                        read = &read[..frames.feed_to_end(read)];
+                    } else {
+                        frames.feed(read);
+                    }
                 }
+                self.bytes += read.len() as u64;
                 // Written at once; only what the destination does not take is kept.
                 let mut at = 0;
                 while at < read.len() {
