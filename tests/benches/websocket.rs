@@ -7,11 +7,11 @@
 //! WS_MESSAGES=2000 WS_IDLE=500 cargo bench -p gray-tests --bench websocket
 //! ```
 //!
-//! The echo instance runs in a child process (this binary, `--echo`), so the figures of
-//! this process are the client's plus, through the gateway, the gateway's: the gateway's
-//! CPU per message and memory per connection are the differences with the direct run.
-//! nginx's are read from its worker's `/proc` entries. A custom harness: criterion reports
-//! neither percentiles nor memory.
+//! The echo instance and the gateway run in child processes (this binary, `--echo` and
+//! `--gateway DIR`), and nginx (one worker) in its own: the CPU per message and the memory
+//! per connection of the gateway and of nginx are read from their `/proc` entries (the
+//! gateway's process, nginx's worker). A custom harness: criterion reports neither
+//! percentiles nor memory.
 
 use std::{
     io::{BufRead, BufReader},
@@ -50,12 +50,20 @@ async fn echo_server() {
     }
 }
 
-fn spawn_echo() -> (Child, SocketAddr) {
+/// The gateway of `dir`: prints its address, then serves until killed.
+async fn gateway_server(dir: &str) {
+    let gateway = gray_tests::start_gateway(std::path::Path::new(dir)).await;
+    println!("{}", gateway.addr());
+    std::future::pending::<()>().await;
+}
+
+/// This binary as a child process with `args`, and the address it printed.
+fn spawn_child(args: &[&str]) -> (Child, SocketAddr) {
     let mut child = Command::new(std::env::current_exe().unwrap())
-        .arg("--echo")
+        .args(args)
         .stdout(Stdio::piped())
         .spawn()
-        .expect("the echo instance starts");
+        .expect("the child starts");
     let mut line = String::new();
     BufReader::new(child.stdout.take().unwrap())
         .read_line(&mut line)
@@ -63,7 +71,7 @@ fn spawn_echo() -> (Child, SocketAddr) {
     (child, line.trim().parse().expect("its address"))
 }
 
-/// This process's CPU time (user and system), from `/proc/self/stat`.
+/// The CPU time (user and system) of the process `pid`, from `/proc/{pid}/stat`.
 fn cpu_of(pid: &str) -> Duration {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
     let fields: Vec<&str> = stat
@@ -95,10 +103,30 @@ async fn connect(addr: SocketAddr, path: &str) -> WebSocketStream<TcpStream> {
     ws
 }
 
+/// What the rounds of one target measured.
+#[derive(Default)]
 struct Run {
-    p50: Duration,
-    p99: Duration,
+    times: Vec<Duration>,
     cpu: Duration,
+}
+
+impl Run {
+    fn add(&mut self, other: Run) {
+        self.times.extend(other.times);
+        self.cpu += other.cpu;
+    }
+
+    /// p50 and p99, in µs; CPU per message, in µs.
+    fn line(&mut self) -> String {
+        self.times.sort();
+        let at = |q: usize| self.times[self.times.len() * q / 100].as_secs_f64() * 1e6;
+        let cpu = self.cpu.as_secs_f64() * 1e6 / self.times.len() as f64;
+        format!(
+            "p50 {:>7.1} µs  p99 {:>7.1} µs  CPU {cpu:>6.2} µs a message",
+            at(50),
+            at(99)
+        )
+    }
 }
 
 /// `messages` round trips of 32 bytes on one connection to `addr`; `cpu` is the CPU time
@@ -120,12 +148,7 @@ async fn round_trips(addr: SocketAddr, path: &str, messages: usize, pids: &[Stri
         times.push(start.elapsed());
     }
     let cpu = cpu(pids) - before;
-    times.sort();
-    Run {
-        p50: times[times.len() / 2],
-        p99: times[times.len() * 99 / 100],
-        cpu,
-    }
+    Run { times, cpu }
 }
 
 /// Memory of `pid` grown by `n` idle WebSocket connections to `addr` (held until return).
@@ -198,12 +221,23 @@ fn nginx(dir: &TempDir, echo: SocketAddr) -> Option<(Child, SocketAddr, String)>
 }
 
 fn main() {
-    if std::env::args().any(|a| a == "--echo") {
+    let args: Vec<String> = std::env::args().collect();
+    if args.iter().any(|a| a == "--echo") {
         tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
             .unwrap()
             .block_on(echo_server());
+        return;
+    }
+    if let Some(i) = args.iter().position(|a| a == "--gateway") {
+        let dir = args.get(i + 1).expect("--gateway DIR").clone();
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .unwrap()
+            .block_on(gateway_server(&dir));
         return;
     }
     // `cargo bench` passes `--bench`; `cargo test --benches` runs it once, briefly.
@@ -220,7 +254,7 @@ fn main() {
         .build()
         .unwrap();
     runtime.block_on(async move {
-        let (mut echo, echo_addr) = spawn_echo();
+        let (mut echo, echo_addr) = spawn_child(&["--echo"]);
         let dir = TempDir::new("bench-ws");
         std::fs::write(
             dir.path().join("instances.toml"),
@@ -233,51 +267,58 @@ fn main() {
              [services.svc]\npreset = \"seed-000\"\n",
         )
         .unwrap();
-        let gateway = gray_tests::start_gateway(dir.path()).await;
-        let me = std::process::id().to_string();
+        let (mut gateway, gateway_addr) = spawn_child(&["--gateway", dir.path().to_str().unwrap()]);
+        let gateway_pid = gateway.id().to_string();
         let nginx = nginx(&dir, echo_addr);
 
-        println!("WebSocket, 32-byte text messages, one connection, {messages} round trips:");
-        let direct = round_trips(echo_addr, "/", messages, std::slice::from_ref(&me)).await;
-        let through = round_trips(gateway.addr(), "/svc/", messages, std::slice::from_ref(&me)).await;
-        let per = |cpu: Duration| cpu.as_secs_f64() * 1e6 / messages as f64;
+        const ROUNDS: usize = 5;
         println!(
-            "  direct    p50 {:>7.1} µs  p99 {:>7.1} µs",
-            direct.p50.as_secs_f64() * 1e6,
-            direct.p99.as_secs_f64() * 1e6
+            "WebSocket, 32-byte text messages, one connection, {messages} round trips each, \
+             in {ROUNDS} interleaved rounds:"
         );
-        let gateway_cpu = per(through.cpu.saturating_sub(direct.cpu));
+        let (mut direct, mut through, mut proxied) =
+            (Run::default(), Run::default(), Run::default());
+        let each = messages / ROUNDS;
+        for _ in 0..ROUNDS {
+            direct.add(round_trips(echo_addr, "/", each, &[]).await);
+            let pid = std::slice::from_ref(&gateway_pid);
+            through.add(round_trips(gateway_addr, "/svc/", each, pid).await);
+            if let Some((_, addr, worker)) = &nginx {
+                proxied.add(round_trips(*addr, "/svc/", each, std::slice::from_ref(worker)).await);
+            }
+        }
         println!(
-            "  gateway   p50 {:>7.1} µs  p99 {:>7.1} µs  CPU {:.2} µs a message (the client's subtracted)",
-            through.p50.as_secs_f64() * 1e6,
-            through.p99.as_secs_f64() * 1e6,
-            gateway_cpu
+            "  direct    {} (no proxy: its CPU is not read)",
+            direct.line()
         );
-        if let Some((_, addr, worker)) = &nginx {
-            let run = round_trips(*addr, "/svc/", messages, std::slice::from_ref(worker)).await;
-            println!(
-                "  nginx     p50 {:>7.1} µs  p99 {:>7.1} µs  CPU {:.2} µs a message (its worker's)",
-                run.p50.as_secs_f64() * 1e6,
-                run.p99.as_secs_f64() * 1e6,
-                per(run.cpu)
-            );
+        println!(
+            "  gateway   {} (its process, one worker thread)",
+            through.line()
+        );
+        if nginx.is_some() {
+            println!("  nginx     {} (its one worker)", proxied.line());
         } else {
             println!("  nginx     not on the PATH: skipped");
         }
 
         println!("Memory per idle WebSocket connection, {idle} connections:");
-        let direct = idle_growth(echo_addr, "/", idle, &me).await;
-        let through = idle_growth(gateway.addr(), "/svc/", idle, &me).await;
+        let through = idle_growth(gateway_addr, "/svc/", idle, &gateway_pid).await;
         println!(
-            "  gateway   {:.1} kB (this process's growth through the gateway, less the direct run's)",
-            through.saturating_sub(direct) as f64 / idle as f64 / 1000.0
+            "  gateway   {:.1} kB (its process's growth)",
+            through as f64 / idle as f64 / 1000.0
         );
         if let Some((_, addr, worker)) = &nginx {
             let grown = idle_growth(*addr, "/svc/", idle, worker).await;
-            println!("  nginx     {:.1} kB (its worker's growth)", grown as f64 / idle as f64 / 1000.0);
+            println!(
+                "  nginx     {:.1} kB (its worker's growth)",
+                grown as f64 / idle as f64 / 1000.0
+            );
         }
-        gateway.shutdown().await;
-        if let Some((mut child, _, _)) = nginx {
+        let _ = gateway.kill();
+        let _ = gateway.wait();
+        if let Some((mut child, _, worker)) = nginx {
+            // Its worker first: killed, the master would leave it running.
+            let _ = Command::new("kill").args(["-9", &worker]).status();
             let _ = child.kill();
             let _ = child.wait();
         }

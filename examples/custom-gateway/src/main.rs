@@ -10,7 +10,11 @@
 //! - `/api/**` and `/web/**` go to a **balancer** each, which picks, per request, an
 //!   instance whose labels fit the lane, from an instance file a `Registry` follows live;
 //!   failures become statuses (`status_of`: 503 when nothing fits, 504, 502);
-//! - `/healthz` is answered locally.
+//! - `/healthz` is answered locally;
+//! - **WebSocket** (any HTTP/1.1 upgrade) goes through the same balancer: the upgrade is
+//!   noted before the edge strips `Upgrade` as a hop-by-hop header, put back on the
+//!   request to the instance, and on the instance's `101` the client's connection and the
+//!   instance's (`discovery::http::upgraded`) are joined.
 //!
 //! The program starts two upstreams per service (baseline and gray; `web-gray` listed
 //! only later), checks what the gateway does with each kind of request, edits the instance
@@ -20,18 +24,29 @@ use std::{net::SocketAddr, path::Path, time::Duration};
 
 use axum::{
     Router, ServiceExt,
-    extract::{Request, State},
-    http::{HeaderMap, Uri, header::EXPECT},
-    middleware::{map_request, map_response},
+    extract::{
+        Request, State,
+        ws::{Message, WebSocket, WebSocketUpgrade},
+    },
+    http::{
+        HeaderMap, HeaderValue, StatusCode, Uri,
+        header::{CONNECTION, EXPECT, UPGRADE},
+    },
+    middleware::{Next, from_fn, map_request, map_response},
     response::Response,
     routing::{MethodRouter, any_service, get},
 };
 use gray_tower::{
     Layer, Policy,
     balance::{BalanceLayer, error::status_of},
-    discovery::{Registry, http::HttpEndpoints, source::file::FileSource},
+    discovery::{
+        Registry,
+        http::{HttpEndpoints, is_upgrade_request, upgraded},
+        source::file::FileSource,
+    },
     edge::{EdgeLayer, Format, RuleSet, hop},
 };
+use hyper_util::rt::TokioIo;
 use tokio::{
     io::{AsyncReadExt, AsyncWriteExt},
     net::{TcpListener, TcpStream},
@@ -60,8 +75,23 @@ async fn upstream(State(id): State<&'static str>, uri: Uri, headers: HeaderMap) 
     format!("{id} {} lane={lane} xff={forwarded}", uri.path())
 }
 
+/// An upstream's WebSocket: answers each text message `m` with `{id}: m`.
+async fn chat(State(id): State<&'static str>, ws: WebSocketUpgrade) -> Response {
+    ws.on_upgrade(move |mut socket: WebSocket| async move {
+        while let Some(Ok(Message::Text(text))) = socket.recv().await {
+            let answer = Message::Text(format!("{id}: {}", text.as_str()).into());
+            if socket.send(answer).await.is_err() {
+                return;
+            }
+        }
+    })
+}
+
 async fn serve_upstream(id: &'static str) -> Result<SocketAddr, BoxError> {
-    let app = Router::new().fallback(upstream).with_state(id);
+    let app = Router::new()
+        .route("/chat", get(chat))
+        .fallback(upstream)
+        .with_state(id);
     let listener = TcpListener::bind("127.0.0.1:0").await?;
     let addr = listener.local_addr()?;
     tokio::spawn(async move { axum::serve(listener, app).await });
@@ -101,6 +131,44 @@ fn balanced(registry: &Registry, service: &str) -> Result<MethodRouter, BoxError
     Ok(any_service(answered))
 }
 
+/// The `Upgrade` a client asked for, noted before the edge strips it (hop-by-hop).
+#[derive(Clone)]
+struct Upgrading(HeaderValue);
+
+/// Before the edge: notes an upgrade request.
+async fn note_upgrade(mut req: Request) -> Request {
+    if is_upgrade_request(req.headers())
+        && let Some(protocol) = req.headers().get(UPGRADE).cloned()
+    {
+        req.extensions_mut().insert(Upgrading(protocol));
+    }
+    req
+}
+
+/// After the edge, around a balanced route: an upgrade's headers go back on, and on the
+/// instance's `101` the client's connection and the instance's are joined.
+async fn join_upgrade(mut req: Request, next: Next) -> Response {
+    let Some(Upgrading(protocol)) = req.extensions_mut().remove::<Upgrading>() else {
+        return next.run(req).await;
+    };
+    req.headers_mut()
+        .insert(CONNECTION, HeaderValue::from_static("upgrade"));
+    req.headers_mut().insert(UPGRADE, protocol);
+    let client = hyper::upgrade::on(&mut req);
+    let mut res = next.run(req).await;
+    if res.status() == StatusCode::SWITCHING_PROTOCOLS
+        && let Some(instance) = upgraded(&mut res)
+    {
+        tokio::spawn(async move {
+            if let Ok(client) = client.await {
+                let (mut client, mut instance) = (TokioIo::new(client), TokioIo::new(instance));
+                let _ = tokio::io::copy_bidirectional(&mut client, &mut instance).await;
+            }
+        });
+    }
+    res
+}
+
 /// The gateway: the edge, then the routes. Returns its address.
 async fn serve_gateway(registry: &Registry) -> Result<SocketAddr, BoxError> {
     let rules = RuleSet::parse(RULES, Format::Toml, "RULES")?;
@@ -113,16 +181,23 @@ async fn serve_gateway(registry: &Registry) -> Result<SocketAddr, BoxError> {
         .nest_service("/web", balanced(registry, "web")?)
         // The proxy's own chores: `Expect` is answered here, and responses lose their
         // hop-by-hop headers (the edge removed the request's).
+        .layer(from_fn(join_upgrade))
         .layer(map_request(|mut req: Request| async move {
             req.headers_mut().remove(EXPECT);
             req
         }))
+        // A `101` keeps its `Connection` and `Upgrade`, which the client needs.
         .layer(map_response(|mut res: Response| async move {
-            hop::strip(res.headers_mut());
+            if res.status() != StatusCode::SWITCHING_PROTOCOLS {
+                hop::strip(res.headers_mut());
+            }
             res
         }));
     // The edge wraps the routes, so it runs before routing; the result is a router again.
-    let app = Router::new().fallback_service(edge.layer(routes));
+    // An upgrade is noted before it.
+    let app = Router::new()
+        .fallback_service(edge.layer(routes))
+        .layer(map_request(note_upgrade));
 
     let listener = TcpListener::bind("127.0.0.1:0").await?;
     let addr = listener.local_addr()?;
@@ -159,6 +234,41 @@ async fn get_raw(gateway: SocketAddr, path: &str) -> Result<String, BoxError> {
     let mut answer = String::new();
     stream.read_to_string(&mut answer).await?;
     Ok(answer)
+}
+
+/// A WebSocket to `path` through the gateway, spoken by hand (a beta tester with `beta`):
+/// the status line of the answer, and the answer to one text message.
+async fn websocket(
+    gateway: SocketAddr,
+    path: &str,
+    beta: bool,
+) -> Result<(String, String), BoxError> {
+    let mut stream = TcpStream::connect(gateway).await?;
+    let beta = if beta { "x-beta: 1\r\n" } else { "" };
+    let handshake = format!(
+        "GET {path} HTTP/1.1\r\nhost: gateway\r\nconnection: Upgrade\r\nupgrade: websocket\r\n\
+         sec-websocket-version: 13\r\nsec-websocket-key: dGhlIHNhbXBsZSBub25jZQ==\r\n{beta}\r\n"
+    );
+    stream.write_all(handshake.as_bytes()).await?;
+    let mut head = Vec::new();
+    while !head.ends_with(b"\r\n\r\n") {
+        head.push(stream.read_u8().await?);
+    }
+    let head = String::from_utf8_lossy(&head).into_owned();
+    let status = head.lines().next().unwrap_or("").to_owned();
+    if !status.contains(" 101 ") {
+        return Ok((status, String::new()));
+    }
+    // A masked text frame "hi" (RFC 6455 §5.2), and the unmasked one that answers it.
+    let mask = [1, 2, 3, 4];
+    let mut frame = vec![0x81, 0x80 | 2];
+    frame.extend_from_slice(&mask);
+    frame.extend(b"hi".iter().zip(mask).map(|(b, m)| b ^ m));
+    stream.write_all(&frame).await?;
+    let (_, len) = (stream.read_u8().await?, stream.read_u8().await?);
+    let mut payload = vec![0; usize::from(len & 0x7f)];
+    stream.read_exact(&mut payload).await?;
+    Ok((status, String::from_utf8_lossy(&payload).into_owned()))
 }
 
 fn check(ok: bool, what: &str, got: &str) -> Result<(), BoxError> {
@@ -226,6 +336,19 @@ async fn run_checks(
         body.starts_with("api-base /items lane=-"),
         "a forged x-gray-lane is stripped",
         &body,
+    )?;
+
+    let (status, echo) = websocket(gateway, "/api/chat", true).await?;
+    check(
+        status.contains("101") && echo == "api-gray: hi",
+        "a beta tester's WebSocket reaches api's gray instance",
+        &echo,
+    )?;
+    let (_, echo) = websocket(gateway, "/api/chat", false).await?;
+    check(
+        echo == "api-base: hi",
+        "an unstained WebSocket: baseline",
+        &echo,
     )?;
 
     let answer = get_raw(gateway, "/api/../web/x").await?;

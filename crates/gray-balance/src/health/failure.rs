@@ -110,6 +110,8 @@ pub fn classify(error: &(dyn Error + 'static)) -> Failure {
     }
     let mut unsent = false;
     let mut broken = false;
+    // Only hyper's errors say a PING went unanswered (feature `hyper-util`).
+    #[cfg_attr(not(feature = "hyper-util"), allow(unused_mut))]
     let mut unresponsive = false;
     let mut current = Some(error);
     while let Some(e) = current {

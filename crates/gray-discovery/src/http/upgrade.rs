@@ -107,7 +107,7 @@ impl Switched {
 }
 
 /// Takes the upgraded connection out of a `101 Switching Protocols` response of an
-/// [`HttpEndpoint`](super::HttpEndpoint) (see the [module docs](self)): `None` for any
+/// [`HttpEndpoint`](super::HttpEndpoint) (see [the module](super), *Upgrades*): `None` for any
 /// other response, or once taken.
 pub fn upgraded<B>(response: &mut Response<B>) -> Option<Upgraded> {
     let switched = response.extensions_mut().remove::<Switched>()?;

@@ -274,8 +274,9 @@ pub struct Limits {
     /// Upgraded connections (WebSocket) open at once (`max_upgraded`, default 5000; 0: no
     /// cap); more upgrade requests get 503. They count in `max_connections` too.
     pub max_upgraded: usize,
-    /// How long an upgraded connection may carry no byte either way before it is closed
-    /// (`upgraded_idle_timeout_ms`, default 300000; `None`: no limit). A WebSocket's own
+    /// How long an upgraded connection may carry no byte either way before it is closed,
+    /// within twice this long (`upgraded_idle_timeout_ms`, default 300000; `None`: no
+    /// limit). A WebSocket's own
     /// pings count as traffic.
     pub upgraded_idle_timeout: Option<Duration>,
     /// How many upgraded connections a rollback closes a second, with the WebSocket close

@@ -13,6 +13,7 @@
 use std::{
     future::poll_fn,
     io,
+    mem::MaybeUninit,
     pin::Pin,
     task::{Context, Poll, ready},
     time::Duration,
@@ -147,8 +148,9 @@ impl Half {
                 self.closed = true;
             }
             if !self.read_done {
-                let mut stack = [0u8; CHUNK];
-                let mut buf = ReadBuf::new(&mut stack);
+                // Not zeroed: a read per wake, most of them short.
+                let mut stack = [MaybeUninit::<u8>::uninit(); CHUNK];
+                let mut buf = ReadBuf::uninit(&mut stack);
                 if Pin::new(&mut *src).poll_read(cx, &mut buf)?.is_pending() {
                     // Flushed before waiting: a TLS stream buffers what it wrote.
                     ready!(Pin::new(&mut *dst).poll_flush(cx))?;
@@ -235,6 +237,8 @@ pub(crate) async fn run<C, U>(
     let mut up = Half::new(websocket);
     let mut down = Half::new(websocket);
     let mut idle = idle_after.map(|after| Box::pin(tokio::time::sleep(after)));
+    // Bytes moved since the idle timer was last armed.
+    let mut active = false;
     let mut closing: Option<Closing> = None;
     let mut grace: Option<Pin<Box<tokio::time::Sleep>>> = None;
     let outcome = poll_fn(|cx| {
@@ -244,9 +248,16 @@ pub(crate) async fn run<C, U>(
                     Some(reason)
                 } else if member.poll_closing(cx, None) {
                     Some(Closing::Drain)
-                } else if let Some(timer) = &mut idle
+                } else if let (Some(timer), Some(after)) = (&mut idle, idle_after)
                     && timer.as_mut().poll(cx).is_ready()
                 {
+                    if active {
+                        // Bytes moved since the timer was armed: armed again from now, so
+                        // that no clock is read per message.
+                        active = false;
+                        timer.as_mut().reset(tokio::time::Instant::now() + after);
+                        continue;
+                    }
                     Some(Closing::Idle)
                 } else {
                     None
@@ -285,9 +296,7 @@ pub(crate) async fn run<C, U>(
                 return Poll::Pending;
             }
             if progress {
-                if let (Some(timer), Some(after)) = (&mut idle, idle_after) {
-                    timer.as_mut().reset(tokio::time::Instant::now() + after);
-                }
+                active = true;
                 continue;
             }
             // A cut waits for the rest of a frame begun, or a peer to take its close
@@ -309,9 +318,9 @@ pub(crate) async fn run<C, U>(
 
 /// Reads and drops what `io` sends: true once it is closed (or failed).
 fn drain_reads<I: AsyncRead + Unpin>(cx: &mut Context<'_>, io: &mut I) -> bool {
-    let mut stack = [0u8; 1024];
+    let mut stack = [MaybeUninit::<u8>::uninit(); 1024];
     loop {
-        let mut buf = ReadBuf::new(&mut stack);
+        let mut buf = ReadBuf::uninit(&mut stack);
         match Pin::new(&mut *io).poll_read(cx, &mut buf) {
             Poll::Ready(Ok(())) if buf.filled().is_empty() => return true,
             Poll::Ready(Ok(())) => {}
