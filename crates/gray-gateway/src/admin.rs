@@ -17,7 +17,9 @@
 //! the state of the rules (`rules`: generation, rejected versions, last error).
 //!
 //! `GET /metrics` is in the [`metrics`](crate::metrics) module's format. `/rollouts` is
-//! the rollouts' API (see the [crate docs](crate#rollouts)).
+//! the rollouts' API (see the [crate docs](crate#rollouts)). `GET /mirrors` shows each
+//! service's mirror: its lane, its copies in flight, and its latest mismatches (method,
+//! path, both statuses, both latencies and where the answers differ).
 use std::{
     convert::Infallible,
     net::{IpAddr, SocketAddr},
@@ -67,6 +69,27 @@ struct ExplainRequest {
     cookies: std::collections::BTreeMap<String, String>,
 }
 
+/// `GET /mirrors`: each service's mirror, with its latest mismatches.
+async fn mirrors(State(admin): State<Admin>) -> axum::Json<serde_json::Value> {
+    let mirrors: serde_json::Map<String, serde_json::Value> = admin
+        .routes
+        .services
+        .iter()
+        .filter_map(|(name, upstream)| {
+            let mirror = upstream.mirror.as_ref()?;
+            Some((
+                name.to_string(),
+                serde_json::json!({
+                    "lane": mirror.lane().as_str(),
+                    "in_flight": mirror.in_flight(),
+                    "recent_mismatches": mirror.recent(),
+                }),
+            ))
+        })
+        .collect();
+    axum::Json(serde_json::Value::Object(mirrors))
+}
+
 /// The admin router.
 pub(crate) fn router(admin: Admin) -> Router {
     let rollouts = crate::rollout::router(admin.rollouts.clone());
@@ -74,6 +97,7 @@ pub(crate) fn router(admin: Admin) -> Router {
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/metrics", get(metrics))
         .route("/explain", post(explain))
+        .route("/mirrors", get(mirrors))
         .with_state(admin)
         .merge(rollouts)
 }

@@ -23,7 +23,10 @@ use http::Response;
 use hyper::body::{Body, Frame, SizeHint};
 use tokio::time::Sleep;
 
-use crate::upstream::{Answerer, Tally};
+use crate::{
+    mirror::AnswerTee,
+    upstream::{Answerer, Tally},
+};
 
 /// What a response's body showed first.
 #[derive(Debug)]
@@ -106,6 +109,8 @@ pub(crate) struct HeldBody {
     grpc: bool,
     /// Who answered (for the log of a body `send_timeout` cuts).
     answerer: Answerer,
+    /// The tee of a mirrored request's answer, for its copy's comparison.
+    tee: Option<Box<AnswerTee>>,
 }
 
 impl HeldBody {
@@ -123,6 +128,44 @@ impl HeldBody {
             rest,
             grpc,
             answerer,
+            tee: None,
+        }
+    }
+
+    /// This body, teed for a mirror's comparison by `tee`.
+    pub(crate) fn with_tee(mut self, tee: Option<AnswerTee>) -> Self {
+        self.tee = tee.map(Box::new);
+        // A body that ended is not polled.
+        if self.is_end_stream()
+            && let Some(tee) = self.tee.as_mut()
+        {
+            tee.end();
+        }
+        self
+    }
+
+    /// The next frame (the first, already read, then the rest's).
+    fn next_frame(
+        &mut self,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
+        if let Some(frame) = self.first.take() {
+            return Poll::Ready(Some(Ok(frame)));
+        }
+        let Some(rest) = self.rest.as_mut() else {
+            return Poll::Ready(None);
+        };
+        match std::task::ready!(Pin::new(rest).poll_frame(cx)) {
+            Some(Err(error)) if self.grpc => {
+                // The instance's connection or stream went away mid-call: gRPC clients
+                // retry `UNAVAILABLE` (a reset would reach them as `INTERNAL`).
+                self.rest = None;
+                tracing::warn!(error = %error, "gRPC upstream failed mid-stream: ended with UNAVAILABLE");
+                // The answer did not finish: its copy is not judged.
+                self.tee = None;
+                Poll::Ready(Some(Ok(Frame::trailers(unavailable(&error)))))
+            }
+            frame => Poll::Ready(frame),
         }
     }
 }
@@ -146,22 +189,29 @@ impl Body for HeldBody {
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
-        if let Some(frame) = self.first.take() {
-            return Poll::Ready(Some(Ok(frame)));
-        }
-        let Some(rest) = self.rest.as_mut() else {
-            return Poll::Ready(None);
-        };
-        match std::task::ready!(Pin::new(rest).poll_frame(cx)) {
-            Some(Err(error)) if self.grpc => {
-                // The instance's connection or stream went away mid-call: gRPC clients
-                // retry `UNAVAILABLE` (a reset would reach them as `INTERNAL`).
-                self.rest = None;
-                tracing::warn!(error = %error, "gRPC upstream failed mid-stream: ended with UNAVAILABLE");
-                Poll::Ready(Some(Ok(Frame::trailers(unavailable(&error)))))
+        let this = &mut *self;
+        let frame = std::task::ready!(this.next_frame(cx));
+        if this.tee.is_some() {
+            let ended = match &frame {
+                Some(Ok(frame)) => {
+                    if let (Some(tee), Some(data)) = (this.tee.as_mut(), frame.data_ref()) {
+                        tee.feed(data);
+                    }
+                    // hyper stops polling a body that says it ended.
+                    this.is_end_stream()
+                }
+                None => true,
+                // Failed: the answer did not finish, its copy is not judged.
+                Some(Err(_)) => {
+                    this.tee = None;
+                    false
+                }
+            };
+            if ended && let Some(tee) = this.tee.as_mut() {
+                tee.end();
             }
-            frame => Poll::Ready(frame),
         }
+        Poll::Ready(frame)
     }
 
     fn is_end_stream(&self) -> bool {

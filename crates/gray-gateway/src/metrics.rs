@@ -15,6 +15,8 @@
 //! | `gray_gateway_upgraded_open` | gauge | `service`, `lane`: upgraded connections open now |
 //! | `gray_gateway_upgraded_closed_total` | counter | `service`, `lane`, `reason` (`peer`, `error`, `idle`, `rollback`, `drain`) |
 //! | `gray_gateway_upgraded_bytes_total` | counter | `service`, `lane`, `direction` (`up`: client to instance, `down`) |
+//! | `gray_gateway_mirror_requests_total` | counter | `service`, `lane` (the mirror's), `outcome` (`sent`, `dropped_busy`, `dropped_body`, `no_instance`, `failed`, `matched`, `mismatched`, `unjudged`): copies of baseline's requests (see the crate docs, *Mirroring*) |
+//! | `gray_gateway_mirror_duration_seconds` | histogram | `service`, `lane`: a copy's time from its send to its answer's head, 1 ms … 10 s |
 //! | `gray_gateway_rules_generation` | gauge | the generation of the rule set in force |
 //! | `gray_gateway_rules_rejected` | gauge | rule-set versions rejected since the start |
 //! | `gray_gateway_discovery_connected` | gauge | 1 while discovery's source is reachable and followed |
@@ -70,6 +72,7 @@ use prometheus_client::{
         counter::{ConstCounter, Counter},
         family::Family,
         gauge::{ConstGauge, Gauge},
+        histogram::{Histogram, exponential_buckets},
         info::Info,
     },
     registry::Registry,
@@ -92,9 +95,9 @@ struct FallbackLabels {
     subset: &'static str,
 }
 
-/// The labels of the upgraded connections' series.
+/// The labels `service` and `lane` (upgraded connections, mirrors).
 #[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
-struct UpgradeLabels {
+struct ServiceLane {
     service: Arc<str>,
     lane: Arc<str>,
 }
@@ -115,11 +118,42 @@ struct UpgradeBytesLabels {
     direction: &'static str,
 }
 
+/// The labels of `gray_gateway_mirror_requests_total`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct MirrorLabels {
+    service: Arc<str>,
+    lane: Arc<str>,
+    outcome: &'static str,
+}
+
+/// The counters of one service's mirror ([`Metrics::mirror`]).
+#[derive(Debug, Clone)]
+pub(crate) struct MirrorSeries {
+    service: Arc<str>,
+    lane: Arc<str>,
+    requests: Family<MirrorLabels, Counter>,
+    /// A copy's time from its send to its answer's head.
+    pub(crate) duration: Histogram,
+}
+
+impl MirrorSeries {
+    /// Counts a copy's `outcome`.
+    pub(crate) fn count(&self, outcome: &'static str) {
+        self.requests
+            .get_or_create(&MirrorLabels {
+                service: self.service.clone(),
+                lane: self.lane.clone(),
+                outcome,
+            })
+            .inc();
+    }
+}
+
 /// The series of upgraded connections.
 #[derive(Default)]
 struct UpgradeFamilies {
-    opened: Family<UpgradeLabels, Counter>,
-    open: Family<UpgradeLabels, Gauge>,
+    opened: Family<ServiceLane, Counter>,
+    open: Family<ServiceLane, Gauge>,
     closed: Family<UpgradeClosedLabels, Counter>,
     bytes: Family<UpgradeBytesLabels, Counter>,
 }
@@ -151,6 +185,11 @@ impl UpgradeSeries {
     }
 }
 
+/// A histogram of durations from 1 ms to about 10 s (14 buckets, doubling).
+fn duration_histogram() -> Histogram {
+    Histogram::new(exponential_buckets(0.001, 2.0, 14))
+}
+
 /// An instance, by service and id.
 type InstanceKey = (Arc<str>, Arc<str>);
 
@@ -165,6 +204,8 @@ pub struct Metrics {
     fallbacks: Family<FallbackLabels, Counter>,
     lanes: LaneLabels,
     upgrades: UpgradeFamilies,
+    mirrors: Family<MirrorLabels, Counter>,
+    mirror_durations: Family<ServiceLane, Histogram>,
     /// The instances in the registry, by service and instance id.
     instances: Mutex<HashMap<InstanceKey, Arc<InstanceSeries>>>,
 }
@@ -219,11 +260,27 @@ impl Metrics {
             "Bytes through upgraded connections, by service, lane and direction (up: client to instance)",
             upgrades.bytes.clone(),
         );
+        let mirrors = Family::<MirrorLabels, Counter>::default();
+        registry.register(
+            "mirror_requests",
+            "Copies of baseline's requests sent to a mirror lane, by service, lane and outcome",
+            mirrors.clone(),
+        );
+        let mirror_durations = Family::<ServiceLane, Histogram>::new_with_constructor(
+            duration_histogram as fn() -> Histogram,
+        );
+        registry.register(
+            "mirror_duration_seconds",
+            "A copy's time from its send to its answer's head, by service and lane",
+            mirror_durations.clone(),
+        );
         Arc::new(Metrics {
             registry: Mutex::new(registry),
             requests,
             fallbacks,
             upgrades,
+            mirrors,
+            mirror_durations,
             lanes: LaneLabels::new(max_lanes),
             instances: Mutex::default(),
         })
@@ -303,7 +360,7 @@ impl Metrics {
     /// counted as opened.
     pub(crate) fn upgrades(&self, service: &Arc<str>, lane: Option<&Lane>) -> UpgradeSeries {
         let lane = self.lanes.label(lane);
-        let labels = UpgradeLabels {
+        let labels = ServiceLane {
             service: service.clone(),
             lane: lane.clone(),
         };
@@ -324,6 +381,20 @@ impl Metrics {
             service: service.clone(),
             lane,
             closed: self.upgrades.closed.clone(),
+        }
+    }
+
+    /// The counters of the mirror of `service` to `lane`.
+    pub(crate) fn mirror(&self, service: &Arc<str>, lane: &Lane) -> MirrorSeries {
+        let lane: Arc<str> = lane.as_str().into();
+        MirrorSeries {
+            duration: self.mirror_durations.get_or_create_owned(&ServiceLane {
+                service: service.clone(),
+                lane: lane.clone(),
+            }),
+            service: service.clone(),
+            lane,
+            requests: self.mirrors.clone(),
         }
     }
 

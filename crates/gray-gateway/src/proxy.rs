@@ -37,6 +37,7 @@ use crate::{
     hold::{First, HeldBody, Hold, poll_first},
     limits::{Flight, InFlight, Paced, Refused, SlowBody},
     metrics::Metrics,
+    mirror::{Primary, Teed},
     rollout::Timing,
     upgrade::{Offer, Ticket, Tunnels},
     upstream::{BalancerCall, Served, Tally, Upstream},
@@ -221,17 +222,27 @@ impl Service<Request<Incoming>> for Proxy {
                 return ProxyFuture::ready(res);
             }
         };
+        // A copy for the service's mirror, of a request baseline serves (never of an
+        // upgrade): its body teed as it streams to baseline (`crate::mirror`).
+        let (tee, primary) = match (&upstream.mirror, &upgrading) {
+            (Some(mirror), None) => match mirror.offer(&req, req.extensions().get::<Stain>()) {
+                Some(offered) => (offered.tee, Some(Box::new(offered.primary))),
+                None => (None, None),
+            },
+            _ => (None, None),
+        };
         // The endpoint's response timeout bounds the wait for the response head. A service
         // with no instance that fits fails at once (503).
         ProxyFuture {
             state: State::Upstream {
                 call: upstream.balancer.clone().call(req.map(|body| {
                     let limits = &routes.limits;
-                    Paced::new(
+                    let paced = Paced::new(
                         body,
                         limits.request_body_timeout,
                         limits.request_body_min_rate,
-                    )
+                    );
+                    Teed::new(paced, tee)
                 })),
                 hold: None,
                 routes: self.routes.clone(),
@@ -242,6 +253,7 @@ impl Service<Request<Incoming>> for Proxy {
                 flight,
                 yielded: false,
                 upgrading,
+                primary,
             },
         }
     }
@@ -361,6 +373,8 @@ pin_project_lite::pin_project! {
             yielded: bool,
             // An upgrade request (WebSocket).
             upgrading: Option<Box<Upgrading>>,
+            // A request copied for the service's mirror: its copy gets the answer.
+            primary: Option<Box<Primary>>,
         },
     }
 }
@@ -415,6 +429,7 @@ impl Future for ProxyFuture {
                 flight,
                 yielded,
                 upgrading,
+                primary,
             } => {
                 if !*yielded {
                     *yielded = true;
@@ -474,8 +489,16 @@ impl Future for ProxyFuture {
                     };
                     match first {
                         Some(first) => {
-                            finished =
-                                Some(finish(service, lane, *grpc, timing, response, tally, first));
+                            let served = Served { response, tally };
+                            finished = Some(finish(
+                                service,
+                                lane,
+                                *grpc,
+                                timing,
+                                served,
+                                first,
+                                primary.take(),
+                            ));
                         }
                         None => *hold = Some(Hold::new(response, tally, routes.head_hold)),
                     }
@@ -488,9 +511,15 @@ impl Future for ProxyFuture {
                             return Poll::Ready(Ok(polled_after_completion()));
                         };
                         match std::task::ready!(held.poll(cx)) {
-                            Some((first, response, tally)) => {
-                                finish(service, lane, *grpc, timing, response, tally, first)
-                            }
+                            Some((first, response, tally)) => finish(
+                                service,
+                                lane,
+                                *grpc,
+                                timing,
+                                Served { response, tally },
+                                first,
+                                primary.take(),
+                            ),
                             None => polled_after_completion(),
                         }
                     }
@@ -510,17 +539,19 @@ fn polled_after_completion() -> Response<Body> {
 }
 
 /// The answer to a request an instance served, once its body showed what comes first:
-/// the response, counted under the instance; or, when the body failed before its first
-/// byte, a 502 the client can act on, counted under it as such.
+/// the response, counted under the instance (and teed for its mirror's copy, if it has
+/// one); or, when the body failed before its first byte, a 502 the client can act on,
+/// counted under it as such.
 fn finish(
     service: &Arc<str>,
     lane: &Option<Lane>,
     grpc: bool,
     timing: &Timing,
-    response: Response<ResponseBody>,
-    tally: Tally,
+    served: Served,
     first: First,
+    primary: Option<Box<Primary>>,
 ) -> Response<Body> {
+    let Served { response, tally } = served;
     let lane = lane.as_ref();
     if let First::Failed(error) = first {
         let lane_label = lane.map_or("baseline", |l| l.as_str());
@@ -542,7 +573,8 @@ fn finish(
     let answerer = tally.answerer();
     tally.count(lane, response.status().as_u16());
     timing.served(response.status().as_u16(), fell_back);
-    response.map(|rest| Either::Left(HeldBody::new(first, rest, grpc, answerer)))
+    let tee = primary.map(|p| p.answered(response.status(), response.headers()));
+    response.map(|rest| Either::Left(HeldBody::new(first, rest, grpc, answerer).with_tee(tee)))
 }
 
 /// The answer to a request over an in-flight cap: 503 (all clients), 429 (its client's).
@@ -587,7 +619,7 @@ fn refuse(
 }
 
 /// The first of `error` and its sources that is a `T`.
-fn find<'a, T: std::error::Error + 'static>(
+pub(crate) fn find<'a, T: std::error::Error + 'static>(
     error: &'a (dyn std::error::Error + 'static),
 ) -> Option<&'a T> {
     let mut cause = Some(error);

@@ -36,6 +36,7 @@ use crate::{
     config::{Config, DEFAULT_INSTANCES, Discovery, Rules},
     limits::{self, ClientBody},
     metrics::{self, Freshness, Metrics},
+    mirror::Mirror,
     proxy::{Proxy, Routes},
     rollout::{self, store::RolloutStore},
     serve,
@@ -48,7 +49,9 @@ pub(crate) async fn start(
     mut config: Config,
     store: Arc<dyn RolloutStore>,
 ) -> Result<Gateway, BoxError> {
-    limits::fit_descriptors(&mut config.limits);
+    // A mirror's copies hold a connection each in flight, and as many idle.
+    let mirrors = 2 * mirror_idle(&config);
+    limits::fit_descriptors(&mut config.limits, mirrors);
     let mut watches = Vec::new();
     #[cfg(feature = "tls")]
     let tls = certificates(&config, &mut watches)?;
@@ -216,7 +219,7 @@ async fn registry(config: &Config) -> Result<(Registry, Option<TempFile>), BoxEr
 /// The endpoints every service's instances get: HTTP/1.1 (one buffer and one `send` per
 /// message, at most `upstream_buffer_bytes` buffered ahead of the client), HTTP/2 or TLS
 /// as each service's settings say.
-fn endpoints(config: &Config) -> HttpEndpoints<Connector, ReplayBody<ClientBody>> {
+fn endpoints<B: http_body::Body + 'static>(config: &Config) -> HttpEndpoints<Connector, B> {
     let mut http1 = hyper::client::conn::http1::Builder::new();
     // One buffer and one `send` per message (see `serve`).
     http1.writev(false);
@@ -251,19 +254,30 @@ fn upstreams(
     registry: &Registry,
     metrics: &Arc<Metrics>,
 ) -> Result<BTreeMap<Box<str>, Upstream>, BoxError> {
-    let pool = endpoints(config);
+    let pool = endpoints::<ReplayBody<ClientBody>>(config);
+    // The mirrors' copies have connections of their own.
+    let copies = endpoints(config).with_max_idle_total(mirror_idle(config));
     let mut services = BTreeMap::new();
     for service in &config.services {
-        services.insert(
-            service.name.clone().into_boxed_str(),
-            Upstream::new(
-                service,
-                registry.service(&service.name)?,
-                &pool,
-                metrics,
-                config.limits.max_in_flight_per_instance,
-            ),
+        let instances = registry.service(&service.name)?;
+        let mut upstream = Upstream::new(
+            service,
+            instances.clone(),
+            &pool,
+            metrics,
+            config.limits.max_in_flight_per_instance,
         );
+        upstream.mirror = service.mirror.as_ref().map(|mirror| {
+            Mirror::new(
+                service,
+                mirror,
+                &instances,
+                &copies,
+                &config.carriers,
+                metrics,
+            )
+        });
+        services.insert(service.name.clone().into_boxed_str(), upstream);
     }
     metrics.register_collector(metrics::RetryCounts(
         services
@@ -282,6 +296,17 @@ fn upstreams(
             .collect(),
     ));
     Ok(services)
+}
+
+/// The idle connections the mirrors' copies keep, in all: as many as they may have in flight
+/// (so that the descriptor budget counts them; `limits::fit_descriptors`).
+pub(crate) fn mirror_idle(config: &Config) -> usize {
+    config
+        .services
+        .iter()
+        .filter_map(|s| s.mirror.as_ref())
+        .map(|m| m.max_in_flight)
+        .sum()
 }
 
 // === the rollouts ===
@@ -345,7 +370,14 @@ fn routes(
 fn edge(config: &Config, rules: &LiveRules) -> Result<EdgeLayer, BoxError> {
     let edge = EdgeLayer::new(rules.clone())
         .with_carriers(CarrierConfig::carriers(&config.carriers))
-        .with_strip(config.strip.iter().cloned())
+        // No client makes its request look like a mirror's copy.
+        .with_strip(
+            config
+                .strip
+                .iter()
+                .cloned()
+                .chain([crate::mirror::X_GRAY_MIRROR]),
+        )
         .with_trusted_clients(config.trusted_clients.clone())
         .with_proxies(TrustedProxies::cidrs(config.trusted_proxies.clone()))
         .with_forwarded_header(config.forwarded_header)

@@ -238,6 +238,8 @@ pub(crate) struct Upstream {
     pub(crate) http2_only: bool,
     /// What its requests show, by lane and for a running rollout.
     pub(crate) evidence: Arc<ServiceEvidence>,
+    /// Its mirror, if it has one (`[services.x.mirror]`).
+    pub(crate) mirror: Option<Arc<crate::mirror::Mirror>>,
 }
 
 impl std::fmt::Debug for Upstream {
@@ -324,6 +326,7 @@ impl Upstream {
             strip_prefix: config.strip_prefix,
             http2_only: config.transport.protocol == gray_discovery::http::Protocol::Http2,
             evidence,
+            mirror: None,
         }
     }
 

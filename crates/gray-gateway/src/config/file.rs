@@ -129,6 +129,7 @@ pub(super) struct ServiceKeys {
     pub(super) tls: Option<super::transport::TlsKeys>,
     pub(super) strip_prefix: Option<bool>,
     pub(super) rollout: Option<gray_rollout::RolloutConfig>,
+    pub(super) mirror: Option<super::mirror::MirrorKeys>,
 }
 
 /// The `[tls]` table: a TLS listener (read whatever the features; refused by the checks

@@ -8,11 +8,11 @@ use gray_balance::{
     health::{Ejection, Probe},
     retry::RetryPolicy,
 };
-use gray_core::CarrierConfig;
+use gray_core::{CarrierConfig, Lane};
 use gray_policy::Policy;
 use gray_rules::CidrList;
 use gray_tower::edge::ForwardedHeader;
-use http::HeaderName;
+use http::{HeaderName, Method};
 
 use super::{UpstreamTransport, defaults};
 
@@ -122,6 +122,8 @@ pub struct ServiceConfig {
     pub strip_prefix: bool,
     /// Its rollout (`[services.<name>.rollout]`), checked.
     pub rollout: Option<gray_rollout::RolloutConfig>,
+    /// Its mirror (`[services.<name>.mirror]`): copies of baseline's requests to a lane.
+    pub mirror: Option<MirrorConfig>,
 }
 
 /// Where the instances come from.
@@ -339,4 +341,31 @@ impl Default for Limits {
 /// `None` for 0.
 pub(super) fn millis(ms: u64) -> Option<Duration> {
     (ms > 0).then(|| Duration::from_millis(ms))
+}
+
+/// A service's mirror, checked: where its copies go and what bounds them.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct MirrorConfig {
+    /// The lane whose instances get the copies (`lane`); never baseline.
+    pub lane: Lane,
+    /// The share of baseline's requests copied, 0 to 100 (`percent`, default 100).
+    pub percent: f64,
+    /// The methods copied (`methods`, default `["GET", "HEAD"]`: safe methods only).
+    pub methods: Vec<Method>,
+    /// A request body is teed up to this many bytes; a longer one gets no copy
+    /// (`max_body_bytes`, default 65536).
+    pub max_body_bytes: usize,
+    /// Copies in flight at once; beyond it a copy is dropped (`max_in_flight`, default 256).
+    pub max_in_flight: usize,
+    /// The time a copy has for its whole answer (`timeout_ms`, default 5000).
+    pub timeout: Duration,
+    /// The bytes of each answer's body compared; longer bodies are compared by status and
+    /// headers only (`max_compare_bytes`, default 1 MiB).
+    pub max_compare_bytes: usize,
+    /// Response headers never compared, beside those known to vary (`ignore_headers`).
+    pub ignore_headers: Vec<HeaderName>,
+    /// JSON fields never compared, as JSON pointers (`/meta/request_id`, `/items/*/ts`:
+    /// `*` is any key or index) (`ignore_fields`).
+    pub ignore_fields: Vec<String>,
 }

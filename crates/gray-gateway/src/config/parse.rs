@@ -170,8 +170,10 @@ impl Config {
                 }
                 None => None,
             };
+            let mirror = mirror::mirror(&doc, &name, table.extra.mirror.as_ref())?;
             services.push(ServiceConfig {
                 rollout,
+                mirror,
                 name,
                 transport,
                 strip_prefix: table.extra.strip_prefix.unwrap_or(true),

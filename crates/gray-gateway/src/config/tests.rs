@@ -397,3 +397,58 @@ fn rollouts_shared_settings_default_and_parse() {
         (Duration::from_millis(2500), Duration::from_secs(3))
     );
 }
+
+#[test]
+fn a_mirror_table_parses_with_its_defaults_and_refuses_what_cannot_work() {
+    let cfg = parse(
+        "listen = \"127.0.0.1:0\"\n[services.orders.mirror]\nlane = \"Gray\"\n[services.stock]\n",
+    )
+    .unwrap();
+    let mirror = cfg.services[0].mirror.as_ref().unwrap();
+    assert_eq!(mirror.lane.as_str(), "gray");
+    assert_eq!(mirror.percent, 100.0);
+    assert_eq!(mirror.methods, [http::Method::GET, http::Method::HEAD]);
+    assert_eq!(
+        (mirror.max_body_bytes, mirror.max_in_flight, mirror.timeout),
+        (65_536, 256, Duration::from_secs(5))
+    );
+    assert!(cfg.services[1].mirror.is_none());
+
+    for (keys, field, says) in [
+        ("lane = \"baseline\"", "lane", "another lane than baseline"),
+        ("lane = \"a b\"", "lane", ""),
+        ("lane = \"gray\"\npercent = 101", "percent", "0 to 100"),
+        (
+            "lane = \"gray\"\nmethods = [\"GET\", \"CONNECT\"]",
+            "methods[1]",
+            "CONNECT",
+        ),
+        (
+            "lane = \"gray\"\nmax_in_flight = 0",
+            "max_in_flight",
+            "at least 1",
+        ),
+        (
+            "lane = \"gray\"\ntimeout_ms = 0",
+            "timeout_ms",
+            "at least 1",
+        ),
+        (
+            "lane = \"gray\"\nignore_headers = [\"a b\"]",
+            "ignore_headers[0]",
+            "header name",
+        ),
+        (
+            "lane = \"gray\"\nignore_fields = [\"ts\"]",
+            "ignore_fields[0]",
+            "JSON pointer",
+        ),
+        ("lane = \"gray\"\nlanes = 1", "lanes", "unknown field"),
+    ] {
+        let text = format!("listen = \"127.0.0.1:0\"\n[services.orders.mirror]\n{keys}\n");
+        let e = parse(&text).unwrap_err();
+        let expected = format!("services.orders.mirror.{field}");
+        assert_eq!(e.field(), Some(expected.as_str()), "{keys}: {e}");
+        assert!(e.to_string().contains(says), "{keys}: {e}");
+    }
+}

@@ -10,6 +10,8 @@
 //! at `max_connections` before the process runs out, a request over `max_in_flight` gets
 //! a 503 instead of an upstream connect that fails, and a connection released when
 //! `upstream_max_idle` are idle (over every instance together) is closed instead of kept.
+//! A service's mirror (`[services.x.mirror]`) takes twice its `max_in_flight` off the
+//! limit first: a connection per copy in flight, and as many idle.
 //!
 //! What the budget leaves out: each instance's one HTTP/2 connection (a service with
 //! `protocol = "h2c"`, `"h2"` or `"auto"`), one descriptor per such instance. Size the
@@ -41,10 +43,11 @@ pub fn raise_nofile_limit() -> Option<u64> {
 }
 
 /// The caps of `limits` fitted under the soft descriptor limit (see the
-/// [module docs](self)); a WARN names what was lowered.
-pub(crate) fn fit(limits: &mut Limits) {
+/// [module docs](self)), less `mirrors` descriptors the mirrors' copies may hold; a WARN
+/// names what was lowered.
+pub(crate) fn fit(limits: &mut Limits, mirrors: usize) {
     if let Some(nofile) = getrlimit(Resource::Nofile).current {
-        fit_under(limits, nofile);
+        fit_under(limits, nofile.saturating_sub(mirrors as u64));
     }
 }
 

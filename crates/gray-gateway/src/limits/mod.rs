@@ -34,5 +34,6 @@ pub(crate) fn http2(
         .max_local_error_reset_streams(limits.http2_max_local_error_reset_streams);
 }
 
-/// A client's request body, as the gateway forwards it.
-pub(crate) type ClientBody = Paced<hyper::body::Incoming>;
+/// A client's request body, as the gateway forwards it: paced, and teed to a mirror's copy
+/// when it is copied.
+pub(crate) type ClientBody = crate::mirror::Teed<Paced<hyper::body::Incoming>>;

@@ -30,9 +30,11 @@ pub(crate) enum Warning {
     SendTimeout,
     /// `max_upgraded` refused upgrade requests.
     Upgraded,
+    /// A mirror's copy failed (its lane's instance refused, timed out, or is gone).
+    MirrorFailed,
 }
 
-const KINDS: usize = 7;
+const KINDS: usize = 8;
 const NEVER: u64 = u64::MAX;
 
 struct Slot {

@@ -1,0 +1,332 @@
+//! Mirroring: copies of the requests baseline serves, sent to another lane's instances
+//! (`[services.<name>.mirror]`), their answers compared with the answers users got and
+//! thrown away.
+//!
+//! A request is copied when its stain is baseline, its method is listed (`GET` and `HEAD`
+//! by default), it is not an upgrade, the `percent` draw takes it and fewer than
+//! `max_in_flight` copies are in flight. Then:
+//!
+//! - **The user's request never waits for its copy.** The copy is sent by a task of its
+//!   own ([`copy`]), through a balancer of its own over the same instances (its own
+//!   connections, passive health and in-flight counts) with the service's policy and no
+//!   fallback: a copy never reaches baseline, and with no instance of its lane it is
+//!   dropped (`no_instance`).
+//! - **A body is teed while it streams to baseline** ([`tee`]), kept by reference up to
+//!   `max_body_bytes`; past that the copy is dropped (`dropped_body`) and the body goes on
+//!   untouched. A body whose length says it is over the cap is not teed at all.
+//! - **The copy carries the lane's stain** on every configured carrier and
+//!   `x-gray-mirror: 1`, so that the services behind a shadow instance route its
+//!   outbound calls to their own instances of that lane. The gateway strips
+//!   `x-gray-mirror` from untrusted clients: no client can make its request look like a
+//!   copy.
+//! - **Copies count nowhere else**: not in `gray_gateway_requests_total`, not in any
+//!   rollout's evidence, not in the retries. They have
+//!   `gray_gateway_mirror_requests_total{service,lane,outcome}` and
+//!   `gray_gateway_mirror_duration_seconds{service,lane}` ([`metrics`](crate::metrics)).
+//! - **The answers are compared** ([`compare`]): the status class, the headers not known
+//!   to vary (and not in `ignore_headers`), and the body up to `max_compare_bytes`, byte
+//!   for byte, or field by field when both are JSON (but `ignore_fields`). A copy whose
+//!   user answer did not finish, or was the gateway's own (502, 503, 504), is `unjudged`.
+
+mod compare;
+mod copy;
+mod tee;
+
+use std::{
+    sync::{
+        Arc, Mutex,
+        atomic::{AtomicUsize, Ordering},
+    },
+    time::{Duration, Instant},
+};
+
+use bytes::Bytes;
+use futures_util::StreamExt;
+use gray_balance::{Balance, BalanceLayer};
+use gray_core::{CarrierConfig, Carriers, Stain};
+use gray_discovery::{
+    InstanceId, ServiceInstances,
+    http::{Connector, HttpEndpoint, HttpEndpoints},
+};
+use gray_policy::{Fallback, OnUnready};
+use http::{HeaderMap, HeaderName, HeaderValue, Request, StatusCode};
+use http_body::Body;
+use http_body_util::Full;
+use tokio::sync::oneshot;
+use tower::discover::Change;
+
+use self::compare::{Answer, Difference, Ignore};
+pub(crate) use self::tee::{Catch, Caught, Tee, Teed};
+use crate::{
+    config::{MirrorConfig, ServiceConfig},
+    metrics::{Metrics, MirrorSeries},
+};
+
+/// The header that marks a copy.
+pub const X_GRAY_MIRROR: HeaderName = HeaderName::from_static("x-gray-mirror");
+
+/// How many of the latest mismatches a mirror keeps for the admin API.
+const RECENT: usize = 16;
+
+/// The endpoints copies go to.
+pub(crate) type MirrorEndpoints = HttpEndpoints<Connector, Full<Bytes>>;
+
+type Endpoint = HttpEndpoint<Connector, Full<Bytes>>;
+
+/// One service's mirror; shared by the proxy and the copies' tasks.
+pub(crate) struct Mirror {
+    service: Arc<str>,
+    config: MirrorConfig,
+    /// The draw a request must fall under, out of 2^32 (`percent`).
+    threshold: u64,
+    balancer: Balance<InstanceId, Endpoint>,
+    carriers: Carriers,
+    ignore: Ignore,
+    in_flight: AtomicUsize,
+    series: MirrorSeries,
+    recent: Mutex<std::collections::VecDeque<Mismatch>>,
+}
+
+impl std::fmt::Debug for Mirror {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Mirror")
+            .field("service", &self.service)
+            .field("lane", &self.config.lane)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A mismatch, as the admin API shows it.
+#[derive(Debug, Clone, serde::Serialize)]
+pub(crate) struct Mismatch {
+    pub(crate) method: String,
+    pub(crate) path: String,
+    pub(crate) primary_status: u16,
+    pub(crate) copy_status: u16,
+    /// The user's answer's time to its head, and the copy's.
+    pub(crate) primary_ms: f64,
+    pub(crate) copy_ms: f64,
+    pub(crate) differences: Vec<String>,
+}
+
+/// What the proxy holds for a request that was copied: the way to hand the copy the
+/// answer the user got.
+#[derive(Debug)]
+pub(crate) struct Primary {
+    to: oneshot::Sender<UserAnswer>,
+    started: Instant,
+    cap: usize,
+}
+
+/// The user's answer, as its copy gets it.
+#[derive(Debug)]
+struct UserAnswer {
+    answer: Answer,
+    /// From routing to the response head.
+    latency: Duration,
+}
+
+/// A response body's tee for the comparison (in [`HeldBody`](crate::hold::HeldBody)).
+#[derive(Debug)]
+pub(crate) struct AnswerTee {
+    head: Option<(StatusCode, HeaderMap, Duration)>,
+    catch: Catch,
+    to: Option<oneshot::Sender<UserAnswer>>,
+}
+
+impl Primary {
+    /// The user's answer's head arrived: its body is to be teed.
+    pub(crate) fn answered(self, status: StatusCode, headers: &HeaderMap) -> AnswerTee {
+        AnswerTee {
+            head: Some((status, headers.clone(), self.started.elapsed())),
+            catch: Catch::new(self.cap),
+            to: Some(self.to),
+        }
+    }
+}
+
+impl AnswerTee {
+    /// A chunk of the body went to the user.
+    pub(crate) fn feed(&mut self, data: &Bytes) {
+        self.catch.feed(data);
+    }
+
+    /// The body ended: the copy gets the answer.
+    pub(crate) fn end(&mut self) {
+        if let (Some(to), Some((status, headers, latency))) = (self.to.take(), self.head.take()) {
+            let body = match self.catch.take() {
+                Caught::Whole(body) => Some(body),
+                Caught::Over => None,
+            };
+            let answer = Answer {
+                status,
+                headers,
+                body,
+            };
+            let _ = to.send(UserAnswer { answer, latency });
+        }
+    }
+}
+
+/// What [`Mirror::offer`] gives the proxy for a copied request.
+#[derive(Debug)]
+pub(crate) struct Offered {
+    /// To tee the request's body with (none when it has none).
+    pub(crate) tee: Option<Tee>,
+    /// To hand the copy the user's answer with.
+    pub(crate) primary: Primary,
+}
+
+impl Mirror {
+    /// The mirror of `config`'s service over `instances`, its copies sent through
+    /// `endpoints`; spawns its balancer's task.
+    pub(crate) fn new(
+        config: &ServiceConfig,
+        mirror: &MirrorConfig,
+        instances: &ServiceInstances,
+        endpoints: &MirrorEndpoints,
+        carriers: &[CarrierConfig],
+        metrics: &Metrics,
+    ) -> Arc<Mirror> {
+        let service: Arc<str> = config.name.as_str().into();
+        let transport = &config.transport;
+        let endpoints = endpoints
+            .clone()
+            .with_protocol(transport.protocol)
+            .with_tls(match &transport.tls {
+                Some(tls) => tls.clone(),
+                None => crate::config::system_tls(),
+            });
+        let discover = instances.discover().map(move |change| {
+            change.map(|change| match change {
+                Change::Insert(id, instance) => {
+                    let endpoint = endpoints.endpoint(instance);
+                    Change::Insert(id, endpoint)
+                }
+                Change::Remove(id) => Change::Remove(id),
+            })
+        });
+        // The service's policy, but no fallback: a copy goes to its lane or nowhere.
+        let policy = config
+            .policy
+            .clone()
+            .with_fallback(Fallback::None)
+            .with_on_unready(OnUnready::Fail);
+        let balancer = BalanceLayer::new(&config.name, policy)
+            .with_pick(config.pick)
+            .with_probe(config.probe.clone())
+            .with_ejection(config.ejection)
+            .build(discover);
+        Arc::new(Mirror {
+            threshold: (mirror.percent / 100.0 * f64::from(u32::MAX)) as u64,
+            series: metrics.mirror(&service, &mirror.lane),
+            service,
+            config: mirror.clone(),
+            balancer,
+            carriers: CarrierConfig::carriers(carriers),
+            ignore: Ignore::new(&mirror.ignore_headers, &mirror.ignore_fields),
+            in_flight: AtomicUsize::new(0),
+            recent: Mutex::default(),
+        })
+    }
+
+    /// Copies `req` when it is to be copied (see the [module docs](self)), spawning its
+    /// copy's task; `stain` is the request's. `req` is as it goes to baseline (its path
+    /// rewritten).
+    pub(crate) fn offer<B: Body>(
+        self: &Arc<Self>,
+        req: &Request<B>,
+        stain: Option<&Stain>,
+    ) -> Option<Offered> {
+        if !stain.is_none_or(Stain::is_baseline) || !self.config.methods.contains(req.method()) {
+            return None;
+        }
+        if self.threshold < u64::from(u32::MAX)
+            && (gray_core::rand::random_u64() >> 32) >= self.threshold
+        {
+            return None;
+        }
+        let body = req.body();
+        let teed = !body.is_end_stream();
+        if teed && body.size_hint().lower() > self.config.max_body_bytes as u64 {
+            self.series.count("dropped_body");
+            return None;
+        }
+        if self.in_flight.fetch_add(1, Ordering::AcqRel) >= self.config.max_in_flight {
+            self.in_flight.fetch_sub(1, Ordering::AcqRel);
+            self.series.count("dropped_busy");
+            return None;
+        }
+        let slot = Slot(self.clone());
+        let mut head = Request::new(());
+        *head.method_mut() = req.method().clone();
+        *head.uri_mut() = req.uri().clone();
+        *head.version_mut() = req.version();
+        *head.headers_mut() = req.headers().clone();
+        let lane_stain = Stain::in_lane(self.config.lane.clone())
+            .with_baggage(stain.and_then(Stain::baggage).cloned());
+        self.carriers.inject(&lane_stain, head.headers_mut());
+        head.headers_mut()
+            .insert(X_GRAY_MIRROR, HeaderValue::from_static("1"));
+        head.extensions_mut().insert(lane_stain);
+        let (tee, body) = match teed {
+            true => {
+                let (tee, caught) = Tee::new(self.config.max_body_bytes);
+                (Some(tee), Some(caught))
+            }
+            false => (None, None),
+        };
+        let (to, primary) = oneshot::channel();
+        tokio::spawn(copy::run(slot, head, body, primary));
+        Some(Offered {
+            tee,
+            primary: Primary {
+                to,
+                started: Instant::now(),
+                cap: self.config.max_compare_bytes,
+            },
+        })
+    }
+
+    /// The latest mismatches, newest last.
+    pub(crate) fn recent(&self) -> Vec<Mismatch> {
+        self.recent
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .cloned()
+            .collect()
+    }
+
+    /// The copies in flight now.
+    pub(crate) fn in_flight(&self) -> usize {
+        self.in_flight.load(Ordering::Relaxed)
+    }
+
+    /// The mirror's lane.
+    pub(crate) fn lane(&self) -> &gray_core::Lane {
+        &self.config.lane
+    }
+
+    fn remember(&self, mismatch: Mismatch) {
+        let mut recent = self.recent.lock().unwrap_or_else(|p| p.into_inner());
+        if recent.len() == RECENT {
+            recent.pop_front();
+        }
+        recent.push_back(mismatch);
+    }
+}
+
+/// A place among the mirror's copies in flight, held by a copy's task.
+struct Slot(Arc<Mirror>);
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        self.0.in_flight.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// The differences as the admin API shows them.
+fn describe(differences: &[Difference]) -> Vec<String> {
+    differences.iter().map(ToString::to_string).collect()
+}

@@ -1,0 +1,436 @@
+//! Mirroring through the gateway (`[services.x.mirror]`), with real axum instances on
+//! loopback and a reqwest client: baseline's GETs are copied to the gray lane with its
+//! stain and `x-gray-mirror`, compared with the users' answers (JSON field by field, noise
+//! ignored where configured) and counted apart from the users' requests; POST is copied
+//! only when listed, and a body over `max_body_bytes` reaches baseline intact while its
+//! copy is dropped; a shadow that never answers, or none at all, costs the users nothing.
+
+use std::{
+    net::SocketAddr,
+    sync::{
+        Arc, Mutex,
+        atomic::{AtomicUsize, Ordering},
+    },
+    time::Duration,
+};
+
+use axum::{Router, body::Bytes, extract::State, http::HeaderMap, routing::get};
+use gray_gateway::Gateway;
+use gray_test_support::{TempDir, WAIT};
+use gray_tests::{Server, admin_text, reqwest_client, serve};
+
+/// What an instance saw: each request's method, `x-gray-lane`, `x-gray-mirror`, body.
+#[derive(Clone, Default)]
+struct Seen(Arc<Mutex<Vec<(String, Option<String>, Option<String>, Bytes)>>>);
+
+impl Seen {
+    fn all(&self) -> Vec<(String, Option<String>, Option<String>, Bytes)> {
+        self.0.lock().unwrap().clone()
+    }
+}
+
+/// An instance answering `GET /item` and `POST /item` with the JSON `answer(n)` (`n`: the
+/// requests it has answered), recording what it saw.
+async fn instance(seen: Seen, answer: fn(usize) -> String) -> Server {
+    #[derive(Clone)]
+    struct App {
+        seen: Seen,
+        answer: fn(usize) -> String,
+        n: Arc<AtomicUsize>,
+    }
+    async fn handle(
+        State(app): State<App>,
+        method: axum::http::Method,
+        headers: HeaderMap,
+        body: Bytes,
+    ) -> ([(&'static str, &'static str); 1], String) {
+        let header = |name: &str| {
+            headers
+                .get(name)
+                .map(|v| v.to_str().unwrap_or_default().to_owned())
+        };
+        let len = body.len();
+        app.seen.0.lock().unwrap().push((
+            method.to_string(),
+            header("x-gray-lane"),
+            header("x-gray-mirror"),
+            body,
+        ));
+        let n = app.n.fetch_add(1, Ordering::SeqCst);
+        let mut answer = (app.answer)(n);
+        if method == axum::http::Method::POST {
+            answer = format!("{{\"received\":{len}}}");
+        }
+        ([("content-type", "application/json")], answer)
+    }
+    let app = App {
+        seen,
+        answer,
+        n: Arc::default(),
+    };
+    serve(
+        Router::new()
+            .route("/item", get(handle).post(handle))
+            .with_state(app),
+    )
+    .await
+}
+
+/// A gateway over `base` and, when given, `gray` (labelled gray) of the service `svc`, whose
+/// `[services.svc]` table has the keys `service`.
+async fn gateway(
+    dir: &TempDir,
+    base: SocketAddr,
+    gray: Option<SocketAddr>,
+    service: &str,
+) -> Gateway {
+    let mut instances = format!("[[services.svc]]\nid = \"base-1\"\naddress = \"{base}\"\n\n");
+    if let Some(gray) = gray {
+        instances += &format!(
+            "[[services.svc]]\nid = \"gray-1\"\naddress = \"{gray}\"\nlabels = {{ gray = true }}\n"
+        );
+    }
+    std::fs::write(dir.path().join("instances.toml"), instances).unwrap();
+    std::fs::write(dir.path().join("rules.toml"), gray_tests::TESTERS_RULES).unwrap();
+    std::fs::write(
+        dir.path().join("gateway.toml"),
+        format!(
+            "listen = \"127.0.0.1:0\"\nadmin = \"127.0.0.1:0\"\nrules = \"rules.toml\"\n\
+             instances = \"instances.toml\"\n[services.svc]\npreset = \"seed-000\"\n{service}\n"
+        ),
+    )
+    .unwrap();
+    gray_tests::start_gateway(dir.path()).await
+}
+
+/// The value of `gray_gateway_mirror_requests_total` for `outcome`.
+fn mirrored(metrics: &str, outcome: &str) -> u64 {
+    let prefix = format!(
+        "gray_gateway_mirror_requests_total{{service=\"svc\",lane=\"gray\",outcome=\"{outcome}\"}} "
+    );
+    metrics
+        .lines()
+        .find_map(|line| line.strip_prefix(&prefix))
+        .map_or(0, |v| v.trim().parse().unwrap())
+}
+
+/// Waits (within [`WAIT`]) until the mirror's outcomes `done` add up to `n`; returns the
+/// metrics then.
+async fn settled(admin: SocketAddr, done: &[&str], n: u64) -> String {
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        let metrics = admin_text(admin, "/metrics").await;
+        let sum: u64 = done.iter().map(|o| mirrored(&metrics, o)).sum();
+        if sum >= n {
+            return metrics;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{done:?} reached {sum} of {n} within {WAIT:?}:\n{metrics}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+fn same(_: usize) -> String {
+    r#"{"id":7,"items":[1,2,3]}"#.to_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn baseline_gets_are_copied_to_the_gray_lane_compared_and_counted_apart() {
+    let dir = TempDir::new("mirror-copies");
+    let (base_seen, gray_seen) = (Seen::default(), Seen::default());
+    let base = instance(base_seen.clone(), same).await;
+    let gray = instance(gray_seen.clone(), same).await;
+    let gw = gateway(
+        &dir,
+        base.addr(),
+        Some(gray.addr()),
+        "mirror = { lane = \"gray\" }",
+    )
+    .await;
+    let admin = gw.admin_addr().unwrap();
+    let client = reqwest_client();
+    for i in 0..20 {
+        let mut request = client.get(format!("http://{}/svc/item", gw.addr()));
+        if i == 0 {
+            // No client makes its request look like a copy.
+            request = request.header("x-gray-mirror", "1");
+        }
+        let response = request.send().await.unwrap();
+        assert_eq!(response.status(), 200);
+        assert_eq!(response.headers()["x-gray-instance"], "base-1");
+        assert_eq!(response.text().await.unwrap(), same(0));
+    }
+    // A request stained gray goes to gray, and is not copied.
+    let response = client
+        .get(format!("http://{}/svc/item", gw.addr()))
+        .header("x-tester", "1")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.headers()["x-gray-instance"], "gray-1");
+    let metrics = settled(admin, &["matched", "mismatched", "failed", "unjudged"], 20).await;
+    assert_eq!(mirrored(&metrics, "sent"), 20, "{metrics}");
+    assert_eq!(mirrored(&metrics, "matched"), 20, "{metrics}");
+    assert_eq!(mirrored(&metrics, "mismatched"), 0, "{metrics}");
+
+    let base_seen = base_seen.all();
+    assert_eq!(base_seen.len(), 20);
+    assert!(
+        base_seen
+            .iter()
+            .all(|(_, lane, mark, _)| lane.is_none() && mark.is_none()),
+        "baseline sees users' requests only, unmarked: {base_seen:?}"
+    );
+    let gray_seen = gray_seen.all();
+    let copies: Vec<_> = gray_seen.iter().filter(|s| s.2.is_some()).collect();
+    assert_eq!(copies.len(), 20, "{gray_seen:?}");
+    assert!(
+        copies.iter().all(|(method, lane, mark, _)| method == "GET"
+            && lane.as_deref() == Some("gray")
+            && mark.as_deref() == Some("1")),
+        "each copy carries its lane's stain and the mark: {copies:?}"
+    );
+
+    // The copies appear in no user metric: gray served one request, the stained one.
+    let gray_requests: u64 = metrics
+        .lines()
+        .filter(|l| {
+            l.starts_with("gray_gateway_requests_total{") && l.contains("instance=\"gray-1\"")
+        })
+        .map(|l| l.rsplit(' ').next().unwrap().parse::<u64>().unwrap())
+        .sum();
+    assert_eq!(gray_requests, 1, "{metrics}");
+    assert!(
+        metrics.contains(
+            "gray_gateway_mirror_duration_seconds_count{service=\"svc\",lane=\"gray\"} 20"
+        ),
+        "{metrics}"
+    );
+    gw.shutdown().await;
+}
+
+fn with_ts(n: usize) -> String {
+    format!(r#"{{"id":7,"ts":{n},"items":[1,2,3]}}"#)
+}
+
+fn with_ts_and_a_bug(n: usize) -> String {
+    // Every fourth answer of gray's differs in a field that matters.
+    let id = if n % 4 == 3 { 8 } else { 7 };
+    format!(r#"{{"id":{id},"ts":{},"items":[1,2,3]}}"#, n + 1000)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn differences_are_mismatches_but_in_ignored_fields_and_the_admin_shows_them() {
+    let dir = TempDir::new("mirror-mismatch");
+    let base = instance(Seen::default(), with_ts).await;
+    let gray = instance(Seen::default(), with_ts_and_a_bug).await;
+    let gw = gateway(
+        &dir,
+        base.addr(),
+        Some(gray.addr()),
+        "mirror = { lane = \"gray\", ignore_fields = [\"/ts\"], max_in_flight = 1 }",
+    )
+    .await;
+    let admin = gw.admin_addr().unwrap();
+    let client = reqwest_client();
+    let mut judged = 0;
+    for _ in 0..8 {
+        let response = client
+            .get(format!("http://{}/svc/item", gw.addr()))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 200);
+        // One copy at a time (`max_in_flight = 1`): each judged before the next is sent,
+        // so that gray's answers come in order.
+        judged += 1;
+        settled(admin, &["matched", "mismatched", "dropped_busy"], judged).await;
+    }
+    let metrics = admin_text(admin, "/metrics").await;
+    let (matched, mismatched, busy) = (
+        mirrored(&metrics, "matched"),
+        mirrored(&metrics, "mismatched"),
+        mirrored(&metrics, "dropped_busy"),
+    );
+    assert_eq!(busy, 0, "{metrics}");
+    assert_eq!(
+        (matched, mismatched),
+        (6, 2),
+        "the ts field is noise, id is not: {metrics}"
+    );
+    let mirrors: serde_json::Value =
+        serde_json::from_str(&admin_text(admin, "/mirrors").await).unwrap();
+    let recent = mirrors["svc"]["recent_mismatches"].as_array().unwrap();
+    assert_eq!(recent.len(), 2, "{mirrors}");
+    assert_eq!(recent[0]["method"], "GET");
+    assert_eq!(recent[0]["path"], "/item");
+    assert_eq!(recent[0]["differences"], serde_json::json!(["json /id"]));
+    assert_eq!(mirrors["svc"]["lane"], "gray");
+    gw.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn post_is_copied_only_when_listed_and_a_body_over_the_cap_reaches_baseline_intact() {
+    let client = reqwest_client();
+    // Not listed: not copied.
+    let dir = TempDir::new("mirror-post-default");
+    let gray_seen = Seen::default();
+    let base = instance(Seen::default(), same).await;
+    let gray = instance(gray_seen.clone(), same).await;
+    let gw = gateway(
+        &dir,
+        base.addr(),
+        Some(gray.addr()),
+        "mirror = { lane = \"gray\" }",
+    )
+    .await;
+    let response = client
+        .post(format!("http://{}/svc/item", gw.addr()))
+        .body("x".repeat(100))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.text().await.unwrap(), r#"{"received":100}"#);
+    client
+        .get(format!("http://{}/svc/item", gw.addr()))
+        .send()
+        .await
+        .unwrap();
+    let metrics = settled(gw.admin_addr().unwrap(), &["matched"], 1).await;
+    assert_eq!(mirrored(&metrics, "sent"), 1, "the GET only: {metrics}");
+    assert!(gray_seen.all().iter().all(|s| s.0 == "GET"));
+    gw.shutdown().await;
+
+    // Listed, with a cap of 1 KiB.
+    let dir = TempDir::new("mirror-post-listed");
+    let (base_seen, gray_seen) = (Seen::default(), Seen::default());
+    let base = instance(base_seen.clone(), same).await;
+    let gray = instance(gray_seen.clone(), same).await;
+    let gw = gateway(
+        &dir,
+        base.addr(),
+        Some(gray.addr()),
+        "mirror = { lane = \"gray\", methods = [\"GET\", \"POST\"], max_body_bytes = 1024 }",
+    )
+    .await;
+    let admin = gw.admin_addr().unwrap();
+    let small: Vec<u8> = (0..700u32).map(|i| (i % 251) as u8).collect();
+    let large: Vec<u8> = (0..200_000u32).map(|i| (i % 253) as u8).collect();
+    // A body in chunks of unknown length (no `Content-Length`: chunked).
+    let chunked = |body: &[u8], size: usize| {
+        let frames: Vec<Result<_, std::io::Error>> = body
+            .chunks(size)
+            .map(|c| Ok(hyper::body::Frame::data(Bytes::copy_from_slice(c))))
+            .collect();
+        reqwest::Body::wrap(http_body_util::StreamBody::new(futures_util::stream::iter(
+            frames,
+        )))
+    };
+    let post = |body: reqwest::Body| {
+        client
+            .post(format!("http://{}/svc/item", gw.addr()))
+            .body(body)
+            .send()
+    };
+    // Within the cap, in chunks of unknown length: copied whole.
+    let response = post(chunked(&small, 100)).await.unwrap();
+    assert_eq!(response.text().await.unwrap(), r#"{"received":700}"#);
+    // Over the cap by its length: not teed at all.
+    let response = post(reqwest::Body::from(large.clone())).await.unwrap();
+    assert_eq!(response.text().await.unwrap(), r#"{"received":200000}"#);
+    // Over the cap in chunks of unknown length: teed, then dropped as the cap passed.
+    let response = post(chunked(&large, 1000)).await.unwrap();
+    assert_eq!(response.text().await.unwrap(), r#"{"received":200000}"#);
+
+    settled(admin, &["matched", "mismatched"], 1).await;
+    let metrics = settled(admin, &["dropped_body"], 2).await;
+    assert_eq!(mirrored(&metrics, "sent"), 1, "{metrics}");
+    assert_eq!(mirrored(&metrics, "dropped_body"), 2, "{metrics}");
+    let base_seen = base_seen.all();
+    assert_eq!(base_seen.len(), 3);
+    assert_eq!(&base_seen[0].3[..], &small[..]);
+    assert_eq!(
+        &base_seen[1].3[..],
+        &large[..],
+        "baseline gets the body intact"
+    );
+    assert_eq!(
+        &base_seen[2].3[..],
+        &large[..],
+        "baseline gets the body intact"
+    );
+    let gray_seen = gray_seen.all();
+    assert_eq!(gray_seen.len(), 1, "only the small body is copied");
+    assert_eq!(
+        &gray_seen[0].3[..],
+        &small[..],
+        "the copy's body is the user's"
+    );
+    gw.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shadow_that_never_answers_or_none_at_all_costs_the_users_nothing() {
+    // A gray instance that accepts and never answers, and copies that wait a minute:
+    // users still get every answer (from baseline, through the same gateway), and beyond
+    // `max_in_flight` copies are dropped.
+    let (hole, accepted) = gray_test_support::net::serve(|stream| async move {
+        let _held = stream;
+        std::future::pending::<()>().await;
+    })
+    .await;
+    let dir = TempDir::new("mirror-dead");
+    let base_seen = Seen::default();
+    let base = instance(base_seen.clone(), same).await;
+    let gw = gateway(
+        &dir,
+        base.addr(),
+        Some(hole),
+        "mirror = { lane = \"gray\", max_in_flight = 2, timeout_ms = 60000 }",
+    )
+    .await;
+    let client = reqwest_client();
+    for _ in 0..30 {
+        let response = tokio::time::timeout(
+            WAIT,
+            client.get(format!("http://{}/svc/item", gw.addr())).send(),
+        )
+        .await
+        .expect("the user's request does not wait for its copy")
+        .unwrap();
+        assert_eq!(response.status(), 200);
+        assert_eq!(response.headers()["x-gray-instance"], "base-1");
+    }
+    let metrics = admin_text(gw.admin_addr().unwrap(), "/metrics").await;
+    assert_eq!(mirrored(&metrics, "sent"), 2, "{metrics}");
+    assert_eq!(mirrored(&metrics, "dropped_busy"), 28, "{metrics}");
+    assert!(accepted.load(Ordering::SeqCst) >= 1);
+    assert_eq!(base_seen.all().len(), 30);
+    gw.shutdown().await;
+
+    // No gray instance at all: copies go nowhere (never to baseline).
+    let dir = TempDir::new("mirror-none");
+    let base_seen = Seen::default();
+    let base = instance(base_seen.clone(), same).await;
+    let gw = gateway(&dir, base.addr(), None, "mirror = { lane = \"gray\" }").await;
+    for _ in 0..10 {
+        let response = client
+            .get(format!("http://{}/svc/item", gw.addr()))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 200);
+    }
+    let metrics = settled(gw.admin_addr().unwrap(), &["no_instance"], 10).await;
+    assert_eq!(mirrored(&metrics, "no_instance"), 10, "{metrics}");
+    let base_seen = base_seen.all();
+    assert_eq!(
+        base_seen.len(),
+        10,
+        "a copy never reaches baseline: {base_seen:?}"
+    );
+    assert!(base_seen.iter().all(|s| s.2.is_none()));
+    gw.shutdown().await;
+}
