@@ -32,7 +32,7 @@ use tower::BoxError;
 use crate::config::Config;
 #[cfg(feature = "etcd")]
 use crate::config::Discovery;
-pub use crate::{limits::raise_nofile_limit, mirror::X_GRAY_MIRROR, upstream::X_GRAY_INSTANCE};
+pub use crate::{limits::raise_nofile_limit, upstream::X_GRAY_INSTANCE};
 
 /// A running gateway: [`Gateway::start`] it, [`Gateway::shutdown`] it.
 #[derive(Debug)]

@@ -225,7 +225,7 @@ impl Service<Request<Incoming>> for Proxy {
         // A copy for the service's mirror, of a request baseline serves (never of an
         // upgrade): its body teed as it streams to baseline (`crate::mirror`).
         let (tee, primary) = match (&upstream.mirror, &upgrading) {
-            (Some(mirror), None) => match mirror.offer(&req, req.extensions().get::<Stain>()) {
+            (Some(mirror), None) => match mirror.offer(&mut req) {
                 Some(offered) => (offered.tee, Some(Box::new(offered.primary))),
                 None => (None, None),
             },

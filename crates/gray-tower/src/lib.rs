@@ -13,6 +13,7 @@
 //! | [`extract`] | server layer: reads the stain into the request extensions and a task-local |
 //! | [`propagate`] | client layer for any `tower::Service<http::Request<B>>` (hyper-util, tonic) |
 //! | [`capture`] | copies the task-local into the extensions, for stacks with a `Buffer` |
+//! | [`mirror`] | client layer: copies baseline's requests to a lane, fire and forget (a dark launch of the next service) |
 //! | [`task`] | the task-local, and `spawn` / `spawn_blocking` / future carriers |
 //! | [`baggage`] | W3C `baggage`: every member travels; the guide for a chain across languages |
 //! | `reqwest` | the client side as a `reqwest-middleware` middleware (feature `reqwest`) |
@@ -108,6 +109,7 @@ pub mod capture;
 pub mod edge;
 pub mod extract;
 pub mod grpc;
+pub mod mirror;
 #[cfg(feature = "opentelemetry")]
 pub mod otel;
 pub mod propagate;

@@ -3,42 +3,28 @@
 //! compares the two. Everything it does is bounded by the mirror's `timeout_ms`, from the
 //! moment the copy was offered; it holds its place under `max_in_flight` until it ends.
 
-use bytes::Bytes;
+use std::sync::Arc;
+
 use gray_policy::Unroutable;
-use http::Request;
-use http_body_util::{BodyExt, Full};
+use http_body_util::BodyExt;
 use tokio::{sync::oneshot, time::Instant};
 use tower::Service;
 
-use super::{Catch, Caught, Mismatch, Slot, UserAnswer, compare, describe};
+use super::{Catch, Copy, Mirror, Mismatch, UserAnswer, compare, describe};
 
-/// The outcome of a copy, as `gray_gateway_mirror_requests_total` names it.
-fn outcome(slot: &Slot, outcome: &'static str) {
-    slot.0.series.count(outcome);
-}
-
-/// Runs the copy `head` (its body from `body`, when it has one) and judges its answer
-/// against the user's, from `primary`.
-pub(super) async fn run(
-    slot: Slot,
-    head: Request<()>,
-    body: Option<oneshot::Receiver<Caught>>,
-    primary: oneshot::Receiver<UserAnswer>,
-) {
-    let mirror = slot.0.clone();
+/// Runs `copy` of a request of `mirror` and judges its answer against the user's, from
+/// `primary`.
+pub(super) async fn run(mirror: Arc<Mirror>, copy: Copy, primary: oneshot::Receiver<UserAnswer>) {
+    let outcome = |outcome: &'static str| mirror.series.count(outcome);
     let deadline = Instant::now() + mirror.config.timeout;
-    let body = match body {
-        None => Bytes::new(),
-        Some(caught) => match tokio::time::timeout_at(deadline, caught).await {
-            Ok(Ok(Caught::Whole(body))) => body,
-            // Over the cap, abandoned by the client, or not finished in time: no copy.
-            _ => return outcome(&slot, "dropped_body"),
-        },
+    let method = copy.head().method().clone();
+    let path = copy.head().uri().path().to_owned();
+    // Over the cap, abandoned by the client, or not finished in time: no copy.
+    let Ok(Some((req, _place))) = tokio::time::timeout_at(deadline, copy.into_request()).await
+    else {
+        return outcome("dropped_body");
     };
-    let method = head.method().clone();
-    let path = head.uri().path().to_owned();
-    let req = head.map(|()| Full::new(body));
-    outcome(&slot, "sent");
+    outcome("sent");
     let sent = Instant::now();
     let cap = mirror.config.max_compare_bytes;
     let mut balancer = mirror.balancer.clone();
@@ -53,10 +39,7 @@ pub(super) async fn run(
                 catch.feed(data);
             }
         }
-        let body = match catch.take() {
-            Caught::Whole(body) => Some(body),
-            Caught::Over => None,
-        };
+        let body = catch.whole();
         Ok::<_, tower::BoxError>((
             compare::Answer {
                 status: parts.status,
@@ -70,7 +53,7 @@ pub(super) async fn run(
     let (answer, latency) = match answered {
         Ok(Ok(answered)) => answered,
         Ok(Err(error)) if crate::proxy::find::<Unroutable>(&*error).is_some() => {
-            return outcome(&slot, "no_instance");
+            return outcome("no_instance");
         }
         failed => {
             let error = match failed {
@@ -80,17 +63,17 @@ pub(super) async fn run(
             crate::limits::warn(crate::limits::Warning::MirrorFailed, |suppressed| {
                 tracing::warn!(service = %mirror.service, lane = %mirror.config.lane, %error, suppressed, "a mirror's copy failed");
             });
-            return outcome(&slot, "failed");
+            return outcome("failed");
         }
     };
     mirror.series.duration.observe(latency.as_secs_f64());
     let Ok(Ok(user)) = tokio::time::timeout_at(deadline, primary).await else {
         // The user's answer was the gateway's own, or did not finish in time.
-        return outcome(&slot, "unjudged");
+        return outcome("unjudged");
     };
     let differences = compare::compare(&user.answer, &answer, &mirror.ignore);
     if differences.is_empty() {
-        return outcome(&slot, "matched");
+        return outcome("matched");
     }
     tracing::debug!(service = %mirror.service, lane = %mirror.config.lane, %method, %path, differences = ?describe(&differences), "a mirror's answer differs");
     mirror.remember(Mismatch {
@@ -102,5 +85,5 @@ pub(super) async fn run(
         copy_ms: latency.as_secs_f64() * 1e3,
         differences: describe(&differences),
     });
-    outcome(&slot, "mismatched");
+    outcome("mismatched");
 }

@@ -13,7 +13,8 @@
 //!   dropped (`no_instance`).
 //! - **A body is teed while it streams to baseline** ([`tee`]), kept by reference up to
 //!   `max_body_bytes`; past that the copy is dropped (`dropped_body`) and the body goes on
-//!   untouched. A body whose length says it is over the cap is not teed at all.
+//!   untouched. A body whose length says it is over the cap is not teed at all (the tee
+//!   is gray-tower's, which its `MirrorLayer` uses too).
 //! - **The copy carries the lane's stain** on every configured carrier and
 //!   `x-gray-mirror: 1`, so that the services behind a shadow instance route its
 //!   outbound calls to their own instances of that lane. The gateway strips
@@ -30,40 +31,34 @@
 
 mod compare;
 mod copy;
-mod tee;
 
 use std::{
-    sync::{
-        Arc, Mutex,
-        atomic::{AtomicUsize, Ordering},
-    },
+    sync::{Arc, Mutex},
     time::{Duration, Instant},
 };
 
 use bytes::Bytes;
 use futures_util::StreamExt;
 use gray_balance::{Balance, BalanceLayer};
-use gray_core::{CarrierConfig, Carriers, Stain};
+use gray_core::CarrierConfig;
 use gray_discovery::{
     InstanceId, ServiceInstances,
     http::{Connector, HttpEndpoint, HttpEndpoints},
 };
 use gray_policy::{Fallback, OnUnready};
-use http::{HeaderMap, HeaderName, HeaderValue, Request, StatusCode};
+use http::{HeaderMap, Request, StatusCode};
 use http_body::Body;
 use http_body_util::Full;
 use tokio::sync::oneshot;
 use tower::discover::Change;
 
 use self::compare::{Answer, Difference, Ignore};
-pub(crate) use self::tee::{Catch, Caught, Tee, Teed};
 use crate::{
     config::{MirrorConfig, ServiceConfig},
     metrics::{Metrics, MirrorSeries},
 };
-
-/// The header that marks a copy.
-pub const X_GRAY_MIRROR: HeaderName = HeaderName::from_static("x-gray-mirror");
+pub(crate) use gray_tower::mirror::{Catch, Teed, X_GRAY_MIRROR};
+use gray_tower::mirror::{Copier, Copy, Declined, Tee};
 
 /// How many of the latest mismatches a mirror keeps for the admin API.
 const RECENT: usize = 16;
@@ -77,12 +72,10 @@ type Endpoint = HttpEndpoint<Connector, Full<Bytes>>;
 pub(crate) struct Mirror {
     service: Arc<str>,
     config: MirrorConfig,
-    /// The draw a request must fall under, out of 2^32 (`percent`).
-    threshold: u64,
+    /// Which requests are copied, and the copies' places.
+    copier: Copier,
     balancer: Balance<InstanceId, Endpoint>,
-    carriers: Carriers,
     ignore: Ignore,
-    in_flight: AtomicUsize,
     series: MirrorSeries,
     recent: Mutex<std::collections::VecDeque<Mismatch>>,
 }
@@ -154,14 +147,10 @@ impl AnswerTee {
     /// The body ended: the copy gets the answer.
     pub(crate) fn end(&mut self) {
         if let (Some(to), Some((status, headers, latency))) = (self.to.take(), self.head.take()) {
-            let body = match self.catch.take() {
-                Caught::Whole(body) => Some(body),
-                Caught::Over => None,
-            };
             let answer = Answer {
                 status,
                 headers,
-                body,
+                body: self.catch.whole(),
             };
             let _ = to.send(UserAnswer { answer, latency });
         }
@@ -217,67 +206,41 @@ impl Mirror {
             .with_probe(config.probe.clone())
             .with_ejection(config.ejection)
             .build(discover);
+        let copier = Copier::new(mirror.lane.clone())
+            .with_percent(mirror.percent)
+            .with_methods(mirror.methods.iter().cloned())
+            .with_max_body_bytes(mirror.max_body_bytes)
+            .with_max_in_flight(mirror.max_in_flight)
+            .with_carriers(CarrierConfig::carriers(carriers));
         Arc::new(Mirror {
-            threshold: (mirror.percent / 100.0 * f64::from(u32::MAX)) as u64,
             series: metrics.mirror(&service, &mirror.lane),
             service,
             config: mirror.clone(),
+            copier,
             balancer,
-            carriers: CarrierConfig::carriers(carriers),
             ignore: Ignore::new(&mirror.ignore_headers, &mirror.ignore_fields),
-            in_flight: AtomicUsize::new(0),
             recent: Mutex::default(),
         })
     }
 
     /// Copies `req` when it is to be copied (see the [module docs](self)), spawning its
-    /// copy's task; `stain` is the request's. `req` is as it goes to baseline (its path
-    /// rewritten).
-    pub(crate) fn offer<B: Body>(
-        self: &Arc<Self>,
-        req: &Request<B>,
-        stain: Option<&Stain>,
-    ) -> Option<Offered> {
-        if !stain.is_none_or(Stain::is_baseline) || !self.config.methods.contains(req.method()) {
-            return None;
-        }
-        if self.threshold < u64::from(u32::MAX)
-            && (gray_core::rand::random_u64() >> 32) >= self.threshold
-        {
-            return None;
-        }
-        let body = req.body();
-        let teed = !body.is_end_stream();
-        if teed && body.size_hint().lower() > self.config.max_body_bytes as u64 {
-            self.series.count("dropped_body");
-            return None;
-        }
-        if self.in_flight.fetch_add(1, Ordering::AcqRel) >= self.config.max_in_flight {
-            self.in_flight.fetch_sub(1, Ordering::AcqRel);
-            self.series.count("dropped_busy");
-            return None;
-        }
-        let slot = Slot(self.clone());
-        let mut head = Request::new(());
-        *head.method_mut() = req.method().clone();
-        *head.uri_mut() = req.uri().clone();
-        *head.version_mut() = req.version();
-        *head.headers_mut() = req.headers().clone();
-        let lane_stain = Stain::in_lane(self.config.lane.clone())
-            .with_baggage(stain.and_then(Stain::baggage).cloned());
-        self.carriers.inject(&lane_stain, head.headers_mut());
-        head.headers_mut()
-            .insert(X_GRAY_MIRROR, HeaderValue::from_static("1"));
-        head.extensions_mut().insert(lane_stain);
-        let (tee, body) = match teed {
-            true => {
-                let (tee, caught) = Tee::new(self.config.max_body_bytes);
-                (Some(tee), Some(caught))
+    /// copy's task. `req` is as it goes to baseline (its path rewritten, its stain in its
+    /// extensions).
+    pub(crate) fn offer<B: Body>(self: &Arc<Self>, req: &mut Request<B>) -> Option<Offered> {
+        let mut copy = match self.copier.offer(req) {
+            Ok(copy) => copy,
+            Err(declined) => {
+                match declined {
+                    Declined::Busy => self.series.count("dropped_busy"),
+                    Declined::Body => self.series.count("dropped_body"),
+                    _ => {}
+                }
+                return None;
             }
-            false => (None, None),
         };
+        let tee = copy.take_tee();
         let (to, primary) = oneshot::channel();
-        tokio::spawn(copy::run(slot, head, body, primary));
+        tokio::spawn(copy::run(self.clone(), copy, primary));
         Some(Offered {
             tee,
             primary: Primary {
@@ -300,7 +263,7 @@ impl Mirror {
 
     /// The copies in flight now.
     pub(crate) fn in_flight(&self) -> usize {
-        self.in_flight.load(Ordering::Relaxed)
+        self.copier.in_flight()
     }
 
     /// The mirror's lane.
@@ -314,15 +277,6 @@ impl Mirror {
             recent.pop_front();
         }
         recent.push_back(mismatch);
-    }
-}
-
-/// A place among the mirror's copies in flight, held by a copy's task.
-struct Slot(Arc<Mirror>);
-
-impl Drop for Slot {
-    fn drop(&mut self) {
-        self.0.in_flight.fetch_sub(1, Ordering::AcqRel);
     }
 }
 

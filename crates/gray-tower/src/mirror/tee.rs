@@ -1,7 +1,7 @@
-//! Catching a body as it streams to its destination, up to a cap, for a copy: the
-//! request's body for the copy's request, the user's answer for the comparison. The
-//! stream is never held back: a chunk is kept by its reference count (nothing copied),
-//! and past the cap nothing more is kept.
+//! Catching a body as it streams to its destination, up to a cap, for a copy (the
+//! request's body for the copy's request; in a gateway, the user's answer for a
+//! comparison too). The stream is never held back: a chunk is kept by its reference count
+//! (nothing copied), and past the cap nothing more is kept.
 
 use std::{
     pin::Pin,
@@ -14,7 +14,7 @@ use tokio::sync::oneshot;
 
 /// What was caught of a body.
 #[derive(Debug)]
-pub(crate) enum Caught {
+pub enum Caught {
     /// All of it.
     Whole(Bytes),
     /// It was longer than the cap.
@@ -23,7 +23,7 @@ pub(crate) enum Caught {
 
 /// The chunks of a body so far, up to a cap.
 #[derive(Debug)]
-pub(crate) struct Catch {
+pub struct Catch {
     chunks: Vec<Bytes>,
     len: usize,
     cap: usize,
@@ -31,7 +31,9 @@ pub(crate) struct Catch {
 }
 
 impl Catch {
-    pub(crate) fn new(cap: usize) -> Self {
+    /// Nothing caught yet, keeping up to `cap` bytes.
+    #[must_use]
+    pub fn new(cap: usize) -> Self {
         Catch {
             chunks: Vec::new(),
             len: 0,
@@ -42,7 +44,7 @@ impl Catch {
 
     /// Keeps `data`, unless the cap is passed (then nothing is kept any more). Returns
     /// whether the body is still within the cap.
-    pub(crate) fn feed(&mut self, data: &Bytes) -> bool {
+    pub fn feed(&mut self, data: &Bytes) -> bool {
         if self.over {
             return false;
         }
@@ -58,8 +60,17 @@ impl Catch {
         true
     }
 
-    /// What was caught.
-    pub(crate) fn take(&mut self) -> Caught {
+    /// The body, if it was caught whole (the chunks are handed over: a second call finds
+    /// none).
+    pub fn whole(&mut self) -> Option<Bytes> {
+        match self.take() {
+            Caught::Whole(body) => Some(body),
+            Caught::Over => None,
+        }
+    }
+
+    /// What was caught (the chunks are handed over: a second call finds none).
+    pub fn take(&mut self) -> Caught {
         if self.over {
             return Caught::Over;
         }
@@ -84,14 +95,15 @@ impl Catch {
 ///
 /// [`Over`]: Caught::Over
 #[derive(Debug)]
-pub(crate) struct Tee {
+pub struct Tee {
     catch: Catch,
     to: Option<oneshot::Sender<Caught>>,
 }
 
 impl Tee {
     /// A tee keeping up to `cap` bytes, and where the copy waits for them.
-    pub(crate) fn new(cap: usize) -> (Tee, oneshot::Receiver<Caught>) {
+    #[must_use]
+    pub fn new(cap: usize) -> (Tee, oneshot::Receiver<Caught>) {
         let (to, from) = oneshot::channel();
         (
             Tee {
@@ -122,7 +134,7 @@ impl Tee {
 pin_project_lite::pin_project! {
     /// A body teed to a copy while it streams on ([`Tee`]); without a tee, the body as it is.
     #[derive(Debug)]
-    pub(crate) struct Teed<B> {
+    pub struct Teed<B> {
         #[pin]
         inner: B,
         tee: Option<Box<Tee>>,
@@ -131,7 +143,8 @@ pin_project_lite::pin_project! {
 
 impl<B> Teed<B> {
     /// `inner`, teed by `tee` when there is one.
-    pub(crate) fn new(inner: B, tee: Option<Tee>) -> Self {
+    #[must_use]
+    pub fn new(inner: B, tee: Option<Tee>) -> Self {
         Teed {
             inner,
             tee: tee.map(Box::new),
