@@ -200,6 +200,26 @@ pub async fn check(path: &Path) -> Result<String, BoxError> {
         );
         let _ = writeln!(out, "    {}", retry(service));
         let _ = writeln!(out, "    {}", transport(service));
+        if let Some(m) = &service.mirror {
+            let methods: Vec<&str> = m.methods.iter().map(http::Method::as_str).collect();
+            let _ = writeln!(
+                out,
+                "    mirror: {} % of baseline's {} to lane `{}` (no fallback), bodies up to {} bytes, {} in flight, {} ms each, answers compared up to {} bytes",
+                m.percent,
+                methods.join(", "),
+                m.lane,
+                m.max_body_bytes,
+                m.max_in_flight,
+                m.timeout.as_millis(),
+                m.max_compare_bytes,
+            );
+            if m.methods.iter().any(|m| !m.is_safe()) {
+                let _ = writeln!(
+                    out,
+                    "    warning: the mirror copies unsafe methods: the copies' own calls are real (see the docs, Mirroring: safety)"
+                );
+            }
+        }
         if let Some(r) = &service.rollout {
             let steps: Vec<String> = r.steps.iter().map(f64::to_string).collect();
             let gates: Vec<String> = r.gates.iter().map(f64::to_string).collect();

@@ -385,3 +385,39 @@ mod tls {
         }
     }
 }
+
+#[test]
+fn a_mirror_is_printed_and_unsafe_methods_are_warned_of() {
+    let dir = TempDir::new("check-mirror");
+    let mirror = |table: &str| format!("{CONFIG}\n[services.orders.mirror]\n{table}");
+    let path = write(
+        &dir,
+        &mirror("lane = \"gray\"\npercent = 50\n"),
+        RULES,
+        INSTANCES,
+    );
+    let (code, out, err) = check(&path);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains("mirror: 50 % of baseline's GET, HEAD to lane `gray` (no fallback), bodies up to 65536 bytes, 256 in flight, 5000 ms each, answers compared up to 1048576 bytes"),
+        "{out}"
+    );
+    assert!(!out.contains("warning:"), "{out}");
+    let path = write(
+        &dir,
+        &mirror("lane = \"gray\"\nmethods = [\"GET\", \"post\"]\n"),
+        RULES,
+        INSTANCES,
+    );
+    let (code, out, err) = check(&path);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains("warning: the mirror copies unsafe methods"),
+        "{out}"
+    );
+    // A mistake names its field.
+    let path = write(&dir, &mirror("lane = \"baseline\"\n"), RULES, INSTANCES);
+    let (code, _, err) = check(&path);
+    assert_eq!(code, 1);
+    assert!(err.contains("services.orders.mirror.lane"), "{err}");
+}

@@ -423,7 +423,7 @@ impl<M> MirrorLayer<M> {
     /// What the copies of every service this layer makes did.
     #[must_use]
     pub fn stats(&self) -> MirrorStats {
-        MirrorStats(self.counters.clone(), self.copier.clone())
+        MirrorStats::new(self.counters.clone(), self.copier.clone())
     }
 }
 
