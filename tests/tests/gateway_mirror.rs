@@ -84,7 +84,23 @@ async fn gateway(
     gray: Option<SocketAddr>,
     service: &str,
 ) -> Gateway {
-    let mut instances = format!("[[services.svc]]\nid = \"base-1\"\naddress = \"{base}\"\n\n");
+    gateway_over(dir, &[base], gray, service).await
+}
+
+/// [`gateway`] over several baseline instances, `base-1`, `base-2`…
+async fn gateway_over(
+    dir: &TempDir,
+    bases: &[SocketAddr],
+    gray: Option<SocketAddr>,
+    service: &str,
+) -> Gateway {
+    let mut instances = String::new();
+    for (i, base) in bases.iter().enumerate() {
+        instances += &format!(
+            "[[services.svc]]\nid = \"base-{}\"\naddress = \"{base}\"\n\n",
+            i + 1
+        );
+    }
     if let Some(gray) = gray {
         instances += &format!(
             "[[services.svc]]\nid = \"gray-1\"\naddress = \"{gray}\"\nlabels = {{ gray = true }}\n"
@@ -433,4 +449,112 @@ async fn a_shadow_that_never_answers_or_none_at_all_costs_the_users_nothing() {
     );
     assert!(base_seen.iter().all(|s| s.2.is_none()));
     gw.shutdown().await;
+}
+
+fn ts_one(n: usize) -> String {
+    format!(r#"{{"id":7,"ts":{n}}}"#)
+}
+
+fn ts_two(n: usize) -> String {
+    format!(r#"{{"id":7,"ts":{}}}"#, n + 500_000)
+}
+
+fn gray_ts(n: usize) -> String {
+    format!(r#"{{"id":7,"ts":{}}}"#, n + 900_000)
+}
+
+fn gray_ts_and_two_percent(n: usize) -> String {
+    let id = if n % 50 == 49 { 8 } else { 7 };
+    format!(r#"{{"id":{id},"ts":{}}}"#, n + 900_000)
+}
+
+/// `/mirrors`' judge of `svc`.
+async fn judge(admin: SocketAddr) -> serde_json::Value {
+    let mirrors: serde_json::Value =
+        serde_json::from_str(&admin_text(admin, "/mirrors").await).unwrap();
+    mirrors["svc"]["judge"].clone()
+}
+
+/// Two baseline instances whose answers differ in `ts` on every answer, and a gray
+/// answering with `gray`: users' GETs, four at a time, until the judge alarms or `max`
+/// requests went; the judge then, and the requests sent.
+async fn judged(
+    tag: &str,
+    gray: fn(usize) -> String,
+    max: usize,
+) -> (serde_json::Value, usize, String) {
+    let dir = TempDir::new(tag);
+    let one = instance(Seen::default(), ts_one).await;
+    let two = instance(Seen::default(), ts_two).await;
+    let gray = instance(Seen::default(), gray).await;
+    let gw = gateway_over(
+        &dir,
+        &[one.addr(), two.addr()],
+        Some(gray.addr()),
+        "mirror = { lane = \"gray\", control_percent = 100 }",
+    )
+    .await;
+    let admin = gw.admin_addr().unwrap();
+    let client = reqwest_client();
+    let deadline = tokio::time::Instant::now() + WAIT;
+    let mut sent = 0;
+    while sent < max && tokio::time::Instant::now() < deadline {
+        let batch = (0..4).map(|_| client.get(format!("http://{}/svc/item", gw.addr())).send());
+        for response in futures_util::future::join_all(batch).await {
+            assert_eq!(response.unwrap().status(), 200);
+        }
+        sent += 4;
+        if sent % 200 == 0 && !judge(admin).await["alarm"].is_null() {
+            break;
+        }
+    }
+    let judge = judge(admin).await;
+    let metrics = admin_text(admin, "/metrics").await;
+    gw.shutdown().await;
+    (judge, sent, metrics)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gray_differing_on_two_percent_of_answers_alarms_the_judge_beyond_learned_noise() {
+    let (judge, sent, metrics) = judged("mirror-judge-bug", gray_ts_and_two_percent, 40_000).await;
+    assert_eq!(
+        judge["alarm"], "mismatch",
+        "after {sent} requests: {judge}\n{metrics}"
+    );
+    assert!(
+        judge["noise"]
+            .as_array()
+            .unwrap()
+            .contains(&serde_json::json!("json /ts")),
+        "the timestamp is learned as noise: {judge}"
+    );
+    assert!(judge["controls"].as_u64().unwrap() > 0, "{judge}");
+    assert_eq!(judge["control_mismatches"].as_u64().unwrap(), 0, "{judge}");
+    assert!(
+        metrics.contains("gray_gateway_mirror_alarm{service=\"svc\",lane=\"gray\"} 1"),
+        "{metrics}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gray_differing_only_in_the_noise_matches_and_does_not_alarm() {
+    let (judge, sent, metrics) = judged("mirror-judge-noise", gray_ts, 6_000).await;
+    assert!(judge["alarm"].is_null(), "after {sent} requests: {judge}");
+    assert!(
+        judge["noise"]
+            .as_array()
+            .unwrap()
+            .contains(&serde_json::json!("json /ts")),
+        "{judge}"
+    );
+    // Once the noise is learned (at the judge's first look, a second in), gray's answers
+    // match.
+    let (matched, mismatched) = (
+        mirrored(&metrics, "matched"),
+        mirrored(&metrics, "mismatched"),
+    );
+    assert!(
+        matched > 2 * mismatched,
+        "after {sent} requests: matched {matched}, mismatched {mismatched}"
+    );
 }

@@ -83,6 +83,7 @@ async fn mirrors(State(admin): State<Admin>) -> axum::Json<serde_json::Value> {
                     "lane": mirror.lane().as_str(),
                     "in_flight": mirror.in_flight(),
                     "recent_mismatches": mirror.recent(),
+                    "judge": mirror.judgement(),
                 }),
             ))
         })

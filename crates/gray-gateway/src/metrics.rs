@@ -15,8 +15,9 @@
 //! | `gray_gateway_upgraded_open` | gauge | `service`, `lane`: upgraded connections open now |
 //! | `gray_gateway_upgraded_closed_total` | counter | `service`, `lane`, `reason` (`peer`, `error`, `idle`, `rollback`, `drain`) |
 //! | `gray_gateway_upgraded_bytes_total` | counter | `service`, `lane`, `direction` (`up`: client to instance, `down`) |
-//! | `gray_gateway_mirror_requests_total` | counter | `service`, `lane` (the mirror's), `outcome` (`sent`, `dropped_busy`, `dropped_body`, `no_instance`, `failed`, `matched`, `mismatched`, `unjudged`): copies of baseline's requests (see the crate docs, *Mirroring*) |
+//! | `gray_gateway_mirror_requests_total` | counter | `service`, `lane` (the mirror's), `outcome` (`sent`, `dropped_busy`, `dropped_body`, `no_instance`, `failed`, `matched`, `mismatched`, `unjudged`; a control's: `control_matched`, `control_mismatched`, `control_failed`): copies of baseline's requests (see the crate docs, *Mirroring*) |
 //! | `gray_gateway_mirror_duration_seconds` | histogram | `service`, `lane`: a copy's time from its send to its answer's head, 1 ms … 10 s |
+//! | `gray_gateway_mirror_alarm` | gauge | `service`, `lane`: 1 once the mirror's judge alarmed |
 //! | `gray_gateway_rules_generation` | gauge | the generation of the rule set in force |
 //! | `gray_gateway_rules_rejected` | gauge | rule-set versions rejected since the start |
 //! | `gray_gateway_discovery_connected` | gauge | 1 while discovery's source is reachable and followed |
@@ -126,26 +127,38 @@ struct MirrorLabels {
     outcome: &'static str,
 }
 
-/// The counters of one service's mirror ([`Metrics::mirror`]).
+/// The outcomes of a mirror's copies, as `gray_gateway_mirror_requests_total` names them.
+pub(crate) const MIRROR_OUTCOMES: [&str; 11] = [
+    "sent",
+    "dropped_busy",
+    "dropped_body",
+    "no_instance",
+    "failed",
+    "matched",
+    "mismatched",
+    "unjudged",
+    "control_matched",
+    "control_mismatched",
+    "control_failed",
+];
+
+/// The counters of one service's mirror ([`Metrics::mirror`]), one per outcome, made
+/// once: counting a copy hashes no label set.
 #[derive(Debug, Clone)]
 pub(crate) struct MirrorSeries {
-    service: Arc<str>,
-    lane: Arc<str>,
-    requests: Family<MirrorLabels, Counter>,
+    outcomes: [Counter; MIRROR_OUTCOMES.len()],
     /// A copy's time from its send to its answer's head.
     pub(crate) duration: Histogram,
+    /// 1 once the mirror's judge alarmed.
+    pub(crate) alarm: Gauge,
 }
 
 impl MirrorSeries {
-    /// Counts a copy's `outcome`.
+    /// Counts a copy's `outcome` (one of [`MIRROR_OUTCOMES`]).
     pub(crate) fn count(&self, outcome: &'static str) {
-        self.requests
-            .get_or_create(&MirrorLabels {
-                service: self.service.clone(),
-                lane: self.lane.clone(),
-                outcome,
-            })
-            .inc();
+        if let Some(i) = MIRROR_OUTCOMES.iter().position(|o| *o == outcome) {
+            self.outcomes[i].inc();
+        }
     }
 }
 
@@ -206,6 +219,7 @@ pub struct Metrics {
     upgrades: UpgradeFamilies,
     mirrors: Family<MirrorLabels, Counter>,
     mirror_durations: Family<ServiceLane, Histogram>,
+    mirror_alarms: Family<ServiceLane, Gauge>,
     /// The instances in the registry, by service and instance id.
     instances: Mutex<HashMap<InstanceKey, Arc<InstanceSeries>>>,
 }
@@ -274,6 +288,12 @@ impl Metrics {
             "A copy's time from its send to its answer's head, by service and lane",
             mirror_durations.clone(),
         );
+        let mirror_alarms = Family::<ServiceLane, Gauge>::default();
+        registry.register(
+            "mirror_alarm",
+            "1 once a mirror's judge alarmed (its lane answers differently from baseline beyond the noise), by service and lane",
+            mirror_alarms.clone(),
+        );
         Arc::new(Metrics {
             registry: Mutex::new(registry),
             requests,
@@ -281,6 +301,7 @@ impl Metrics {
             upgrades,
             mirrors,
             mirror_durations,
+            mirror_alarms,
             lanes: LaneLabels::new(max_lanes),
             instances: Mutex::default(),
         })
@@ -392,9 +413,17 @@ impl Metrics {
                 service: service.clone(),
                 lane: lane.clone(),
             }),
-            service: service.clone(),
-            lane,
-            requests: self.mirrors.clone(),
+            alarm: self.mirror_alarms.get_or_create_owned(&ServiceLane {
+                service: service.clone(),
+                lane: lane.clone(),
+            }),
+            outcomes: MIRROR_OUTCOMES.map(|outcome| {
+                self.mirrors.get_or_create_owned(&MirrorLabels {
+                    service: service.clone(),
+                    lane: lane.clone(),
+                    outcome,
+                })
+            }),
         }
     }
 

@@ -9,6 +9,7 @@ pub mod lanes;
 pub mod machine;
 mod millis;
 pub mod sequential;
+pub mod shadow;
 
 pub use evidence::{Arm, Observation, Outcome, Recorder, Report, Stream};
 pub use histogram::Histogram;

@@ -30,6 +30,22 @@ pub(super) struct MirrorKeys {
     ignore_headers: Vec<String>,
     #[serde(default)]
     ignore_fields: Vec<String>,
+    #[serde(default = "control_percent")]
+    control_percent: f64,
+    #[serde(default = "alpha")]
+    alpha: f64,
+    #[serde(default = "noise_min")]
+    noise_min: u64,
+}
+
+fn control_percent() -> f64 {
+    20.0
+}
+fn alpha() -> f64 {
+    0.05
+}
+fn noise_min() -> u64 {
+    gray_rollout::shadow::DEFAULT_NOISE_MIN
 }
 
 fn percent() -> f64 {
@@ -107,6 +123,24 @@ pub(super) fn mirror(
             )
         })?);
     }
+    if !(0.0..=100.0).contains(&keys.control_percent) {
+        return Err(doc.error(
+            &field("control_percent"),
+            format_args!("expected 0 to 100, found {}", keys.control_percent),
+        ));
+    }
+    if !(keys.alpha > 0.0 && keys.alpha < 1.0) {
+        return Err(doc.error(
+            &field("alpha"),
+            format_args!(
+                "expected a number between 0 and 1 (exclusive), found {}",
+                keys.alpha
+            ),
+        ));
+    }
+    if keys.noise_min == 0 {
+        return Err(doc.error(&field("noise_min"), "expected at least 1"));
+    }
     for (i, pointer) in keys.ignore_fields.iter().enumerate() {
         if !pointer.starts_with('/') {
             return Err(doc.error(
@@ -125,5 +159,8 @@ pub(super) fn mirror(
         max_compare_bytes: keys.max_compare_bytes,
         ignore_headers,
         ignore_fields: keys.ignore_fields.clone(),
+        control_percent: keys.control_percent,
+        alpha: keys.alpha,
+        noise_min: keys.noise_min,
     }))
 }

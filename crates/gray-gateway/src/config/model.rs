@@ -368,4 +368,12 @@ pub struct MirrorConfig {
     /// JSON fields never compared, as JSON pointers (`/meta/request_id`, `/items/*/ts`:
     /// `*` is any key or index) (`ignore_fields`).
     pub ignore_fields: Vec<String>,
+    /// The share of copies of safe methods that also go to a second baseline instance,
+    /// whose answer teaches the judge the noise and is its null, 0 to 100
+    /// (`control_percent`, default 20).
+    pub control_percent: f64,
+    /// The judge's bound on a false alarm (`alpha`, default 0.05).
+    pub alpha: f64,
+    /// A difference is noise once this many controls showed it (`noise_min`, default 2).
+    pub noise_min: u64,
 }

@@ -1,20 +1,36 @@
 //! A copy's task: it waits for the request's body (when it has one), sends the copy to
 //! its lane, reads the answer up to the bytes compared, waits for the user's answer and
-//! compares the two. Everything it does is bounded by the mirror's `timeout_ms`, from the
-//! moment the copy was offered; it holds its place under `max_in_flight` until it ends.
+//! compares the two; for a request drawn for a control, it then sends the same request to
+//! a second baseline instance (not the one that answered the user) and compares that
+//! answer too. Both comparisons go to the mirror's judge. Everything it does is bounded by
+//! the mirror's `timeout_ms`, from the moment the copy was offered; it holds its place
+//! under `max_in_flight` until it ends.
 
-use std::sync::Arc;
+use std::{sync::Arc, time::Duration};
 
+use bytes::Bytes;
+use gray_core::Stain;
 use gray_policy::Unroutable;
-use http_body_util::BodyExt;
+use gray_rollout::{Arm, shadow::Comparison};
+use http::Request;
+use http_body_util::{BodyExt, Full};
 use tokio::{sync::oneshot, time::Instant};
-use tower::Service;
+use tower::{BoxError, Service};
 
-use super::{Catch, Copy, Mirror, Mismatch, UserAnswer, compare, describe};
+use super::{Catch, Copy, Mirror, Mismatch, UserAnswer, compare, compare::Answer, describe};
+use crate::upstream::X_GRAY_INSTANCE;
 
-/// Runs `copy` of a request of `mirror` and judges its answer against the user's, from
-/// `primary`.
-pub(super) async fn run(mirror: Arc<Mirror>, copy: Copy, primary: oneshot::Receiver<UserAnswer>) {
+/// How many picks a control gets to find a baseline instance other than the user's.
+const CONTROL_PICKS: usize = 3;
+
+/// Runs `copy` of a request of `mirror` (and its control, with `control`) and judges the
+/// answers against the user's, from `primary`.
+pub(super) async fn run(
+    mirror: Arc<Mirror>,
+    copy: Copy,
+    control: bool,
+    primary: oneshot::Receiver<UserAnswer>,
+) {
     let outcome = |outcome: &'static str| mirror.series.count(outcome);
     let deadline = Instant::now() + mirror.config.timeout;
     let method = copy.head().method().clone();
@@ -24,32 +40,12 @@ pub(super) async fn run(mirror: Arc<Mirror>, copy: Copy, primary: oneshot::Recei
     else {
         return outcome("dropped_body");
     };
+    // The control: the same request, as baseline's.
+    let control = control.then(|| mirror.control_request(&req));
     outcome("sent");
-    let sent = Instant::now();
-    let cap = mirror.config.max_compare_bytes;
     let mut balancer = mirror.balancer.clone();
-    let answered = tokio::time::timeout_at(deadline, async move {
-        let response = balancer.call(req).await?;
-        let latency = sent.elapsed();
-        let (parts, mut body) = response.into_parts();
-        // Read to its end (the connection goes back to the pool), kept up to the cap.
-        let mut catch = Catch::new(cap);
-        while let Some(frame) = body.frame().await {
-            if let Some(data) = frame?.data_ref() {
-                catch.feed(data);
-            }
-        }
-        let body = catch.whole();
-        Ok::<_, tower::BoxError>((
-            compare::Answer {
-                status: parts.status,
-                headers: parts.headers,
-                body,
-            },
-            latency,
-        ))
-    })
-    .await;
+    let cap = mirror.config.max_compare_bytes;
+    let answered = tokio::time::timeout_at(deadline, send(&mut balancer, req, cap)).await;
     let (answer, latency) = match answered {
         Ok(Ok(answered)) => answered,
         Ok(Err(error)) if crate::proxy::find::<Unroutable>(&*error).is_some() => {
@@ -72,18 +68,124 @@ pub(super) async fn run(mirror: Arc<Mirror>, copy: Copy, primary: oneshot::Recei
         return outcome("unjudged");
     };
     let differences = compare::compare(&user.answer, &answer, &mirror.ignore);
-    if differences.is_empty() {
-        return outcome("matched");
+    let slow = slower(latency, user.latency);
+    let judged = mirror.judge(Comparison::new(Arm::Gray, describe(&differences), slow));
+    if judged.differences.is_empty() {
+        outcome("matched");
+    } else {
+        tracing::debug!(service = %mirror.service, lane = %mirror.config.lane, %method, %path, differences = ?judged.differences, "a mirror's answer differs");
+        mirror.remember(Mismatch {
+            method: method.to_string(),
+            path,
+            primary_status: user.answer.status.as_u16(),
+            copy_status: answer.status.as_u16(),
+            primary_ms: user.latency.as_secs_f64() * 1e3,
+            copy_ms: latency.as_secs_f64() * 1e3,
+            differences: judged.differences,
+        });
+        outcome("mismatched");
     }
-    tracing::debug!(service = %mirror.service, lane = %mirror.config.lane, %method, %path, differences = ?describe(&differences), "a mirror's answer differs");
-    mirror.remember(Mismatch {
-        method: method.to_string(),
-        path,
-        primary_status: user.answer.status.as_u16(),
-        copy_status: answer.status.as_u16(),
-        primary_ms: user.latency.as_secs_f64() * 1e3,
-        copy_ms: latency.as_secs_f64() * 1e3,
-        differences: describe(&differences),
-    });
-    outcome("mismatched");
+    if let Some(control) = control {
+        let answered = tokio::time::timeout_at(deadline, mirror.send_control(control, &user)).await;
+        match answered {
+            Ok(Some(Ok((answer, latency)))) => {
+                let differences = compare::compare(&user.answer, &answer, &mirror.ignore);
+                let slow = slower(latency, user.latency);
+                let judged =
+                    mirror.judge(Comparison::new(Arm::Baseline, describe(&differences), slow));
+                outcome(if judged.differences.is_empty() {
+                    "control_matched"
+                } else {
+                    "control_mismatched"
+                });
+            }
+            // No other baseline instance: no control.
+            Ok(None) => {}
+            _ => outcome("control_failed"),
+        }
+    }
+}
+
+/// Whether an answer in `latency` is slow against the user's `user`: more than twice it,
+/// and more than 10 ms beyond it.
+fn slower(latency: Duration, user: Duration) -> bool {
+    latency > (user * 2).max(user + Duration::from_millis(10))
+}
+
+/// Sends `req` through `service` and reads its answer to its end, kept up to `cap`
+/// bytes; the answer and its time to its head.
+async fn send<S>(
+    service: &mut S,
+    req: Request<Full<Bytes>>,
+    cap: usize,
+) -> Result<(Answer, Duration), BoxError>
+where
+    S: Service<
+            Request<Full<Bytes>>,
+            Response = http::Response<gray_discovery::http::ResponseBody>,
+            Error = BoxError,
+        >,
+{
+    let sent = Instant::now();
+    std::future::poll_fn(|cx| service.poll_ready(cx)).await?;
+    let response = service.call(req).await?;
+    let latency = sent.elapsed();
+    let (parts, mut body) = response.into_parts();
+    // Read to its end (the connection goes back to the pool), kept up to the cap.
+    let mut catch = Catch::new(cap);
+    while let Some(frame) = body.frame().await {
+        if let Some(data) = frame?.data_ref() {
+            catch.feed(data);
+        }
+    }
+    let answer = Answer {
+        status: parts.status,
+        headers: parts.headers,
+        body: catch.whole(),
+    };
+    Ok((answer, latency))
+}
+
+impl Mirror {
+    /// The control of a copy `req`: the same request with baseline's stain (no carrier).
+    fn control_request(&self, req: &Request<Full<Bytes>>) -> Request<Full<Bytes>> {
+        let mut control = Request::new(req.body().clone());
+        *control.method_mut() = req.method().clone();
+        *control.uri_mut() = req.uri().clone();
+        *control.version_mut() = req.version();
+        *control.headers_mut() = req.headers().clone();
+        let baseline = Stain::baseline();
+        self.copier
+            .carriers()
+            .inject(&baseline, control.headers_mut());
+        control.extensions_mut().insert(baseline);
+        control
+    }
+
+    /// Sends `control` to a baseline instance other than the one that answered `user`;
+    /// `None` when there is none.
+    async fn send_control(
+        &self,
+        control: Request<Full<Bytes>>,
+        user: &UserAnswer,
+    ) -> Option<Result<(Answer, Duration), BoxError>> {
+        let served = user
+            .answer
+            .headers
+            .get(X_GRAY_INSTANCE)
+            .and_then(|v| v.to_str().ok());
+        let baseline = Stain::baseline();
+        let picked = (0..CONTROL_PICKS)
+            .filter_map(|_| self.balancer.pick(Some(&baseline)).ok())
+            .find(|picked| Some(picked.key().as_str()) != served)?;
+        let mut endpoint = picked.endpoint().clone();
+        let sent = send(&mut endpoint, control, self.config.max_compare_bytes).await;
+        match &sent {
+            Ok(_) => picked.succeeded(),
+            Err(error) => {
+                picked.failed_with(&**error);
+            }
+        }
+        Some(sent)
+    }
 }

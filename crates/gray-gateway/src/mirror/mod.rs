@@ -57,6 +57,7 @@ use crate::{
     config::{MirrorConfig, ServiceConfig},
     metrics::{Metrics, MirrorSeries},
 };
+use gray_rollout::shadow::{Comparison, Judge, JudgeSummary, Judged};
 pub(crate) use gray_tower::mirror::{Catch, Teed, X_GRAY_MIRROR};
 use gray_tower::mirror::{Copier, Copy, Declined, Tee};
 
@@ -78,7 +79,23 @@ pub(crate) struct Mirror {
     ignore: Ignore,
     series: MirrorSeries,
     recent: Mutex<std::collections::VecDeque<Mismatch>>,
+    /// The draw a copy of a safe method must fall under, out of 2^32, for a control.
+    control_threshold: u64,
+    /// The judge, and when it last looked (copies' tasks only: never the request path).
+    judge: Mutex<Judging>,
 }
+
+/// A mirror's judge and its clock.
+#[derive(Debug)]
+struct Judging {
+    judge: Judge,
+    /// The judge's origin.
+    epoch: Instant,
+    last_look: Instant,
+}
+
+/// How often the judge ends a batch.
+const LOOK_EVERY: Duration = Duration::from_secs(1);
 
 impl std::fmt::Debug for Mirror {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -212,7 +229,17 @@ impl Mirror {
             .with_max_body_bytes(mirror.max_body_bytes)
             .with_max_in_flight(mirror.max_in_flight)
             .with_carriers(CarrierConfig::carriers(carriers));
+        let judge = Judge::new(mirror.alpha)
+            .unwrap_or_else(|_| Judge::new(0.05).expect("0.05 is a valid alpha"))
+            .with_noise_min(mirror.noise_min);
+        let now = Instant::now();
         Arc::new(Mirror {
+            control_threshold: (mirror.control_percent / 100.0 * f64::from(u32::MAX)) as u64,
+            judge: Mutex::new(Judging {
+                judge,
+                epoch: now,
+                last_look: now,
+            }),
             series: metrics.mirror(&service, &mirror.lane),
             service,
             config: mirror.clone(),
@@ -239,8 +266,12 @@ impl Mirror {
             }
         };
         let tee = copy.take_tee();
+        // A control only for a method safe to send twice to baseline.
+        let control = copy.head().method().is_safe()
+            && self.control_threshold > 0
+            && (gray_core::rand::random_u64() >> 32) < self.control_threshold;
         let (to, primary) = oneshot::channel();
-        tokio::spawn(copy::run(self.clone(), copy, primary));
+        tokio::spawn(copy::run(self.clone(), copy, control, primary));
         Some(Offered {
             tee,
             primary: Primary {
@@ -271,6 +302,44 @@ impl Mirror {
         &self.config.lane
     }
 
+    /// Gives `comparison` to the judge: its differences outside the noise. Ends the
+    /// judge's batch when a second has passed since the last; logs the alarm once.
+    fn judge(&self, comparison: Comparison) -> Judged {
+        let mut judging = self.judge.lock().unwrap_or_else(|p| p.into_inner());
+        let judged = judging.judge.observe(&comparison);
+        let now = Instant::now();
+        if now.duration_since(judging.last_look) >= LOOK_EVERY {
+            judging.last_look = now;
+            let before = judging.judge.alarm();
+            let at = now.duration_since(judging.epoch);
+            if let (None, Some(stream)) = (before, judging.judge.look(at)) {
+                let summary = judging.judge.summary();
+                self.series.alarm.set(1);
+                tracing::warn!(
+                    service = %self.service,
+                    lane = %self.config.lane,
+                    stream,
+                    mismatch_log_m = summary.mismatch_log_m,
+                    slow_log_m = summary.slow_log_m,
+                    alarm_at = summary.alarm_at,
+                    copies = summary.copies,
+                    controls = summary.controls,
+                    "the mirror's judge alarmed: the lane answers differently from baseline beyond the noise"
+                );
+            }
+        }
+        judged
+    }
+
+    /// What the judge has seen.
+    pub(crate) fn judgement(&self) -> JudgeSummary {
+        self.judge
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .judge
+            .summary()
+    }
+
     fn remember(&self, mismatch: Mismatch) {
         let mut recent = self.recent.lock().unwrap_or_else(|p| p.into_inner());
         if recent.len() == RECENT {
@@ -280,7 +349,7 @@ impl Mirror {
     }
 }
 
-/// The differences as the admin API shows them.
+/// The differences as the judge and the admin API name them.
 fn describe(differences: &[Difference]) -> Vec<String> {
     differences.iter().map(ToString::to_string).collect()
 }
