@@ -367,6 +367,46 @@ async fn shutdown_lets_in_flight_requests_finish() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connection_that_sent_nothing_does_not_hold_a_shutdown() {
+    use tokio::io::AsyncReadExt;
+    let Setup {
+        gateway,
+        dir: _dir,
+        hold: _hold,
+        _upstreams,
+    } = setup("shutdown-silent").await;
+    let gw = gateway.addr();
+    // What a client's pool leaves behind when two connects race: connections opened and
+    // never used (they have sent no byte), and an idle keep-alive one.
+    let mut silent = Vec::new();
+    for _ in 0..3 {
+        silent.push(tokio::net::TcpStream::connect(gw).await.unwrap());
+    }
+    let client = client([127, 0, 0, 1]);
+    let (status, _) = text(
+        client
+            .get(format!("http://{gw}/orders/x"))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(status, 200);
+    // Idle connections are closed at once: the shutdown returns well before the 10 s
+    // grace it gives requests in flight.
+    tokio::time::timeout(Duration::from_secs(5), gateway.shutdown())
+        .await
+        .expect("shutdown returns without waiting for connections that sent nothing");
+    for mut stream in silent {
+        let mut byte = [0; 1];
+        let read = tokio::time::timeout(WAIT, stream.read(&mut byte))
+            .await
+            .expect("the gateway closes the connection");
+        assert!(matches!(read, Ok(0) | Err(_)), "{read:?}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_service_without_instances_answers_503_at_once_then_serves_when_one_comes() {
     let dir = TempDir(
         std::env::temp_dir().join(format!("gray-gateway-test-late-{}", std::process::id())),

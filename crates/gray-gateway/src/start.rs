@@ -255,8 +255,12 @@ fn upstreams(
     metrics: &Arc<Metrics>,
 ) -> Result<BTreeMap<Box<str>, Upstream>, BoxError> {
     let pool = endpoints::<ReplayBody<ClientBody>>(config);
-    // The mirrors' copies have connections of their own.
-    let copies = endpoints(config).with_max_idle_total(mirror_idle(config));
+    // The mirrors' copies have connections of their own, and a thread.
+    let copy_endpoints = endpoints(config).with_max_idle_total(mirror_idle(config));
+    let copies = match config.services.iter().any(|s| s.mirror.is_some()) {
+        true => Some(Arc::new(crate::mirror::Copies::start()?)),
+        false => None,
+    };
     let mut services = BTreeMap::new();
     for service in &config.services {
         let instances = registry.service(&service.name)?;
@@ -267,16 +271,21 @@ fn upstreams(
             metrics,
             config.limits.max_in_flight_per_instance,
         );
-        upstream.mirror = service.mirror.as_ref().map(|mirror| {
-            Mirror::new(
-                service,
-                mirror,
-                &instances,
-                &copies,
-                &config.carriers,
-                metrics,
-            )
-        });
+        upstream.mirror = service
+            .mirror
+            .as_ref()
+            .zip(copies.as_ref())
+            .map(|(mirror, copies)| {
+                Mirror::new(
+                    service,
+                    mirror,
+                    &instances,
+                    &copy_endpoints,
+                    &config.carriers,
+                    metrics,
+                    copies,
+                )
+            });
         services.insert(service.name.clone().into_boxed_str(), upstream);
     }
     metrics.register_collector(metrics::RetryCounts(

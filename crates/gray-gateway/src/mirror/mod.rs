@@ -7,7 +7,8 @@
 //! `max_in_flight` copies are in flight. Then:
 //!
 //! - **The user's request never waits for its copy.** The copy is sent by a task of its
-//!   own ([`copy`]), through a balancer of its own over the same instances (its own
+//!   own ([`copy`]), on a thread of its own at a lower priority ([`runtime`]), through a
+//!   balancer of its own over the same instances (its own
 //!   connections, passive health and in-flight counts) with the service's policy and no
 //!   fallback: a copy never reaches baseline, and with no instance of its lane it is
 //!   dropped (`no_instance`).
@@ -31,6 +32,7 @@
 
 mod compare;
 mod copy;
+mod runtime;
 
 use std::{
     sync::{Arc, Mutex},
@@ -53,6 +55,7 @@ use tokio::sync::oneshot;
 use tower::discover::Change;
 
 use self::compare::{Answer, Difference, Ignore};
+pub(crate) use self::runtime::Copies;
 use crate::{
     config::{MirrorConfig, ServiceConfig},
     metrics::{Metrics, MirrorSeries},
@@ -83,6 +86,8 @@ pub(crate) struct Mirror {
     control_threshold: u64,
     /// The judge, and when it last looked (copies' tasks only: never the request path).
     judge: Mutex<Judging>,
+    /// Where the copies run.
+    copies: Arc<Copies>,
 }
 
 /// A mirror's judge and its clock.
@@ -193,6 +198,7 @@ impl Mirror {
         endpoints: &MirrorEndpoints,
         carriers: &[CarrierConfig],
         metrics: &Metrics,
+        copies: &Arc<Copies>,
     ) -> Arc<Mirror> {
         let service: Arc<str> = config.name.as_str().into();
         let transport = &config.transport;
@@ -241,6 +247,7 @@ impl Mirror {
                 last_look: now,
             }),
             series: metrics.mirror(&service, &mirror.lane),
+            copies: copies.clone(),
             service,
             config: mirror.clone(),
             copier,
@@ -271,7 +278,8 @@ impl Mirror {
             && self.control_threshold > 0
             && (gray_core::rand::random_u64() >> 32) < self.control_threshold;
         let (to, primary) = oneshot::channel();
-        tokio::spawn(copy::run(self.clone(), copy, control, primary));
+        self.copies
+            .spawn(copy::run(self.clone(), copy, control, primary));
         Some(Offered {
             tee,
             primary: Primary {

@@ -18,8 +18,8 @@
 //!
 //! The client sees nothing of this: the same connection, keep-alive, no `Connection:
 //! close`. Limits are unchanged: the watchdog's head and idle timeouts span bursts, and a
-//! drain closes a parked connection at once (it is idle) and shuts a running burst down
-//! gracefully.
+//! drain closes a parked connection at once (it is idle), as it does one that has not
+//! sent its first byte yet, and shuts a running burst down gracefully.
 
 use std::{
     future::poll_fn,
@@ -89,7 +89,17 @@ where
     B::Error: Into<BoxError>,
 {
     let state = service.service.state.clone();
-    let (h2, mut prefix) = read_version(&mut io).await?;
+    // A connection that has sent nothing yet is idle: a drain closes it at once (a client's
+    // pool may hold one it opened in a race and never used).
+    let drained = poll_fn(|cx| match member.poll_closing(cx, None) {
+        true => Poll::Ready(()),
+        false => Poll::Pending,
+    });
+    let (h2, mut prefix) = tokio::select! {
+        biased;
+        read = read_version(&mut io) => read?,
+        () = drained => return Ok(()),
+    };
     if h2 {
         state.serving_http2();
         let io = TokioIo::new(ObservedIo::new(Prefixed::new(io, prefix), state.clone()));
