@@ -23,7 +23,7 @@
 //!
 //! - `mismatch`: a comparison with a difference outside the noise;
 //! - `slow`: a comparison whose answer took more than twice the user's answer and more
-//!   than 10 ms beyond it (the caller decides and says so in [`Comparison::slower`]).
+//!   than 10 ms beyond it (the caller decides, and says so in [`Comparison::new`]).
 //!
 //! **Unit of analysis and null.** The unit is a comparison. Under the null hypothesis the
 //! shadow's answers differ from the users' (or are slow) no more often than a second
