@@ -412,6 +412,10 @@ fn a_mirror_table_parses_with_its_defaults_and_refuses_what_cannot_work() {
         (mirror.max_body_bytes, mirror.max_in_flight, mirror.timeout),
         (65_536, 256, Duration::from_secs(5))
     );
+    assert_eq!(
+        (mirror.control_percent, mirror.alpha, mirror.noise_min),
+        (20.0, 0.05, 2)
+    );
     assert!(cfg.services[1].mirror.is_none());
 
     for (keys, field, says) in [
@@ -444,6 +448,13 @@ fn a_mirror_table_parses_with_its_defaults_and_refuses_what_cannot_work() {
             "JSON pointer",
         ),
         ("lane = \"gray\"\nlanes = 1", "lanes", "unknown field"),
+        (
+            "lane = \"gray\"\ncontrol_percent = -1",
+            "control_percent",
+            "0 to 100",
+        ),
+        ("lane = \"gray\"\nalpha = 1", "alpha", "between 0 and 1"),
+        ("lane = \"gray\"\nnoise_min = 0", "noise_min", "at least 1"),
     ] {
         let text = format!("listen = \"127.0.0.1:0\"\n[services.orders.mirror]\n{keys}\n");
         let e = parse(&text).unwrap_err();
