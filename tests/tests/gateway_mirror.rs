@@ -476,13 +476,8 @@ async fn judge(admin: SocketAddr) -> serde_json::Value {
 }
 
 /// Two baseline instances whose answers differ in `ts` on every answer, and a gray
-/// answering with `gray`: users' GETs, four at a time, until the judge alarms or `max`
-/// requests went; the judge then, and the requests sent.
-async fn judged(
-    tag: &str,
-    gray: fn(usize) -> String,
-    max: usize,
-) -> (serde_json::Value, usize, String) {
+/// answering with `gray`, behind a gateway mirroring to gray with a control for every copy.
+async fn judging(tag: &str, gray: fn(usize) -> String) -> (TempDir, Gateway, [Server; 3]) {
     let dir = TempDir::new(tag);
     let one = instance(Seen::default(), ts_one).await;
     let two = instance(Seen::default(), ts_two).await;
@@ -494,6 +489,17 @@ async fn judged(
         "mirror = { lane = \"gray\", control_percent = 100 }",
     )
     .await;
+    (dir, gw, [one, two, gray])
+}
+
+/// Users' GETs, four at a time, until `done` holds of the judge (looked at every 200
+/// requests) or `max` requests went, within [`WAIT`]; the judge then, and the requests
+/// sent.
+async fn until_judged(
+    gw: &Gateway,
+    max: usize,
+    done: impl Fn(&serde_json::Value) -> bool,
+) -> (serde_json::Value, usize) {
     let admin = gw.admin_addr().unwrap();
     let client = reqwest_client();
     let deadline = tokio::time::Instant::now() + WAIT;
@@ -504,19 +510,18 @@ async fn judged(
             assert_eq!(response.unwrap().status(), 200);
         }
         sent += 4;
-        if sent % 200 == 0 && !judge(admin).await["alarm"].is_null() {
+        if sent % 200 == 0 && done(&judge(admin).await) {
             break;
         }
     }
-    let judge = judge(admin).await;
-    let metrics = admin_text(admin, "/metrics").await;
-    gw.shutdown().await;
-    (judge, sent, metrics)
+    (judge(admin).await, sent)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_gray_differing_on_two_percent_of_answers_alarms_the_judge_beyond_learned_noise() {
-    let (judge, sent, metrics) = judged("mirror-judge-bug", gray_ts_and_two_percent, 40_000).await;
+    let (_dir, gw, _instances) = judging("mirror-judge-bug", gray_ts_and_two_percent).await;
+    let (judge, sent) = until_judged(&gw, 40_000, |j| !j["alarm"].is_null()).await;
+    let metrics = admin_text(gw.admin_addr().unwrap(), "/metrics").await;
     assert_eq!(
         judge["alarm"], "mismatch",
         "after {sent} requests: {judge}\n{metrics}"
@@ -534,27 +539,216 @@ async fn a_gray_differing_on_two_percent_of_answers_alarms_the_judge_beyond_lear
         metrics.contains("gray_gateway_mirror_alarm{service=\"svc\",lane=\"gray\"} 1"),
         "{metrics}"
     );
+    gw.shutdown().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_gray_differing_only_in_the_noise_matches_and_does_not_alarm() {
-    let (judge, sent, metrics) = judged("mirror-judge-noise", gray_ts, 6_000).await;
-    assert!(judge["alarm"].is_null(), "after {sent} requests: {judge}");
+    let (_dir, gw, _instances) = judging("mirror-judge-noise", gray_ts).await;
+    let learned = |j: &serde_json::Value| {
+        j["noise"]
+            .as_array()
+            .is_some_and(|n| n.contains(&serde_json::json!("json /ts")))
+    };
+    let (judge, sent) = until_judged(&gw, 20_000, learned).await;
+    assert!(learned(&judge), "after {sent} requests: {judge}");
+    // Once the noise is learned, gray's answers match: every copy judged from then on.
+    let admin = gw.admin_addr().unwrap();
+    let before = admin_text(admin, "/metrics").await;
+    let (judge, sent) = until_judged(&gw, 2_000, |_| false).await;
     assert!(
-        judge["noise"]
+        judge["alarm"].is_null(),
+        "after {sent} more requests: {judge}"
+    );
+    let after = settled(
+        admin,
+        &["matched", "mismatched"],
+        mirrored(&before, "matched") + 1,
+    )
+    .await;
+    let delta = |outcome| mirrored(&after, outcome) - mirrored(&before, outcome);
+    assert_eq!(delta("mismatched"), 0, "{after}");
+    assert!(delta("matched") > 0, "{after}");
+    gw.shutdown().await;
+}
+
+// === a rollout's shadow phase ===
+
+/// A gateway over two baseline instances differing in `ts` on every answer and a gray
+/// answering with `gray`, whose rollout of `svc` starts with a shadow phase (`hold_ms`,
+/// 200 copies) before steps of 50 and 100 %; the rollout started.
+async fn shadowed(
+    tag: &str,
+    gray: fn(usize) -> String,
+    hold_ms: u64,
+) -> (TempDir, Gateway, [Server; 3]) {
+    let dir = TempDir::new(tag);
+    let one = instance(Seen::default(), ts_one).await;
+    let two = instance(Seen::default(), ts_two).await;
+    let gray = instance(Seen::default(), gray).await;
+    let rules = "[[rules]]\nname = \"canary\"\nwhen = { sticky = { by = { header = \"x-user\" }, percent = 0 } }\nlane = \"gray\"\n";
+    std::fs::write(
+        dir.path().join("instances.toml"),
+        format!(
+            "[[services.svc]]\nid = \"base-1\"\naddress = \"{}\"\n\n[[services.svc]]\nid = \"base-2\"\naddress = \"{}\"\n\n\
+             [[services.svc]]\nid = \"gray-1\"\naddress = \"{}\"\nlabels = {{ gray = true }}\n",
+            one.addr(),
+            two.addr(),
+            gray.addr()
+        ),
+    )
+    .unwrap();
+    std::fs::write(dir.path().join("rules.toml"), rules).unwrap();
+    std::fs::write(
+        dir.path().join("gateway.toml"),
+        format!(
+            "listen = \"127.0.0.1:0\"\nadmin = \"127.0.0.1:0\"\nrules = \"rules.toml\"\n\
+             instances = \"instances.toml\"\n[rollouts]\ninterval_ms = 100\n\
+             [services.svc]\npreset = \"seed-000\"\nmirror = {{ lane = \"gray\", control_percent = 100 }}\n\
+             [services.svc.rollout]\nrule = \"canary\"\nsteps = [50, 100]\nhold_ms = 600000\nmin_users = 1\n\
+             shadow = {{ hold_ms = {hold_ms}, min_requests = 200 }}\n"
+        ),
+    )
+    .unwrap();
+    let gw = gray_tests::start_gateway(dir.path()).await;
+    let admin = gw.admin_addr().unwrap();
+    let started: serde_json::Value = reqwest_client()
+        .post(format!("http://{admin}/rollouts/svc"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(started["phase"], "shadow", "{started}");
+    assert_eq!(started["weight"].as_f64(), Some(0.0), "{started}");
+    (dir, gw, [one, two, gray])
+}
+
+/// Users' GETs (each its own `x-user`), four at a time, until the rollout leaves its
+/// shadow phase (within `within`); the rollout then, and who answered each user while the
+/// rollout was still in its shadow phase after the answer.
+async fn until_out_of_shadow(gw: &Gateway, within: Duration) -> (serde_json::Value, Vec<String>) {
+    let admin = gw.admin_addr().unwrap();
+    let client = reqwest_client();
+    let deadline = tokio::time::Instant::now() + within;
+    let mut answered = Vec::new();
+    let mut user = 0;
+    loop {
+        let batch = (0..4).map(|_| {
+            user += 1;
+            client
+                .get(format!("http://{}/svc/item", gw.addr()))
+                .header("x-user", user.to_string())
+                .send()
+        });
+        for response in futures_util::future::join_all(batch).await {
+            let response = response.unwrap();
+            assert_eq!(response.status(), 200);
+            answered.push(
+                response.headers()["x-gray-instance"]
+                    .to_str()
+                    .unwrap()
+                    .to_owned(),
+            );
+        }
+        let view: serde_json::Value =
+            serde_json::from_str(&admin_text(admin, "/rollouts/svc").await).unwrap();
+        if view["phase"] != "shadow" {
+            return (view, answered);
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "still in the shadow phase after {WAIT:?}: {view}"
+        );
+    }
+}
+
+/// The copies sent so far.
+async fn sent(gw: &Gateway) -> u64 {
+    mirrored(
+        &admin_text(gw.admin_addr().unwrap(), "/metrics").await,
+        "sent",
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shadow_that_differs_beyond_the_noise_is_rolled_back_before_any_user_sees_gray() {
+    // A hold long enough for the judge: the rollout leaves the shadow phase by its alarm.
+    let (_dir, gw, _instances) = shadowed("shadow-back", gray_ts_and_two_percent, 60_000).await;
+    let (view, answered) = until_out_of_shadow(&gw, Duration::from_secs(60)).await;
+    assert_eq!(view["phase"], "rolled_back", "{view:#}");
+    assert_eq!(view["weight"].as_f64(), Some(0.0));
+    let reason = &view["last_transition"]["reason"];
+    assert_eq!(
+        (reason["kind"].as_str(), reason["stream"].as_str()),
+        (Some("shadow_alarm"), Some("mismatch")),
+        "{view:#}"
+    );
+    assert!(
+        view["shadow"]["noise"]
             .as_array()
             .unwrap()
             .contains(&serde_json::json!("json /ts")),
-        "{judge}"
-    );
-    // Once the noise is learned (at the judge's first look, a second in), gray's answers
-    // match.
-    let (matched, mismatched) = (
-        mirrored(&metrics, "matched"),
-        mirrored(&metrics, "mismatched"),
+        "{view:#}"
     );
     assert!(
-        matched > 2 * mismatched,
-        "after {sent} requests: matched {matched}, mismatched {mismatched}"
+        view["shadow"]["recent_mismatches"][0]["differences"]
+            .as_array()
+            .unwrap()
+            .contains(&serde_json::json!("json /id")),
+        "{view:#}"
     );
+    assert!(
+        answered.iter().all(|by| by.starts_with("base-")),
+        "no user is answered by gray in the shadow phase"
+    );
+    // The copies stop at once.
+    let before = sent(&gw).await;
+    for _ in 0..20 {
+        reqwest_client()
+            .get(format!("http://{}/svc/item", gw.addr()))
+            .send()
+            .await
+            .unwrap();
+    }
+    assert_eq!(sent(&gw).await, before, "no copy after the rollback");
+    let metrics = admin_text(gw.admin_addr().unwrap(), "/metrics").await;
+    assert!(
+        metrics.contains(r#"gray_gateway_rollout_transitions_total{service="svc",from="shadow",to="rolled_back",reason="shadow_alarm"} 1"#),
+        "{metrics}"
+    );
+    gw.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shadow_that_differs_only_in_the_noise_goes_on_to_its_first_step() {
+    let (_dir, gw, _instances) = shadowed("shadow-pass", gray_ts, 2_000).await;
+    let (view, answered) = until_out_of_shadow(&gw, WAIT).await;
+    assert_eq!(view["phase"], "step", "{view:#}");
+    assert_eq!(view["weight"].as_f64(), Some(50.0));
+    assert_eq!(
+        view["last_transition"]["reason"]["kind"], "shadow_passed",
+        "{view:#}"
+    );
+    assert!(
+        view["shadow"]["counts"]["copies"].as_u64().unwrap() >= 200,
+        "{view:#}"
+    );
+    assert!(answered.iter().all(|by| by.starts_with("base-")));
+    // In the step, users are gray by the weight, and the copies have stopped.
+    let before = sent(&gw).await;
+    let mut by_gray = 0;
+    for user in 0..40 {
+        let response = reqwest_client()
+            .get(format!("http://{}/svc/item", gw.addr()))
+            .header("x-user", format!("after-{user}"))
+            .send()
+            .await
+            .unwrap();
+        by_gray += usize::from(response.headers()["x-gray-instance"] == "gray-1");
+    }
+    assert!(by_gray > 0, "at 50 %, some users are gray");
+    assert_eq!(sent(&gw).await, before, "no copy once the steps begin");
+    gw.shutdown().await;
 }

@@ -233,6 +233,14 @@ pub async fn check(path: &Path) -> Result<String, BoxError> {
                 gates.join(", "),
                 r.alpha,
             );
+            if let Some(shadow) = &r.shadow {
+                let _ = writeln!(
+                    out,
+                    "    rollout: a shadow phase first (copies only, weight 0): at least {} ms and {} copies judged with no alarm",
+                    shadow.hold.as_millis(),
+                    shadow.min_requests
+                );
+            }
             let _ = writeln!(out, "    {}", detection(r));
             for warning in short_holds(r) {
                 let _ = writeln!(out, "    warning: {warning}");

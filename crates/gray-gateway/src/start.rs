@@ -343,6 +343,7 @@ async fn rollouts(
             store.clone(),
             &config.rollouts,
             tunnels.clone(),
+            upstream.mirror.clone(),
         )
         .await?;
         controllers.insert(service.name.clone(), controller);

@@ -415,6 +415,24 @@ fn a_mirror_is_printed_and_unsafe_methods_are_warned_of() {
         out.contains("warning: the mirror copies unsafe methods"),
         "{out}"
     );
+    // A rollout's shadow phase is printed; without a mirror it is refused.
+    let shadowed = format!(
+        "{CONFIG}\n[services.orders.mirror]\nlane = \"gray\"\n[services.orders.rollout]\nrule = \"10% of users\"\nshadow = {{ hold_ms = 30000, min_requests = 400 }}\n"
+    );
+    let path = write(&dir, &shadowed, RULES, INSTANCES);
+    let (code, out, err) = check(&path);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains(
+            "a shadow phase first (copies only, weight 0): at least 30000 ms and 400 copies judged"
+        ),
+        "{out}"
+    );
+    let unmirrored = shadowed.replace("[services.orders.mirror]\nlane = \"gray\"\n", "");
+    let path = write(&dir, &unmirrored, RULES, INSTANCES);
+    let (code, _, err) = check(&path);
+    assert_eq!(code, 1);
+    assert!(err.contains("services.orders.rollout.shadow"), "{err}");
     // A mistake names its field.
     let path = write(&dir, &mirror("lane = \"baseline\"\n"), RULES, INSTANCES);
     let (code, _, err) = check(&path);

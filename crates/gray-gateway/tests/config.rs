@@ -21,7 +21,7 @@ const MISTAKES: &[(&str, &str, usize, &str, &str)] = &[
         "[services.orders]\npick = \"round-robin\"\nfalback = \"any\"\n",
         4,
         "services.orders.falback",
-        "unknown field `falback`, expected one of `pick`, `retry`, `health_check`, `protocol`, `tls`, `strip_prefix`, `rollout`, `name`, `preset`",
+        "unknown field `falback`, expected one of `pick`, `retry`, `health_check`, `protocol`, `tls`, `strip_prefix`, `rollout`, `mirror`, `name`, `preset`",
     ),
     (
         "unknown key in a rollout table",

@@ -115,20 +115,90 @@ pub struct Judged {
     pub differences: Vec<String>,
 }
 
-/// The comparisons of the current batch.
-#[derive(Debug, Clone, Copy, Default)]
-struct Batch {
-    compared: [u64; 2],
-    mismatched: [u64; 2],
-    slow: [u64; 2],
+/// What a judge counted, cumulative: what a rollout's shadow phase consumes from every
+/// gateway's report (the counts of the comparisons judged by the test, after the warm-up).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+#[non_exhaustive]
+pub struct ShadowCounts {
+    /// Copies judged.
+    pub copies: u64,
+    /// Controls judged.
+    pub controls: u64,
+    /// Copies that mismatched outside the noise.
+    pub copy_mismatches: u64,
+    /// Controls that mismatched outside the noise.
+    pub control_mismatches: u64,
+    /// Copies slower than the user's answer.
+    pub copy_slow: u64,
+    /// Controls slower than the user's answer.
+    pub control_slow: u64,
+}
+
+impl ShadowCounts {
+    /// What `self` counts beyond `before` (saturating: counts from a store never panic).
+    #[must_use]
+    pub fn since(&self, before: &ShadowCounts) -> ShadowCounts {
+        ShadowCounts {
+            copies: self.copies.saturating_sub(before.copies),
+            controls: self.controls.saturating_sub(before.controls),
+            copy_mismatches: self.copy_mismatches.saturating_sub(before.copy_mismatches),
+            control_mismatches: self
+                .control_mismatches
+                .saturating_sub(before.control_mismatches),
+            copy_slow: self.copy_slow.saturating_sub(before.copy_slow),
+            control_slow: self.control_slow.saturating_sub(before.control_slow),
+        }
+    }
+
+    /// The larger of each count.
+    #[must_use]
+    pub fn max(&self, other: &ShadowCounts) -> ShadowCounts {
+        ShadowCounts {
+            copies: self.copies.max(other.copies),
+            controls: self.controls.max(other.controls),
+            copy_mismatches: self.copy_mismatches.max(other.copy_mismatches),
+            control_mismatches: self.control_mismatches.max(other.control_mismatches),
+            copy_slow: self.copy_slow.max(other.copy_slow),
+            control_slow: self.control_slow.max(other.control_slow),
+        }
+    }
+
+    /// The sum of each count (saturating).
+    #[must_use]
+    pub fn add(&self, other: &ShadowCounts) -> ShadowCounts {
+        ShadowCounts {
+            copies: self.copies.saturating_add(other.copies),
+            controls: self.controls.saturating_add(other.controls),
+            copy_mismatches: self.copy_mismatches.saturating_add(other.copy_mismatches),
+            control_mismatches: self
+                .control_mismatches
+                .saturating_add(other.control_mismatches),
+            copy_slow: self.copy_slow.saturating_add(other.copy_slow),
+            control_slow: self.control_slow.saturating_add(other.control_slow),
+        }
+    }
+
+    /// Feeds these counts, one batch, to the `mismatch` and `slow` tests at `now`, at the
+    /// share of copies among its comparisons; returns whether either alarms.
+    pub fn feed(&self, now: Duration, mismatch: &mut MixtureTest, slow: &mut MixtureTest) -> bool {
+        let compared = self.copies.saturating_add(self.controls);
+        if compared == 0 {
+            return mismatch.alarm() || slow.alarm();
+        }
+        let w = self.copies as f64 / compared as f64;
+        let a = mismatch.update(now, w, self.copy_mismatches, self.control_mismatches);
+        let b = slow.update(now, w, self.copy_slow, self.control_slow);
+        a || b
+    }
 }
 
 /// What the judge has seen, for an API.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct JudgeSummary {
-    /// Copies judged.
+    /// Copies judged by the test (after the warm-up).
     pub copies: u64,
-    /// Controls judged.
+    /// Controls judged by the test.
     pub controls: u64,
     /// Copies that mismatched outside the noise.
     pub copy_mismatches: u64,
@@ -157,8 +227,11 @@ pub struct Judge {
     seen: BTreeMap<String, u64>,
     /// The current batch's control differences, learned at its look.
     learning: Vec<String>,
-    batch: Batch,
-    totals: Batch,
+    batch: ShadowCounts,
+    /// Controls compared during the warm-up.
+    warm_controls: u64,
+    /// What was fed to the test (the warm-up left out).
+    fed: ShadowCounts,
     alarm: Option<&'static str>,
 }
 
@@ -178,8 +251,9 @@ impl Judge {
             warmup: DEFAULT_WARMUP,
             seen: BTreeMap::new(),
             learning: Vec::new(),
-            batch: Batch::default(),
-            totals: Batch::default(),
+            batch: ShadowCounts::default(),
+            warm_controls: 0,
+            fed: ShadowCounts::default(),
             alarm: None,
         })
     }
@@ -212,20 +286,24 @@ impl Judge {
 
     /// Adds `comparison` to the current batch; returns its differences outside the noise.
     pub fn observe(&mut self, comparison: &Comparison) -> Judged {
-        let arm = comparison.arm.index();
         let differences: Vec<String> = comparison
             .differences
             .iter()
             .filter(|d| !self.is_noise(d))
             .cloned()
             .collect();
-        self.batch.compared[arm] += 1;
-        if !differences.is_empty() {
-            self.batch.mismatched[arm] += 1;
-        }
-        if comparison.slower {
-            self.batch.slow[arm] += 1;
-        }
+        let b = &mut self.batch;
+        let (compared, mismatched, slow) = match comparison.arm {
+            Arm::Gray => (&mut b.copies, &mut b.copy_mismatches, &mut b.copy_slow),
+            Arm::Baseline => (
+                &mut b.controls,
+                &mut b.control_mismatches,
+                &mut b.control_slow,
+            ),
+        };
+        *compared += 1;
+        *mismatched += u64::from(!differences.is_empty());
+        *slow += u64::from(comparison.slower);
         if comparison.arm == Arm::Baseline {
             self.learning
                 .extend(comparison.differences.iter().map(|d| generalise(d)));
@@ -238,28 +316,19 @@ impl Judge {
     /// stream that alarmed, if one has.
     pub fn look(&mut self, now: Duration) -> Option<&'static str> {
         let batch = std::mem::take(&mut self.batch);
-        let compared = batch.compared[0] + batch.compared[1];
         // Decided before the batch: whether the controls compared before it met the warm-up.
-        let warm = self.totals.compared[Arm::Baseline.index()] >= self.warmup;
-        if !warm {
-            self.totals.compared[Arm::Baseline.index()] += batch.compared[Arm::Baseline.index()];
-        } else if compared > 0 {
-            let w = batch.compared[Arm::Gray.index()] as f64 / compared as f64;
-            let (g, b) = (Arm::Gray.index(), Arm::Baseline.index());
-            let mismatch = self
-                .mismatch
-                .update(now, w, batch.mismatched[g], batch.mismatched[b]);
-            let slow = self.slow.update(now, w, batch.slow[g], batch.slow[b]);
-            for i in 0..2 {
-                self.totals.compared[i] += batch.compared[i];
-                self.totals.mismatched[i] += batch.mismatched[i];
-                self.totals.slow[i] += batch.slow[i];
-            }
+        if self.warm_controls < self.warmup {
+            self.warm_controls = self.warm_controls.saturating_add(batch.controls);
+        } else if batch.copies + batch.controls > 0 {
+            batch.feed(now, &mut self.mismatch, &mut self.slow);
+            self.fed = self.fed.add(&batch);
             if self.alarm.is_none() {
-                self.alarm = match (mismatch, slow) {
-                    (true, _) => Some("mismatch"),
-                    (_, true) => Some("slow"),
-                    _ => None,
+                self.alarm = if self.mismatch.alarm() {
+                    Some("mismatch")
+                } else if self.slow.alarm() {
+                    Some("slow")
+                } else {
+                    None
                 };
             }
         }
@@ -271,6 +340,13 @@ impl Judge {
         self.alarm
     }
 
+    /// What the judge counted of the comparisons it fed its test, cumulative (for a
+    /// rollout's shadow phase, [`Report::with_shadow`](crate::Report::with_shadow)).
+    #[must_use]
+    pub fn counts(&self) -> ShadowCounts {
+        self.fed
+    }
+
     /// The stream that alarmed (`mismatch`, `slow`), if one has: it stays alarmed.
     #[must_use]
     pub fn alarm(&self) -> Option<&'static str> {
@@ -280,12 +356,11 @@ impl Judge {
     /// What the judge has seen, up to the last look.
     #[must_use]
     pub fn summary(&self) -> JudgeSummary {
-        let (g, b) = (Arm::Gray.index(), Arm::Baseline.index());
         JudgeSummary {
-            copies: self.totals.compared[g],
-            controls: self.totals.compared[b],
-            copy_mismatches: self.totals.mismatched[g],
-            control_mismatches: self.totals.mismatched[b],
+            copies: self.fed.copies,
+            controls: self.fed.controls,
+            copy_mismatches: self.fed.copy_mismatches,
+            control_mismatches: self.fed.control_mismatches,
             mismatch_log_m: self.mismatch.log_m(),
             slow_log_m: self.slow.log_m(),
             alarm_at: self.mismatch.log_threshold(),

@@ -171,6 +171,12 @@ impl Config {
                 None => None,
             };
             let mirror = mirror::mirror(&doc, &name, table.extra.mirror.as_ref())?;
+            if rollout.as_ref().is_some_and(|r| r.shadow.is_some()) && mirror.is_none() {
+                return Err(err(
+                    &field("rollout.shadow"),
+                    &"a shadow phase judges the copies of the service's mirror: add a                       `[services.<name>.mirror]` table (its `lane` the rule's)",
+                ));
+            }
             services.push(ServiceConfig {
                 rollout,
                 mirror,

@@ -463,3 +463,18 @@ fn a_mirror_table_parses_with_its_defaults_and_refuses_what_cannot_work() {
         assert!(e.to_string().contains(says), "{keys}: {e}");
     }
 }
+
+#[test]
+fn a_shadow_phase_needs_a_mirror() {
+    let text = "listen = \"127.0.0.1:0\"\n[services.orders.rollout]\nrule = \"canary\"\nshadow = { hold_ms = 1000, min_requests = 10 }\n";
+    let e = parse(text).unwrap_err();
+    assert_eq!(e.field(), Some("services.orders.rollout.shadow"), "{e}");
+    assert!(e.to_string().contains("mirror"), "{e}");
+    let with_mirror = format!("{text}[services.orders.mirror]\nlane = \"gray\"\n");
+    let cfg = parse(&with_mirror).unwrap();
+    let shadow = cfg.services[0].rollout.as_ref().unwrap().shadow.unwrap();
+    assert_eq!(
+        (shadow.hold, shadow.min_requests),
+        (Duration::from_secs(1), 10)
+    );
+}

@@ -35,7 +35,10 @@ mod copy;
 mod runtime;
 
 use std::{
-    sync::{Arc, Mutex},
+    sync::{
+        Arc, Mutex,
+        atomic::{AtomicBool, Ordering},
+    },
     time::{Duration, Instant},
 };
 
@@ -88,6 +91,8 @@ pub(crate) struct Mirror {
     judge: Mutex<Judging>,
     /// Where the copies run.
     copies: Arc<Copies>,
+    /// Whether it copies now: off outside a rollout's shadow phase, for a rollout with one.
+    enabled: AtomicBool,
 }
 
 /// A mirror's judge and its clock.
@@ -248,6 +253,7 @@ impl Mirror {
             }),
             series: metrics.mirror(&service, &mirror.lane),
             copies: copies.clone(),
+            enabled: AtomicBool::new(true),
             service,
             config: mirror.clone(),
             copier,
@@ -261,6 +267,9 @@ impl Mirror {
     /// copy's task. `req` is as it goes to baseline (its path rewritten, its stain in its
     /// extensions).
     pub(crate) fn offer<B: Body>(self: &Arc<Self>, req: &mut Request<B>) -> Option<Offered> {
+        if !self.enabled.load(Ordering::Relaxed) {
+            return None;
+        }
         let mut copy = match self.copier.offer(req) {
             Ok(copy) => copy,
             Err(declined) => {
@@ -337,6 +346,21 @@ impl Mirror {
             }
         }
         judged
+    }
+
+    /// Copies on or off (a rollout's shadow phase).
+    pub(crate) fn set_enabled(&self, enabled: bool) {
+        self.enabled.store(enabled, Ordering::Relaxed);
+    }
+
+    /// What the judge counted of the comparisons it fed its test, for the rollout's
+    /// reports.
+    pub(crate) fn counts(&self) -> gray_rollout::shadow::ShadowCounts {
+        self.judge
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .judge
+            .counts()
     }
 
     /// What the judge has seen.

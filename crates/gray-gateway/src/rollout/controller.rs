@@ -98,6 +98,24 @@ pub(crate) struct View {
     /// The stored state this gateway's configuration of the rollout does not fit, if it
     /// does not (`null` when it fits): see [`Skew`].
     pub(crate) config_skew: Option<Skew>,
+    /// The shadow phase's evidence (of the last run that had one): the judge's two tests
+    /// over every gateway's copies.
+    pub(crate) shadow: Option<ShadowView>,
+}
+
+/// What `/rollouts/{service}` shows of a shadow phase.
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct ShadowView {
+    /// What was judged over every gateway (copies, controls, their mismatches and slow
+    /// answers).
+    pub(crate) counts: gray_rollout::shadow::ShadowCounts,
+    /// ln M of the mismatch stream and of the slow stream, against their alarm line.
+    pub(crate) mismatch_log_m: f64,
+    pub(crate) slow_log_m: f64,
+    pub(crate) alarm_at: f64,
+    /// This gateway's mirror: its latest mismatches and the noise its judge learned.
+    pub(crate) recent_mismatches: Vec<crate::mirror::Mismatch>,
+    pub(crate) noise: Vec<String>,
 }
 
 /// A stored state that this gateway's configuration of the rollout does not fit (a
@@ -158,6 +176,9 @@ pub(crate) struct Controller {
     view: Mutex<View>,
     /// The upgraded connections, which a rollback closes for the rule's lane.
     tunnels: Arc<crate::upgrade::Tunnels>,
+    /// The service's mirror: with a `shadow` phase, it copies only while the rollout is in
+    /// it, and its judge's counts go into this gateway's reports.
+    mirror: Option<Arc<crate::mirror::Mirror>>,
     /// The rollback's closing of the lane's upgraded connections was started (once per
     /// rollback).
     tunnels_closed: AtomicBool,
@@ -184,7 +205,14 @@ impl Controller {
         store: Arc<dyn RolloutStore>,
         settings: &RolloutSettings,
         tunnels: Arc<crate::upgrade::Tunnels>,
+        mirror: Option<Arc<crate::mirror::Mirror>>,
     ) -> Result<Arc<Controller>, BoxError> {
+        if let Some(mirror) = &mirror
+            && config.shadow.is_some()
+        {
+            // Copies only in the shadow phase (enabled when it is put in force).
+            mirror.set_enabled(false);
+        }
         let stored = store
             .load(service)
             .await
@@ -209,6 +237,7 @@ impl Controller {
             look_failures: LookFailures::default(),
             unsaved: false,
             config_skew: None,
+            shadow: None,
         };
         let controller = Arc::new(Controller {
             service: service.to_owned(),
@@ -232,6 +261,7 @@ impl Controller {
             view: Mutex::new(view),
             tunnels,
             tunnels_closed: AtomicBool::new(false),
+            mirror,
             config,
         });
         if let Some(stored) = stored {
@@ -329,6 +359,7 @@ impl Controller {
             tracing::error!(target: "gray::rollout", service = %self.service, rule = %self.config.rule, error = %e, "cannot put the rollout's weight on its rule");
         }
         self.close_tunnels(state);
+        let shadow = self.shadow_view(state);
         self.recorder.follow(&state.epoch_spec());
         let population = state.phase.is_active().then(|| {
             Arc::new(Population {
@@ -346,6 +377,35 @@ impl Controller {
         view.step = state.step;
         view.evidence = Some(state.evidence.summary());
         view.last_transition = state.last_transition.clone();
+        view.shadow = shadow;
+    }
+
+    /// With a shadow phase, the mirror copies while the rollout is in it (stopped at once
+    /// otherwise: on an alarm, at the first step); what the view shows of the phase.
+    fn shadow_view(&self, state: &State) -> Option<ShadowView> {
+        let mirror = self.mirror.as_ref()?;
+        if self.config.shadow.is_some() {
+            mirror.set_enabled(state.phase == Phase::Shadow);
+        }
+        let evidence = state.shadow.as_ref()?;
+        Some(ShadowView {
+            counts: evidence.counts,
+            mismatch_log_m: evidence.mismatch.log_m(),
+            slow_log_m: evidence.slow.log_m(),
+            alarm_at: evidence.mismatch.log_threshold(),
+            recent_mismatches: mirror.recent(),
+            noise: mirror.judgement().noise,
+        })
+    }
+
+    /// This gateway's report: its recorder's, with its mirror's judged counts while the
+    /// rollout is in its shadow phase.
+    fn report(&self, phase: Phase) -> gray_rollout::evidence::Report {
+        let report = self.recorder.report();
+        match (&self.mirror, phase) {
+            (Some(mirror), Phase::Shadow) => report.with_shadow(mirror.counts()),
+            _ => report,
+        }
     }
 
     /// Runs `command` on the stored state: saved fenced by the state's version only, and
@@ -478,7 +538,7 @@ impl Controller {
             // a skewed gateway does not lead: it reports its evidence and keeps the weight
             self.check_contact(Some(&unfit.state));
             if unfit.state.phase.is_active() {
-                self.publish(&self.recorder.report()).await;
+                self.publish(&self.report(unfit.state.phase)).await;
             }
             return;
         }
@@ -494,7 +554,7 @@ impl Controller {
         if !rollout.state().phase.is_active() {
             return;
         }
-        let report = self.recorder.report();
+        let report = self.report(rollout.state().phase);
         if !self.store.is_leader(&self.service) {
             self.publish(&report).await;
             return;

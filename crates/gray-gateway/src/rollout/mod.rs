@@ -75,8 +75,9 @@ struct PhaseLabels {
     phase: &'static str,
 }
 
-const PHASES: [gray_rollout::Phase; 5] = [
+const PHASES: [gray_rollout::Phase; 6] = [
     gray_rollout::Phase::Pending,
+    gray_rollout::Phase::Shadow,
     gray_rollout::Phase::Step,
     gray_rollout::Phase::Paused,
     gray_rollout::Phase::Promoted,

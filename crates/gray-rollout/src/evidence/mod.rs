@@ -362,6 +362,10 @@ pub struct Report {
     /// it, the counters are trusted to count distinct users (one source).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub users: Option<UserLog>,
+    /// What this source's mirror judged, cumulative, for a rollout in its shadow phase
+    /// ([`crate::shadow`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shadow: Option<crate::shadow::ShadowCounts>,
 }
 
 impl Report {
@@ -372,7 +376,15 @@ impl Report {
             source,
             epochs,
             users: None,
+            shadow: None,
         }
+    }
+
+    /// With what the source's mirror judged ([`crate::shadow::Judge::counts`]).
+    #[must_use]
+    pub fn with_shadow(mut self, shadow: crate::shadow::ShadowCounts) -> Self {
+        self.shadow = Some(shadow);
+        self
     }
 
     /// With the source's user log.

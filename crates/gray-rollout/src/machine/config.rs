@@ -35,6 +35,7 @@ use crate::sequential::{
 /// | `detect` | see [`Detect`] | `ratio`, `min_rate`, `power`: the degradation a step's evidence must be able to catch before it advances |
 /// | `users_per_s` | none | the distinct users a second the service expects: only the gateway's `--check` reads it, to warn of holds shorter than the time a step needs to see the users of [`users_to_detect`](Self::users_to_detect) |
 /// | `outage` | see [`SharedOutage`] | `enabled`, `error_ratio`, `min_requests`, `window_ms`: when both arms failing together pauses the rollout |
+/// | `shadow` | none | `{ hold_ms, min_requests }` ([`ShadowPhase`]): the rollout starts in phase `shadow`, copies only, judged by [`crate::shadow`] |
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 #[non_exhaustive]
@@ -74,6 +75,38 @@ pub struct RolloutConfig {
     pub outage: SharedOutage,
     /// The distinct users a second the service expects (for `--check`'s estimate only).
     pub users_per_s: Option<f64>,
+    /// A shadow phase before the first step (`shadow`).
+    pub shadow: Option<ShadowPhase>,
+}
+
+/// A rollout's shadow phase (`shadow = { hold_ms, min_requests }`): the rollout starts
+/// with copies only (weight 0: no user is answered by gray), its mirror's comparisons
+/// judged by the anytime-valid test of [`crate::shadow`]; an alarm rolls it back, and once
+/// `hold_ms` passed and `min_requests` copies were judged with no alarm, it enters its
+/// first step.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+#[non_exhaustive]
+pub struct ShadowPhase {
+    /// The least time in the shadow phase (`hold_ms`, default 60000).
+    #[serde(rename = "hold_ms", with = "crate::millis")]
+    pub hold: Duration,
+    /// The fewest copies judged before the first step (`min_requests`, default 500).
+    pub min_requests: u64,
+}
+
+impl ShadowPhase {
+    /// A shadow phase of `hold`, judging at least `min_requests` copies.
+    #[must_use]
+    pub fn new(hold: Duration, min_requests: u64) -> Self {
+        ShadowPhase { hold, min_requests }
+    }
+}
+
+impl Default for ShadowPhase {
+    fn default() -> Self {
+        ShadowPhase::new(Duration::from_secs(60), 500)
+    }
 }
 
 /// The tolerated degradation `r0` of each stream: the null hypothesis of the stream's
@@ -181,7 +214,24 @@ impl RolloutConfig {
             detect: Detect::new(),
             outage: SharedOutage::new(),
             users_per_s: None,
+            shadow: None,
         }
+    }
+
+    /// A shadow phase before the first step.
+    #[must_use]
+    pub fn with_shadow(mut self, shadow: ShadowPhase) -> Self {
+        self.shadow = Some(shadow);
+        self
+    }
+
+    /// The fresh tests of a shadow phase (mismatches, slow answers): the rollout's α split
+    /// evenly over them, against `r0` = 1 (a copy no worse than a control).
+    pub(crate) fn shadow_tests(&self) -> Result<(MixtureTest, MixtureTest), ConfigError> {
+        let test = MixtureTest::new(1.0, &self.ratios, self.alpha / 2.0)
+            .and_then(|t| t.with_onsets(self.onset_every, self.max_onsets))
+            .map_err(|e| ConfigError::new("shadow", e.to_string()))?;
+        Ok((test.clone(), test))
     }
 
     /// The steps, in percent.
@@ -403,6 +453,14 @@ impl RolloutConfig {
             ));
         }
         self.outage.validate(self.kill_switch.window)?;
+        if let Some(shadow) = &self.shadow
+            && shadow.min_requests == 0
+        {
+            return Err(ConfigError::new(
+                "shadow.min_requests",
+                "expected at least 1: a shadow phase judges copies",
+            ));
+        }
         Ok(())
     }
 }

@@ -67,12 +67,13 @@ pub mod users;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-pub use config::{ConfigError, RolloutConfig, Tolerance};
+pub use config::{ConfigError, RolloutConfig, ShadowPhase, Tolerance};
 pub use detect::Detect;
 pub use error::{Command, CommandError, RestoreError};
 pub use outage::{OutageEvidence, SharedOutage};
 pub use state::{
-    Consumed, Epoch, Evidence, EvidenceSummary, PauseReason, Phase, Reason, State, Transition,
+    Consumed, Epoch, Evidence, EvidenceSummary, PauseReason, Phase, Reason, ShadowEvidence, State,
+    Transition,
 };
 pub use users::Users;
 
@@ -87,6 +88,8 @@ use crate::sequential::MixtureTest;
 pub struct Rollout {
     config: RolloutConfig,
     fresh: PerStream<MixtureTest>,
+    /// The fresh tests of a shadow phase.
+    shadow: (MixtureTest, MixtureTest),
     state: State,
     kill: KillWindow,
     /// The current epoch's baseline latencies, per source (not persisted: every report
@@ -131,11 +134,14 @@ impl Rollout {
             last_gray_request: None,
             last_transition: None,
             transitions: 0,
+            shadow: None,
         };
+        let shadow = config.shadow_tests()?;
         Ok(Rollout {
             kill: KillWindow::new(config.kill_switch.clone(), Duration::ZERO),
             config,
             fresh,
+            shadow,
             state,
             latencies: BTreeMap::new(),
         })
@@ -171,8 +177,20 @@ impl Rollout {
                 ));
             }
         }
+        if state.phase == Phase::Shadow {
+            let fits = rollout.config.shadow.is_some()
+                && state.shadow.as_ref().is_some_and(|s| {
+                    s.mismatch.same_test(&rollout.shadow.0) && s.slow.same_test(&rollout.shadow.1)
+                });
+            if !fits {
+                return Err(RestoreError::new(
+                    "shadow",
+                    "a rollout in its shadow phase needs the configuration's `shadow`, with the same alpha and ratios",
+                ));
+            }
+        }
         let expected = match (state.phase, state.step) {
-            (Phase::Pending | Phase::RolledBack, _) => Some(0.0),
+            (Phase::Pending | Phase::Shadow | Phase::RolledBack, _) => Some(0.0),
             (Phase::Promoted, _) => Some(100.0),
             (Phase::Step | Phase::Paused, Some(i)) => steps.get(i).copied(),
             (Phase::Step | Phase::Paused, None) => None,
@@ -271,6 +289,15 @@ impl Rollout {
         ev.errors = Default::default();
         self.state.last_gray_request = None;
         self.kill = KillWindow::new(self.config.kill_switch.clone(), now);
+        if self.config.shadow.is_some() {
+            // Copies only, at weight 0, in an epoch of its own; the steps come after.
+            let (mismatch, slow) = self.shadow.clone();
+            self.state.shadow = Some(ShadowEvidence::new(mismatch, slow, now));
+            self.new_epoch(now, 0.0);
+            self.state.run = self.state.epoch.index;
+            self.state.users.new_run();
+            return Ok(self.transition(now, Phase::Shadow, None, None, 0.0, Reason::Start));
+        }
         let weight = self.config.steps[0];
         let to = if weight >= 100.0 {
             Phase::Promoted
@@ -373,6 +400,9 @@ impl Rollout {
         if reports.is_empty() {
             return None;
         }
+        if self.state.phase == Phase::Shadow {
+            return self.observe_shadow(now, reports);
+        }
         self.state.last_evidence = Some(self.state.last_evidence.map_or(now, |t| t.max(now)));
         for report in reports {
             self.consume_counts(now, report);
@@ -428,6 +458,45 @@ impl Rollout {
         }
         let trip = self.kill.check(now)?;
         Some(self.roll_back(now, Reason::KillSwitch(trip)))
+    }
+
+    /// The shadow phase's evidence: each source's judged counts beyond what was consumed
+    /// of it, fed to the judge's tests as one batch each; an alarm rolls the rollout back.
+    fn observe_shadow(&mut self, now: Duration, reports: &[Report]) -> Option<Transition> {
+        self.state.last_evidence = Some(self.state.last_evidence.map_or(now, |t| t.max(now)));
+        let fresh = &self.shadow;
+        let shadow = self
+            .state
+            .shadow
+            .get_or_insert_with(|| ShadowEvidence::new(fresh.0.clone(), fresh.1.clone(), now));
+        for report in reports {
+            let Some(counts) = &report.shadow else {
+                continue;
+            };
+            let before = shadow
+                .consumed
+                .get(&report.source)
+                .copied()
+                .unwrap_or_default();
+            let delta = counts.since(&before);
+            shadow.consumed.insert(report.source, before.max(counts));
+            shadow.counts = shadow.counts.add(&delta);
+            delta.feed(now, &mut shadow.mismatch, &mut shadow.slow);
+        }
+        let (stream, test) = if shadow.mismatch.alarm() {
+            ("mismatch", &shadow.mismatch)
+        } else if shadow.slow.alarm() {
+            ("slow", &shadow.slow)
+        } else {
+            return None;
+        };
+        let reason = Reason::ShadowAlarm {
+            stream: stream.to_owned(),
+            log_m: test.log_m(),
+            alarm_at: test.log_threshold(),
+            counts: shadow.counts,
+        };
+        Some(self.roll_back(now, reason))
     }
 
     /// The counters `report` has beyond what was consumed of its source, per epoch; with a
@@ -499,6 +568,24 @@ impl Rollout {
         };
         let (step, weight) = (self.state.step, self.state.weight);
         match (self.state.phase, self.state.pause) {
+            (Phase::Shadow, _) => {
+                let shadow = self.config.shadow?;
+                let held = now.saturating_sub(entered);
+                let counts = self
+                    .state
+                    .shadow
+                    .as_ref()
+                    .map(|s| s.counts)
+                    .unwrap_or_default();
+                if held < shadow.hold || counts.copies < shadow.min_requests {
+                    return None;
+                }
+                let reason = Reason::ShadowPassed {
+                    held_ms: as_ms(held),
+                    counts,
+                };
+                Some(self.enter(now, 0, reason))
+            }
             (Phase::Step, _) => {
                 if quiet(self.state.last_evidence) {
                     let reason = Reason::Stale {

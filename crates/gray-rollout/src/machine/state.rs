@@ -19,6 +19,9 @@ use crate::sequential::{MixtureTest, StreamSummary};
 pub enum Phase {
     /// Configured, not started: weight 0.
     Pending,
+    /// Copies only, judged against baseline (weight 0: no user is answered by gray),
+    /// before the first step ([`ShadowPhase`](super::ShadowPhase)).
+    Shadow,
     /// At a step, holding it until it may advance.
     Step,
     /// Holding its weight until resumed ([`PauseReason`] says why).
@@ -30,11 +33,12 @@ pub enum Phase {
 }
 
 impl Phase {
-    /// `pending`, `step`, `paused`, `promoted` or `rolled_back`.
+    /// `pending`, `shadow`, `step`, `paused`, `promoted` or `rolled_back`.
     #[must_use]
     pub fn as_str(self) -> &'static str {
         match self {
             Phase::Pending => "pending",
+            Phase::Shadow => "shadow",
             Phase::Step => "step",
             Phase::Paused => "paused",
             Phase::Promoted => "promoted",
@@ -42,10 +46,11 @@ impl Phase {
         }
     }
 
-    /// Whether the rollout is under way (`step` or `paused`): the test can roll it back.
+    /// Whether the rollout is under way (`shadow`, `step` or `paused`): a test can roll it
+    /// back.
     #[must_use]
     pub fn is_active(self) -> bool {
-        matches!(self, Phase::Step | Phase::Paused)
+        matches!(self, Phase::Shadow | Phase::Step | Phase::Paused)
     }
 }
 
@@ -215,6 +220,25 @@ pub enum Reason {
     },
     /// The kill switch tripped.
     KillSwitch(KillEvidence),
+    /// In the shadow phase, a stream of the judge alarmed: gray answers differently from
+    /// baseline (or slower) beyond the noise two baseline instances show.
+    ShadowAlarm {
+        /// `mismatch` or `slow`.
+        stream: String,
+        /// ln M when it alarmed.
+        log_m: f64,
+        /// ln(2/α).
+        alarm_at: f64,
+        /// What was judged.
+        counts: crate::shadow::ShadowCounts,
+    },
+    /// The shadow phase's hold was met with no alarm: the first step.
+    ShadowPassed {
+        /// How long the shadow phase lasted, in milliseconds.
+        held_ms: u64,
+        /// What was judged.
+        counts: crate::shadow::ShadowCounts,
+    },
     /// The last step's hold was met: at 100 %.
     Complete,
     /// A manual promotion.
@@ -226,7 +250,7 @@ pub enum Reason {
 impl Reason {
     /// A short name for logs and metric labels: `start`, `advance`, `gate`, `stale`,
     /// `no_data`, `fresh`, `outage`, `recovered`, `pause`, `resume`, `alarm`,
-    /// `kill_switch`, `complete`, `promote`, `abort`.
+    /// `kill_switch`, `shadow_alarm`, `shadow_passed`, `complete`, `promote`, `abort`.
     #[must_use]
     pub fn as_str(&self) -> &'static str {
         match self {
@@ -242,6 +266,8 @@ impl Reason {
             Reason::Resume => "resume",
             Reason::Alarm { .. } => "alarm",
             Reason::KillSwitch(_) => "kill_switch",
+            Reason::ShadowAlarm { .. } => "shadow_alarm",
+            Reason::ShadowPassed { .. } => "shadow_passed",
             Reason::Complete => "complete",
             Reason::Promote => "promote",
             Reason::Abort => "abort",
@@ -327,6 +353,39 @@ pub struct State {
     pub last_transition: Option<Transition>,
     /// How many transitions happened.
     pub transitions: u64,
+    /// The evidence of the shadow phase (of the last run that had one). Absent in a state
+    /// saved before it existed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shadow: Option<ShadowEvidence>,
+}
+
+/// The evidence of a shadow phase: the judge's two tests over every gateway's counts.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+#[non_exhaustive]
+pub struct ShadowEvidence {
+    /// Mismatches of the copies against the controls'.
+    pub mismatch: MixtureTest,
+    /// Slow answers of the copies against the controls'.
+    pub slow: MixtureTest,
+    /// What was judged, over every source.
+    pub counts: crate::shadow::ShadowCounts,
+    /// What was consumed of each source's counts.
+    pub consumed: BTreeMap<u64, crate::shadow::ShadowCounts>,
+}
+
+impl ShadowEvidence {
+    /// Fresh evidence with the tests `mismatch` and `slow`, begun at `now`.
+    pub(crate) fn new(mut mismatch: MixtureTest, mut slow: MixtureTest, now: Duration) -> Self {
+        mismatch.begin(now);
+        slow.begin(now);
+        ShadowEvidence {
+            mismatch,
+            slow,
+            counts: crate::shadow::ShadowCounts::default(),
+            consumed: BTreeMap::new(),
+        }
+    }
 }
 
 impl State {

@@ -883,3 +883,105 @@ fn absurd_counts_from_a_store_saturate() {
     r.start(S(2)).unwrap();
     assert_eq!((r.state().transitions, r.state().epoch.index), (max, max));
 }
+
+// === the shadow phase ===
+
+fn shadowed() -> RolloutConfig {
+    config().with_shadow(ShadowPhase::new(S(30), 100))
+}
+
+/// A report of `source` whose mirror judged `copies` copies and `copies / 5` controls,
+/// `bad` of the copies mismatching (none of the controls).
+fn judged(source: u64, copies: u64, bad: u64) -> Report {
+    let counts = crate::shadow::ShadowCounts {
+        copies,
+        controls: copies / 5,
+        copy_mismatches: bad,
+        ..Default::default()
+    };
+    Report::new(source, Vec::new()).with_shadow(counts)
+}
+
+#[test]
+fn a_rollout_with_a_shadow_starts_with_copies_only_and_enters_its_first_step_once_judged() {
+    let mut r = Rollout::new(shadowed()).unwrap();
+    let t = r.start(S(100)).unwrap();
+    assert_eq!(
+        (t.to, t.weight, t.step, t.reason.as_str()),
+        (Phase::Shadow, 0.0, None, "start")
+    );
+    assert!(r.state().phase.is_active());
+    // A pause is for steps; an abort and a promotion work.
+    assert!(r.pause(S(101)).is_err());
+    // Clean copies from two gateways: held 30 s and 100 copies before the first step.
+    assert!(
+        r.observe_all(S(110), &[judged(1, 40, 0), judged(2, 40, 0)])
+            .is_none()
+    );
+    assert!(r.tick(S(129)).is_none(), "the hold is not met");
+    assert!(
+        r.observe_all(S(130), &[judged(1, 40, 0), judged(2, 40, 0)])
+            .is_none()
+    );
+    assert!(r.tick(S(131)).is_none(), "80 copies of 100 judged");
+    assert!(
+        r.observe_all(S(132), &[judged(1, 60, 0), judged(2, 60, 0)])
+            .is_none()
+    );
+    let t = r.tick(S(133)).unwrap();
+    assert_eq!(
+        (t.from, t.to, t.weight, t.step, t.reason.as_str()),
+        (Phase::Shadow, Phase::Step, 1.0, Some(0), "shadow_passed")
+    );
+    match &t.reason {
+        Reason::ShadowPassed { held_ms, counts } => {
+            assert_eq!(
+                (*held_ms, counts.copies, counts.controls),
+                (33_000, 120, 24)
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+    // The state round-trips with its shadow evidence, and restores.
+    let json = serde_json::to_string(r.state()).unwrap();
+    let state: State = serde_json::from_str(&json).unwrap();
+    assert_eq!(state.shadow.as_ref().unwrap().counts.copies, 120);
+    Rollout::restore(shadowed(), state).unwrap();
+}
+
+#[test]
+fn copies_that_differ_beyond_the_controls_roll_the_shadow_back() {
+    let mut r = Rollout::new(shadowed()).unwrap();
+    r.start(S(0)).unwrap();
+    let mut rolled_back = None;
+    for i in 1..=60 {
+        // 5 % of the copies mismatch, none of the controls.
+        if let Some(t) = r.observe(S(i), &judged(1, 100 * i, 5 * i)) {
+            rolled_back = Some(t);
+            break;
+        }
+    }
+    let t = rolled_back.expect("an alarm within a minute");
+    assert_eq!(
+        (t.from, t.to, t.weight),
+        (Phase::Shadow, Phase::RolledBack, 0.0)
+    );
+    match &t.reason {
+        Reason::ShadowAlarm {
+            stream,
+            log_m,
+            alarm_at,
+            counts,
+        } => {
+            assert_eq!(stream, "mismatch");
+            assert!(log_m >= alarm_at);
+            assert_eq!(counts.control_mismatches, 0);
+        }
+        other => panic!("{other:?}"),
+    }
+    // A state in its shadow phase needs a configuration with one.
+    let mut r = Rollout::new(shadowed()).unwrap();
+    r.start(S(0)).unwrap();
+    let e = Rollout::restore(config(), r.state().clone()).unwrap_err();
+    assert!(e.to_string().contains("shadow"), "{e}");
+}
