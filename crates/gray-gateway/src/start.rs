@@ -342,8 +342,10 @@ async fn rollouts(
             upstream.evidence.clone(),
             store.clone(),
             &config.rollouts,
-            tunnels.clone(),
-            upstream.mirror.clone(),
+            rollout::Traffic {
+                tunnels: tunnels.clone(),
+                mirror: upstream.mirror.clone(),
+            },
         )
         .await?;
         controllers.insert(service.name.clone(), controller);

@@ -194,6 +194,14 @@ fn now() -> Duration {
 
 // === impl Controller ===
 
+/// What a rollout governs beyond its rule's weight: the upgraded connections a rollback
+/// closes, and the mirror that copies in its shadow phase.
+#[derive(Debug)]
+pub(crate) struct Traffic {
+    pub(crate) tunnels: Arc<crate::upgrade::Tunnels>,
+    pub(crate) mirror: Option<Arc<crate::mirror::Mirror>>,
+}
+
 impl Controller {
     /// The controller of `service`'s rollout, with the state the store holds (restored:
     /// the same step, the same evidence, its weight on the rule at once).
@@ -204,9 +212,9 @@ impl Controller {
         evidence: Arc<ServiceEvidence>,
         store: Arc<dyn RolloutStore>,
         settings: &RolloutSettings,
-        tunnels: Arc<crate::upgrade::Tunnels>,
-        mirror: Option<Arc<crate::mirror::Mirror>>,
+        traffic: Traffic,
     ) -> Result<Arc<Controller>, BoxError> {
+        let Traffic { tunnels, mirror } = traffic;
         if let Some(mirror) = &mirror
             && config.shadow.is_some()
         {

@@ -42,7 +42,7 @@ use prometheus_client::{
 };
 
 pub(crate) use admin::router;
-pub(crate) use controller::{Command, Controller, Refused, View};
+pub(crate) use controller::{Command, Controller, Refused, Traffic, View};
 pub(crate) use evidence::{Population, ServiceEvidence, Timing};
 pub(crate) use export::LaneDurations;
 
