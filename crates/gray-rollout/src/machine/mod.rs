@@ -11,14 +11,16 @@
 //!
 //! | from | event | to |
 //! |---|---|---|
-//! | `pending`, `promoted`, `rolled_back` | [`start`](Rollout::start) | `step` at the first step (fresh evidence) |
+//! | `pending`, `promoted`, `rolled_back` | [`start`](Rollout::start) | `step` at the first step (fresh evidence); `shadow` at weight 0 with a [`ShadowPhase`] |
+//! | `shadow` | [`tick`](Rollout::tick): its hold and `min_requests` copies judged, no alarm | `step` at the first step |
+//! | `shadow` | [`observe`](Rollout::observe): the judge's counts in the reports ([`Report::with_shadow`](crate::Report::with_shadow)) alarm a test | `rolled_back`, weight 0 |
 //! | `step` | [`tick`](Rollout::tick): hold time, `min_users` and the [`Detect`] power met | `step` at the next step, `paused` before a gated step, `promoted` at 100 % |
 //! | `step` | `tick`: no evidence, or no gray request, for `stale_ms` | `paused` (lifts by itself when they come back) |
 //! | `step` | `tick`: both arms failing together ([`SharedOutage`]) | `paused` (lifts by itself when baseline recovers; the step starts again) |
 //! | `step`, `paused` | [`observe`](Rollout::observe): a stream's test alarms, or the kill switch | `rolled_back`, weight 0 |
 //! | `step`, `paused` | [`pause`](Rollout::pause) / [`resume`](Rollout::resume) | `paused` / `step` (a gated step is entered) |
-//! | `step`, `paused` | [`promote`](Rollout::promote) | `promoted`, weight 100 |
-//! | `step`, `paused`, `promoted` | [`abort`](Rollout::abort) | `rolled_back`, weight 0 |
+//! | `shadow`, `step`, `paused` | [`promote`](Rollout::promote) | `promoted`, weight 100 |
+//! | `shadow`, `step`, `paused`, `promoted` | [`abort`](Rollout::abort) | `rolled_back`, weight 0 |
 //!
 //! The test keeps running while paused: a paused rollout still rolls back.
 //!
