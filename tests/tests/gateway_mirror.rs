@@ -152,19 +152,41 @@ fn same(_: usize) -> String {
     r#"{"id":7,"items":[1,2,3]}"#.to_owned()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn baseline_gets_are_copied_to_the_gray_lane_compared_and_counted_apart() {
-    let dir = TempDir::new("mirror-copies");
+/// A gateway (its files in a folder of `tag`) over a baseline and a gray instance that
+/// answer alike and record what they see, with the `[services.svc]` keys `service`.
+struct Pair {
+    _dir: TempDir,
+    gw: Gateway,
+    base_seen: Seen,
+    gray_seen: Seen,
+    _instances: [Server; 2],
+}
+
+async fn pair(tag: &str, service: &str) -> Pair {
+    let dir = TempDir::new(tag);
     let (base_seen, gray_seen) = (Seen::default(), Seen::default());
     let base = instance(base_seen.clone(), same).await;
     let gray = instance(gray_seen.clone(), same).await;
-    let gw = gateway(
-        &dir,
-        base.addr(),
-        Some(gray.addr()),
-        "mirror = { lane = \"gray\" }",
-    )
-    .await;
+    let gw = gateway(&dir, base.addr(), Some(gray.addr()), service).await;
+    Pair {
+        _dir: dir,
+        gw,
+        base_seen,
+        gray_seen,
+        _instances: [base, gray],
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn baseline_gets_are_copied_to_the_gray_lane_compared_and_counted_apart() {
+    // Bound by name (not `..`): the folder and the instances live to the end.
+    let Pair {
+        gw,
+        base_seen,
+        gray_seen,
+        _dir,
+        _instances,
+    } = pair("mirror-copies", "mirror = { lane = \"gray\" }").await;
     let admin = gw.admin_addr().unwrap();
     let client = reqwest_client();
     for i in 0..20 {
@@ -291,17 +313,13 @@ async fn differences_are_mismatches_but_in_ignored_fields_and_the_admin_shows_th
 async fn post_is_copied_only_when_listed_and_a_body_over_the_cap_reaches_baseline_intact() {
     let client = reqwest_client();
     // Not listed: not copied.
-    let dir = TempDir::new("mirror-post-default");
-    let gray_seen = Seen::default();
-    let base = instance(Seen::default(), same).await;
-    let gray = instance(gray_seen.clone(), same).await;
-    let gw = gateway(
-        &dir,
-        base.addr(),
-        Some(gray.addr()),
-        "mirror = { lane = \"gray\" }",
-    )
-    .await;
+    let Pair {
+        gw,
+        gray_seen,
+        _dir,
+        _instances,
+        ..
+    } = pair("mirror-post-default", "mirror = { lane = \"gray\" }").await;
     let response = client
         .post(format!("http://{}/svc/item", gw.addr()))
         .body("x".repeat(100))
@@ -320,14 +338,15 @@ async fn post_is_copied_only_when_listed_and_a_body_over_the_cap_reaches_baselin
     gw.shutdown().await;
 
     // Listed, with a cap of 1 KiB.
-    let dir = TempDir::new("mirror-post-listed");
-    let (base_seen, gray_seen) = (Seen::default(), Seen::default());
-    let base = instance(base_seen.clone(), same).await;
-    let gray = instance(gray_seen.clone(), same).await;
-    let gw = gateway(
-        &dir,
-        base.addr(),
-        Some(gray.addr()),
+    // Bound by name (not `..`): the folder and the instances live to the end.
+    let Pair {
+        gw,
+        base_seen,
+        gray_seen,
+        _dir,
+        _instances,
+    } = pair(
+        "mirror-post-listed",
         "mirror = { lane = \"gray\", methods = [\"GET\", \"POST\"], max_body_bytes = 1024 }",
     )
     .await;
