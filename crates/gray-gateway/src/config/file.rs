@@ -97,6 +97,8 @@ pub(super) struct File {
     #[serde(default)]
     pub(super) seed003_headers: bool,
     #[serde(default)]
+    pub(super) mirror_priority: super::MirrorPriority,
+    #[serde(default)]
     pub(super) services: BTreeMap<String, WithPolicy<ServiceKeys>>,
     pub(super) rollouts: Option<Rollouts>,
 }

@@ -55,8 +55,8 @@ pub use self::model::EtcdSettings;
 pub(crate) use self::transport::system_tls;
 pub use self::{
     model::{
-        ClientCerts, Config, Discovery, Limits, MirrorConfig, RolloutSettings, Rules,
-        ServiceConfig, TlsSettings, TlsVersion,
+        ClientCerts, Config, Discovery, Limits, MirrorConfig, MirrorPriority, RolloutSettings,
+        Rules, ServiceConfig, TlsSettings, TlsVersion,
     },
     parse::default_carriers,
     transport::UpstreamTransport,

@@ -59,6 +59,8 @@ pub struct Config {
     pub metrics_max_lanes: usize,
     /// Whether to write seed 003's `X-Gray-Flag` / `X-Gray-Ip` too.
     pub seed003_headers: bool,
+    /// The scheduling priority of the mirrors' copies' thread (`mirror_priority`).
+    pub mirror_priority: MirrorPriority,
     /// The routed services, sorted by name.
     pub services: Vec<ServiceConfig>,
     /// What the services' rollouts share (`[rollouts]`).
@@ -376,4 +378,19 @@ pub struct MirrorConfig {
     pub alpha: f64,
     /// A difference is noise once this many controls showed it (`noise_min`, default 2).
     pub noise_min: u64,
+}
+
+/// The scheduling priority of the thread the mirrors' copies run on
+/// (`mirror_priority = "low" | "normal"`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+#[non_exhaustive]
+pub enum MirrorPriority {
+    /// The lowest (nice 19): copies get only the CPU nothing else wants; on a saturated
+    /// machine they fall behind and are dropped (the default).
+    #[default]
+    Low,
+    /// The gateway's own: copies compete with the users' requests for the CPU (for a host
+    /// with CPU to spare, where every copy should be judged).
+    Normal,
 }

@@ -241,6 +241,7 @@ impl Config {
             },
             metrics_max_lanes: raw.metrics_max_lanes,
             seed003_headers: raw.seed003_headers,
+            mirror_priority: raw.mirror_priority,
             services,
             rollouts: rollout_settings(&doc, raw.rollouts.unwrap_or_default(), base, &resolve)?,
         })

@@ -478,3 +478,15 @@ fn a_shadow_phase_needs_a_mirror() {
         (Duration::from_secs(1), 10)
     );
 }
+
+#[test]
+fn the_copies_priority_is_low_unless_said() {
+    let cfg = parse("listen = \"127.0.0.1:0\"\n[services.orders]\n").unwrap();
+    assert_eq!(cfg.mirror_priority, MirrorPriority::Low);
+    let cfg = parse("listen = \"127.0.0.1:0\"\nmirror_priority = \"normal\"\n[services.orders]\n")
+        .unwrap();
+    assert_eq!(cfg.mirror_priority, MirrorPriority::Normal);
+    let e = parse("listen = \"127.0.0.1:0\"\nmirror_priority = \"high\"\n[services.orders]\n")
+        .unwrap_err();
+    assert_eq!(e.field(), Some("mirror_priority"), "{e}");
+}

@@ -1,16 +1,20 @@
 //! The copies' thread: every mirror's copies (their tasks, their connections, their
-//! timers) run on a runtime of their own, on one thread at a lower scheduling priority
-//! (nice +10). The users' requests and the copies then never share a scheduler queue, and
-//! when the machine's CPU is all taken, the kernel gives it to the users' requests first:
-//! the copies fall behind, fill `max_in_flight`, and the next ones are dropped and
-//! counted (`dropped_busy`) instead of slowing anyone.
+//! timers) run on a runtime of their own, on one thread at the lowest scheduling priority
+//! (nice 19: under Linux's scheduler it gets about 1.5 % of a core that a normal thread
+//! wants). The users' requests and the copies then never share a scheduler queue, and
+//! when the machine's CPU is all taken, the kernel gives it to everything else first: the
+//! copies fall behind, fill `max_in_flight`, and the next ones are dropped and counted
+//! (`dropped_busy`) instead of slowing anyone. `mirror_priority = "normal"` keeps the
+//! gateway's priority instead, for a host with CPU to spare.
 
 use std::{future::Future, io};
 
 use tokio::{runtime::Handle, sync::oneshot};
 
-/// The nice value of the copies' thread (higher is lower priority).
-const NICE: i32 = 10;
+use crate::config::MirrorPriority;
+
+/// The nice value of the copies' thread: the lowest priority.
+const NICE: i32 = 19;
 
 /// The copies' runtime; its thread ends when this is dropped.
 #[derive(Debug)]
@@ -20,16 +24,17 @@ pub(crate) struct Copies {
 }
 
 impl Copies {
-    /// Starts the copies' thread.
-    pub(crate) fn start() -> io::Result<Copies> {
+    /// Starts the copies' thread, at `priority`.
+    pub(crate) fn start(priority: MirrorPriority) -> io::Result<Copies> {
         let (handle_to, handle) = std::sync::mpsc::channel();
         let (stop, stopped) = oneshot::channel::<()>();
         std::thread::Builder::new()
             .name("gray-mirror".into())
             .spawn(move || {
                 // Best effort: without the right, the thread keeps the default priority.
-                if let Err(e) =
-                    rustix::process::setpriority_process(Some(rustix::thread::gettid()), NICE)
+                if priority == MirrorPriority::Low
+                    && let Err(e) =
+                        rustix::process::setpriority_process(Some(rustix::thread::gettid()), NICE)
                 {
                     tracing::debug!(error = %e, "cannot lower the copies' thread's priority");
                 }
