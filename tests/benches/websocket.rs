@@ -8,7 +8,8 @@
 //! ```
 //!
 //! The echo instance and the gateway run in child processes (this binary, `--echo` and
-//! `--gateway DIR`), and nginx (one worker) in its own: the CPU per message and the memory
+//! `--gateway DIR`; the gateway on tokio's current-thread scheduler, as its binary runs
+//! with `workers = 1`), and nginx (one worker) in its own: the CPU per message and the memory
 //! per connection of the gateway and of nginx are read from their `/proc` entries (the
 //! gateway's process, nginx's worker). A custom harness: criterion reports neither
 //! percentiles nor memory.
@@ -232,8 +233,8 @@ fn main() {
     }
     if let Some(i) = args.iter().position(|a| a == "--gateway") {
         let dir = args.get(i + 1).expect("--gateway DIR").clone();
-        tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(1)
+        // As the gateway's binary runs `workers = 1`: tokio's current-thread scheduler.
+        tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
             .unwrap()
@@ -292,7 +293,7 @@ fn main() {
             direct.line()
         );
         println!(
-            "  gateway   {} (its process, one worker thread)",
+            "  gateway   {} (its process, the current-thread scheduler)",
             through.line()
         );
         if nginx.is_some() {
