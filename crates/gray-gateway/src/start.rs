@@ -273,21 +273,18 @@ fn upstreams(
             metrics,
             config.limits.max_in_flight_per_instance,
         );
-        upstream.mirror = service
-            .mirror
-            .as_ref()
-            .zip(copies.as_ref())
-            .map(|(mirror, copies)| {
-                Mirror::new(
-                    service,
-                    mirror,
-                    &instances,
-                    &copy_endpoints,
-                    &config.carriers,
-                    metrics,
-                    copies,
-                )
-            });
+        upstream.mirror = match (&service.mirror, &copies) {
+            (Some(mirror), Some(copies)) => Some(Mirror::new(
+                service,
+                mirror,
+                &instances,
+                &copy_endpoints,
+                &config.carriers,
+                metrics,
+                copies,
+            )?),
+            _ => None,
+        };
         services.insert(service.name.clone().into_boxed_str(), upstream);
     }
     metrics.register_collector(metrics::RetryCounts(

@@ -25,20 +25,24 @@
 //! - `slow`: a comparison whose answer took more than twice the user's answer and more
 //!   than 10 ms beyond it (the caller decides, and says so in [`Comparison::new`]).
 //!
-//! **Unit of analysis and null.** The unit is a comparison. Under the null hypothesis the
-//! shadow's answers differ from the users' (or are slow) no more often than a second
-//! baseline instance's do: copies and controls are then exchangeable, and of the bad events
-//! of a batch in which `g` copies and `c` controls were compared, each is a copy's with
-//! probability `g / (g + c)` at most. The judge feeds every batch to the test at that
-//! share: given the batch's comparisons and its bad events, the copies' count of bad
-//! events is hypergeometric, which is smaller in convex order than the binomial the test's
-//! factor is built for (Hoeffding, 1963), so each factor keeps an expectation of at most 1
-//! and Ville's inequality bounds the chance of any false alarm of a stream, ever, by its
-//! share of `alpha` (half of it each: Bonferroni). The
-//! noise learned in earlier batches filters both arms of a batch alike, so it does not
-//! break the exchangeability. What it assumes: the controls are drawn independently of
-//! the answers (a fixed share of the requests, at random), and a copy's and a control's
-//! answers to the same request are alike but for the version (same data, same time).
+//! **Unit of analysis and null.** The unit is a *pair*: a request's copy and its control,
+//! both compared with the user's answer ([`Judge::observe_pair`]); a copy without a
+//! control is judged for the metrics but not counted by the test. Under the null
+//! hypothesis the shadow's answers differ from the users' (or are slow) no more often than
+//! a second baseline instance's do: within a pair, judged by the same noise, the copy and
+//! the control are exchangeable, so of the bad events of any set of pairs each is the
+//! copy's with probability 1/2 at most, and the test is fed at that share. Given a set of
+//! pairs and its bad events, the copies' count is a sum of hypergeometric draws, smaller
+//! in convex order than the binomial the test's factor is built for (Hoeffding, 1963), so
+//! each factor keeps an expectation of at most 1 and Ville's inequality bounds the chance
+//! of any false alarm of a stream, ever, by its share of `alpha` (half of it each:
+//! Bonferroni). Because every pair has the same share, counts of pairs add up: the
+//! batches of several looks, and the counts of several gateways (each with the noise its
+//! own judge learned), merge into one batch without changing the bound — which is how a
+//! rollout's shadow phase judges a fleet ([`ShadowCounts`], one report per gateway). What
+//! it assumes: the controls are drawn independently of the answers (a fixed share of the
+//! requests, at random), and a copy's and a control's answers to the same request are
+//! alike but for the version (same data, same time).
 //!
 //! ```
 //! use std::time::Duration;
@@ -48,8 +52,9 @@
 //! let ms = Duration::from_millis;
 //! // Two baseline instances differ in `ts` on every answer: learned as noise.
 //! for i in 0..20u64 {
-//!     judge.observe(&Comparison::new(Arm::Baseline, ["json /ts"], false));
-//!     judge.observe(&Comparison::new(Arm::Gray, ["json /ts"], false));
+//!     let copy = Comparison::new(Arm::Gray, ["json /ts"], false);
+//!     let control = Comparison::new(Arm::Baseline, ["json /ts"], false);
+//!     judge.observe_pair(&copy, &control);
 //!     judge.look(ms(100 * i));
 //! }
 //! assert!(judge.summary().noise.contains(&"json /ts".to_owned()));
@@ -57,8 +62,9 @@
 //! // Gray also differs in `id`, which baseline never does: an alarm.
 //! let mut t = 2_000;
 //! while judge.alarm().is_none() {
-//!     judge.observe(&Comparison::new(Arm::Gray, ["json /ts", "json /id"], false));
-//!     judge.observe(&Comparison::new(Arm::Baseline, ["json /ts"], false));
+//!     let copy = Comparison::new(Arm::Gray, ["json /ts", "json /id"], false);
+//!     let control = Comparison::new(Arm::Baseline, ["json /ts"], false);
+//!     judge.observe_pair(&copy, &control);
 //!     judge.look(ms(t));
 //!     t += 100;
 //! }
@@ -284,7 +290,9 @@ impl Judge {
                 .is_some_and(|n| *n >= self.noise_min)
     }
 
-    /// Adds `comparison` to the current batch; returns its differences outside the noise.
+    /// Judges `comparison`: its differences outside the noise; a control's differences
+    /// are learned at the next look. A lone comparison (a copy without a control) is not
+    /// counted by the test: [`observe_pair`](Self::observe_pair) is.
     pub fn observe(&mut self, comparison: &Comparison) -> Judged {
         let differences: Vec<String> = comparison
             .differences
@@ -292,23 +300,27 @@ impl Judge {
             .filter(|d| !self.is_noise(d))
             .cloned()
             .collect();
-        let b = &mut self.batch;
-        let (compared, mismatched, slow) = match comparison.arm {
-            Arm::Gray => (&mut b.copies, &mut b.copy_mismatches, &mut b.copy_slow),
-            Arm::Baseline => (
-                &mut b.controls,
-                &mut b.control_mismatches,
-                &mut b.control_slow,
-            ),
-        };
-        *compared += 1;
-        *mismatched += u64::from(!differences.is_empty());
-        *slow += u64::from(comparison.slower);
         if comparison.arm == Arm::Baseline {
             self.learning
                 .extend(comparison.differences.iter().map(|d| generalise(d)));
         }
         Judged { differences }
+    }
+
+    /// Judges a request's `copy` and its `control` as [`observe`](Self::observe) does each,
+    /// and adds the pair to the current batch: the test counts pairs only (see the module
+    /// docs, *Unit of analysis*). Returns the copy's and the control's differences outside
+    /// the noise.
+    pub fn observe_pair(&mut self, copy: &Comparison, control: &Comparison) -> [Judged; 2] {
+        let judged = [self.observe(copy), self.observe(control)];
+        let b = &mut self.batch;
+        b.copies += 1;
+        b.controls += 1;
+        b.copy_mismatches += u64::from(!judged[0].differences.is_empty());
+        b.control_mismatches += u64::from(!judged[1].differences.is_empty());
+        b.copy_slow += u64::from(copy.slower);
+        b.control_slow += u64::from(control.slower);
+        judged
     }
 
     /// Ends the batch at `now`: its bad events go to the streams' tests at the share of

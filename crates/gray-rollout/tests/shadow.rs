@@ -61,9 +61,12 @@ impl World {
         let mut judge = Judge::new(ALPHA).unwrap();
         for second in 1..=seconds {
             for _ in 0..RATE {
-                judge.observe(&self.compare(&mut rng, Arm::Gray));
+                let copy = self.compare(&mut rng, Arm::Gray);
                 if bernoulli(&mut rng, CONTROLS) {
-                    judge.observe(&self.compare(&mut rng, Arm::Baseline));
+                    let control = self.compare(&mut rng, Arm::Baseline);
+                    judge.observe_pair(&copy, &control);
+                } else {
+                    judge.observe(&copy);
                 }
             }
             if judge.look(Duration::from_secs(second)).is_some() {
@@ -157,9 +160,10 @@ fn a_slower_gray_is_caught_on_its_own_stream() {
             if bernoulli(&mut rng, 0.1) {
                 copy = Comparison::new(Arm::Gray, Vec::<String>::new(), true);
             }
-            judge.observe(&copy);
             if bernoulli(&mut rng, CONTROLS) {
-                judge.observe(&world.compare(&mut rng, Arm::Baseline));
+                judge.observe_pair(&copy, &world.compare(&mut rng, Arm::Baseline));
+            } else {
+                judge.observe(&copy);
             }
         }
         alarm = judge.look(Duration::from_secs(second));
@@ -169,4 +173,88 @@ fn a_slower_gray_is_caught_on_its_own_stream() {
     }
     assert_eq!(alarm, Some("slow"));
     assert!(judge.summary().slow_log_m >= judge.summary().alarm_at);
+}
+
+/// `gateways` gateways, each with a judge of its own (its own noise learned), a third of
+/// the traffic each, their cumulative counts merged every `report_every` seconds as a
+/// rollout's leader does (`ShadowCounts::since` and `feed`, one batch per gateway's
+/// report); the second of the first alarm.
+fn fleet(
+    world: &World,
+    seed: u64,
+    gateways: usize,
+    report_every: u64,
+    seconds: u64,
+) -> Option<u64> {
+    use gray_rollout::sequential::{DEFAULT_MULTIPLIERS, MixtureTest};
+    use gray_rollout::shadow::ShadowCounts;
+    let mut rng = Rng::seeded(seed);
+    let mut judges: Vec<Judge> = (0..gateways).map(|_| Judge::new(ALPHA).unwrap()).collect();
+    let mut consumed = vec![ShadowCounts::default(); gateways];
+    let test = MixtureTest::new(1.0, &DEFAULT_MULTIPLIERS, ALPHA / 2.0).unwrap();
+    let (mut mismatch, mut slow) = (test.clone(), test);
+    for second in 1..=seconds {
+        for _ in 0..RATE {
+            // An L4 balancer spreads the requests over the gateways.
+            let judge = &mut judges[rng.index(gateways)];
+            let copy = world.compare(&mut rng, Arm::Gray);
+            if bernoulli(&mut rng, CONTROLS) {
+                judge.observe_pair(&copy, &world.compare(&mut rng, Arm::Baseline));
+            } else {
+                judge.observe(&copy);
+            }
+        }
+        let now = Duration::from_secs(second);
+        for judge in &mut judges {
+            judge.look(now);
+        }
+        if second % report_every == 0 {
+            for (judge, before) in judges.iter().zip(&mut consumed) {
+                let counts = judge.counts();
+                if counts.since(before).feed(now, &mut mismatch, &mut slow) {
+                    return Some(second);
+                }
+                *before = counts;
+            }
+        }
+    }
+    None
+}
+
+#[test]
+fn on_three_gateways_merged_counts_keep_alpha_and_catch_the_bug() {
+    let runs = 200;
+    let mut alarms = 0;
+    for (i, noise) in [0.0, 0.02, 0.05, 1.0].into_iter().enumerate() {
+        let world = World {
+            noise,
+            shared: 0.01,
+            bug: 0.0,
+            slow: 0.05,
+        };
+        let n = (0..runs)
+            .filter(|run| fleet(&world, 70_000 + 1_000 * i as u64 + run, 3, 10, 300).is_some())
+            .count() as u64;
+        println!("3 gateways, noise {noise}: {n} false alarms in {runs} runs of 300 s");
+        alarms += n;
+    }
+    assert!(
+        alarms as f64 <= allowed(4 * runs, ALPHA),
+        "{alarms} false alarms in {} runs",
+        4 * runs
+    );
+    let world = World {
+        noise: 1.0,
+        shared: 0.0,
+        bug: 0.02,
+        slow: 0.0,
+    };
+    let mut seconds: Vec<f64> = (0..100)
+        .map(|run| fleet(&world, 90_000 + run, 3, 10, 180).map_or(f64::INFINITY, |s| s as f64))
+        .collect();
+    let caught = seconds.iter().filter(|s| s.is_finite()).count();
+    let p95 = quantile(&mut seconds, 0.95);
+    println!("3 gateways, 2 % bug: caught in {caught} of 100 runs, p95 {p95} s");
+    assert_eq!(caught, 100);
+    assert!(p95 < 90.0, "p95 {p95} s");
 }

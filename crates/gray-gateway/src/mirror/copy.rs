@@ -68,42 +68,53 @@ pub(super) async fn run(
         return outcome("unjudged");
     };
     let differences = compare::compare(&user.answer, &answer, &mirror.ignore);
-    let slow = slower(latency, user.latency);
-    let judged = mirror.judge(Comparison::new(Arm::Gray, describe(&differences), slow));
-    if judged.differences.is_empty() {
-        outcome("matched");
-    } else {
-        tracing::debug!(service = %mirror.service, lane = %mirror.config.lane, %method, %path, differences = ?judged.differences, "a mirror's answer differs");
-        mirror.remember(Mismatch {
-            method: method.to_string(),
-            path,
-            primary_status: user.answer.status.as_u16(),
-            copy_status: answer.status.as_u16(),
-            primary_ms: user.latency.as_secs_f64() * 1e3,
-            copy_ms: latency.as_secs_f64() * 1e3,
-            differences: judged.differences,
-        });
-        outcome("mismatched");
-    }
-    if let Some(control) = control {
-        let answered = tokio::time::timeout_at(deadline, mirror.send_control(control, &user)).await;
-        match answered {
-            Ok(Some(Ok((answer, latency)))) => {
-                let differences = compare::compare(&user.answer, &answer, &mirror.ignore);
-                let slow = slower(latency, user.latency);
-                let judged =
-                    mirror.judge(Comparison::new(Arm::Baseline, describe(&differences), slow));
-                outcome(if judged.differences.is_empty() {
-                    "control_matched"
-                } else {
-                    "control_mismatched"
-                });
+    let copy = Comparison::new(
+        Arm::Gray,
+        describe(&differences),
+        slower(latency, user.latency),
+    );
+    // The control, when drawn: the same request to another baseline instance, judged in a
+    // pair with the copy (the test counts pairs only).
+    let control = match control {
+        None => None,
+        Some(control) => {
+            match tokio::time::timeout_at(deadline, mirror.send_control(control, &user)).await {
+                Ok(Some(Ok((answer, control_latency)))) => {
+                    let differences = compare::compare(&user.answer, &answer, &mirror.ignore);
+                    let slow = slower(control_latency, user.latency);
+                    Some(Comparison::new(Arm::Baseline, describe(&differences), slow))
+                }
+                // No other baseline instance: no control.
+                Ok(None) => None,
+                _ => {
+                    outcome("control_failed");
+                    None
+                }
             }
-            // No other baseline instance: no control.
-            Ok(None) => {}
-            _ => outcome("control_failed"),
         }
+    };
+    let (judged, control) = mirror.judge(&copy, control.as_ref());
+    if let Some(control) = control {
+        outcome(if control.differences.is_empty() {
+            "control_matched"
+        } else {
+            "control_mismatched"
+        });
     }
+    if judged.differences.is_empty() {
+        return outcome("matched");
+    }
+    tracing::debug!(service = %mirror.service, lane = %mirror.config.lane, %method, %path, differences = ?judged.differences, "a mirror's answer differs");
+    mirror.remember(Mismatch {
+        method: method.to_string(),
+        path,
+        primary_status: user.answer.status.as_u16(),
+        copy_status: answer.status.as_u16(),
+        primary_ms: user.latency.as_secs_f64() * 1e3,
+        copy_ms: latency.as_secs_f64() * 1e3,
+        differences: judged.differences,
+    });
+    outcome("mismatched");
 }
 
 /// Whether an answer in `latency` is slow against the user's `user`: more than twice it,

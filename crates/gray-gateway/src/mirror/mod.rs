@@ -204,7 +204,7 @@ impl Mirror {
         carriers: &[CarrierConfig],
         metrics: &Metrics,
         copies: &Arc<Copies>,
-    ) -> Arc<Mirror> {
+    ) -> Result<Arc<Mirror>, gray_rollout::sequential::InvalidTest> {
         let service: Arc<str> = config.name.as_str().into();
         let transport = &config.transport;
         let endpoints = endpoints
@@ -240,11 +240,10 @@ impl Mirror {
             .with_max_body_bytes(mirror.max_body_bytes)
             .with_max_in_flight(mirror.max_in_flight)
             .with_carriers(CarrierConfig::carriers(carriers));
-        let judge = Judge::new(mirror.alpha)
-            .unwrap_or_else(|_| Judge::new(0.05).expect("0.05 is a valid alpha"))
-            .with_noise_min(mirror.noise_min);
+        // `alpha` is checked with the configuration (in (0, 1)): this does not fail.
+        let judge = Judge::new(mirror.alpha)?.with_noise_min(mirror.noise_min);
         let now = Instant::now();
-        Arc::new(Mirror {
+        Ok(Arc::new(Mirror {
             control_threshold: (mirror.control_percent / 100.0 * f64::from(u32::MAX)) as u64,
             judge: Mutex::new(Judging {
                 judge,
@@ -260,7 +259,7 @@ impl Mirror {
             balancer,
             ignore: Ignore::new(&mirror.ignore_headers, &mirror.ignore_fields),
             recent: Mutex::default(),
-        })
+        }))
     }
 
     /// Copies `req` when it is to be copied (see the [module docs](self)), spawning its
@@ -319,11 +318,19 @@ impl Mirror {
         &self.config.lane
     }
 
-    /// Gives `comparison` to the judge: its differences outside the noise. Ends the
-    /// judge's batch when a second has passed since the last; logs the alarm once.
-    fn judge(&self, comparison: Comparison) -> Judged {
+    /// Gives a `copy`'s comparison, with its `control`'s when it has one, to the judge:
+    /// their differences outside the noise (a pair is counted by the test, a lone copy
+    /// only judged). Ends the judge's batch when a second has passed since the last; logs
+    /// the alarm once.
+    fn judge(&self, copy: &Comparison, control: Option<&Comparison>) -> (Judged, Option<Judged>) {
         let mut judging = self.judge.lock().unwrap_or_else(|p| p.into_inner());
-        let judged = judging.judge.observe(&comparison);
+        let judged = match control {
+            Some(control) => {
+                let [copy, control] = judging.judge.observe_pair(copy, control);
+                (copy, Some(control))
+            }
+            None => (judging.judge.observe(copy), None),
+        };
         let now = Instant::now();
         if now.duration_since(judging.last_look) >= LOOK_EVERY {
             judging.last_look = now;
