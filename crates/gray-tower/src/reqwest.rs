@@ -174,7 +174,7 @@ impl MirrorMiddleware {
         let timeout = self.timeout;
         let url = req.url().clone();
         let lane = copy.lane_stain();
-        tokio::spawn(gray_core::task::scope(lane, async move {
+        crate::mirror::spawn(gray_core::task::scope(lane, async move {
             let deadline = tokio::time::Instant::now() + timeout;
             let head = copy.head();
             let mut copied = reqwest::Request::new(head.method().clone(), url);

@@ -10,7 +10,8 @@
 //! in flight. The guarantees are the gateway's:
 //!
 //! - **The request never waits for its copy.** The copy runs in a task of its own
-//!   (`tokio::spawn`), through the mirror service you give, within `timeout`; the
+//!   (spawned on the caller's tokio runtime; outside of one, no copy is made), through
+//!   the mirror service you give, within `timeout`; the
 //!   request's future is the inner client's, unchanged. Beyond `max_in_flight` a copy is
 //!   dropped and counted, never queued.
 //! - **A body is teed while it streams** ([`Teed`]), kept by reference up to
@@ -479,7 +480,7 @@ where
                     self.counters.clone(),
                     self.timeout,
                 );
-                tokio::spawn(gray_core::task::scope(lane, run));
+                spawn(gray_core::task::scope(lane, run));
                 tee
             }
             Err(declined) => {
@@ -488,6 +489,17 @@ where
             }
         };
         self.inner.call(req.map(|body| Teed::new(body, tee)))
+    }
+}
+
+/// Runs a copy on the caller's tokio runtime; outside of one (a client called from a
+/// thread of its own), the copy is dropped rather than a panic.
+pub(crate) fn spawn<F>(copy: F)
+where
+    F: std::future::Future<Output = ()> + Send + 'static,
+{
+    if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+        runtime.spawn(copy);
     }
 }
 
@@ -516,4 +528,31 @@ where
     })
     .await;
     counters.finished(matches!(answered, Ok(Some(()))));
+}
+
+#[cfg(test)]
+mod tests {
+    use std::future::Future;
+
+    use super::*;
+
+    #[test]
+    fn outside_a_tokio_runtime_the_request_goes_and_no_copy_is_made() {
+        let gray = tower::service_fn(|_: Request<Full<Bytes>>| async {
+            Ok::<_, std::convert::Infallible>(Response::new(Full::new(Bytes::new())))
+        });
+        let layer = MirrorLayer::new(Copier::new(Lane::new("gray").unwrap()), gray);
+        let stats = layer.stats();
+        let mut client = layer.layer(tower::service_fn(|_: Request<_>| async {
+            Ok::<_, std::convert::Infallible>(Response::new("baseline"))
+        }));
+        // No runtime: the call is polled by hand (its future is ready at once).
+        let mut call = std::pin::pin!(client.call(Request::new(Full::new(Bytes::new()))));
+        let mut cx = Context::from_waker(std::task::Waker::noop());
+        let Poll::Ready(Ok(response)) = call.as_mut().poll(&mut cx) else {
+            panic!("the call is ready at once");
+        };
+        assert_eq!(*response.body(), "baseline");
+        assert_eq!((stats.sent(), stats.in_flight()), (0, 0));
+    }
 }
