@@ -121,8 +121,14 @@ pub(crate) fn compare(primary: &Answer, copy: &Answer, ignore: &Ignore) -> Vec<D
     if primary.status.as_u16() / 100 != copy.status.as_u16() / 100 {
         differences.push(Difference::Status);
     }
-    for name in primary.headers.keys().chain(copy.headers.keys()) {
-        if ignore.header(name) || differences.contains(&Difference::Header(name.clone())) {
+    // Each name once: the primary's, then those only the copy has.
+    let names = primary.headers.keys().chain(
+        copy.headers
+            .keys()
+            .filter(|name| !primary.headers.contains_key(*name)),
+    );
+    for name in names {
+        if ignore.header(name) {
             continue;
         }
         let a = primary.headers.get_all(name).iter();
