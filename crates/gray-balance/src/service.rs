@@ -9,7 +9,7 @@ use std::{
 
 use arc_swap::ArcSwap;
 use gray_core::{Labelled, Stain};
-use gray_policy::{Candidate, Decision, Policy, Unroutable};
+use gray_policy::{Availability, Candidate, Decision, Policy, Unroutable};
 use tokio::sync::mpsc;
 use tower::{BoxError, discover::Discover};
 use tower_service::Service;
@@ -258,6 +258,23 @@ impl<K, S> Balance<K, S> {
     #[must_use]
     pub fn ready_len(&self) -> usize {
         self.inner.snapshot.load().ready_len()
+    }
+
+    /// Every known endpoint (ready, unready or ejected), with its registry labels and its
+    /// availability, in the balancer's order: the snapshot a request's pick reads, for an
+    /// admin page that lists a service's instances. Classify the labels with
+    /// [`policy`](Self::policy)`().classify(..)` for their lane and versions.
+    #[must_use]
+    pub fn endpoints(&self) -> Vec<(K, gray_core::Labels, Availability)>
+    where
+        K: Clone,
+    {
+        self.inner
+            .snapshot
+            .load()
+            .slots()
+            .map(|s| (s.entry.key.clone(), s.entry.labels.clone(), s.availability))
+            .collect()
     }
 
     /// The retry policy of the [`Retry`](crate::retry::Retry) services and the reqwest

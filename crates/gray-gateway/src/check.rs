@@ -55,7 +55,15 @@ pub async fn check(path: &Path) -> Result<String, BoxError> {
         let _ = write!(out, ", tls {}", tls.listen);
     }
     if let Some(admin) = config.admin {
-        let _ = write!(out, ", admin {admin} (/explain, /metrics, /healthz)");
+        let _ = write!(
+            out,
+            ", admin {admin} (the page at /, /explain, /metrics, /healthz, /rollouts; {})",
+            match (&config.admin_access.token, config.admin_access.for_reads) {
+                (None, _) => "no token",
+                (Some(_), false) => "a token for commands",
+                (Some(_), true) => "a token for commands and reads",
+            }
+        );
     }
     let workers = match config.workers {
         0 => "one per core".to_owned(),
@@ -63,6 +71,9 @@ pub async fn check(path: &Path) -> Result<String, BoxError> {
         n => n.to_string(),
     };
     let _ = writeln!(out, ", workers {workers}");
+    if let Some(warning) = open_admin(config.admin, &config.admin_access) {
+        let _ = writeln!(out, "warning: {warning}");
+    }
     let limits = config.limits;
     let ms = |d: Option<std::time::Duration>| {
         d.map_or("off".to_owned(), |d| format!("{} ms", d.as_millis()))
@@ -471,4 +482,18 @@ fn carrier(c: &CarrierConfig) -> String {
         _ => "carrier",
     };
     format!("{kind} {}", c.header())
+}
+
+/// The warning for an admin address others can reach without a token, if it is one.
+fn open_admin(
+    admin: Option<std::net::SocketAddr>,
+    access: &crate::config::AdminAccess,
+) -> Option<String> {
+    let admin = admin?;
+    if access.token.is_some() || admin.ip().is_loopback() {
+        return None;
+    }
+    Some(format!(
+        "the admin address {admin} is not loopback and has no `admin_token`: anyone who reaches it can start, promote or abort a rollout (bind it to 127.0.0.1, or set `admin_token`)"
+    ))
 }

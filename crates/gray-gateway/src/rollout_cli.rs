@@ -1,5 +1,7 @@
 //! `gray-gateway rollout status|start|pause|resume|promote|abort --admin ADDR [SERVICE]`:
-//! the admin API's rollout endpoints, over one HTTP/1.1 connection (std TCP).
+//! the admin API's rollout endpoints, over one HTTP/1.1 connection (std TCP). An admin with
+//! an `admin_token` gets it as a bearer token from `--token-file PATH` or the environment
+//! variable `GRAY_ADMIN_TOKEN` (never from the command line, which other users can list).
 
 use std::{
     io::{Read, Write},
@@ -7,16 +9,22 @@ use std::{
     time::Duration,
 };
 
-pub(crate) const USAGE: &str = "       gray-gateway rollout status|start|pause|resume|promote|abort --admin <ADDR> [--json] <SERVICE>
-                                            (status without a service: every rollout)";
+pub(crate) const USAGE: &str = "       gray-gateway rollout status|start|pause|resume|promote|abort --admin <ADDR> [--json] [--token-file <PATH>] <SERVICE>
+                                            (status without a service: every rollout; the token
+                                            also from $GRAY_ADMIN_TOKEN)";
 
 /// Runs the command in `args` (after `rollout`); returns the exit status.
 pub(crate) fn main(args: impl Iterator<Item = String>) -> i32 {
     let (mut command, mut admin, mut service, mut json) = (None, None, None, false);
+    let mut token_file = None;
     let mut args = args;
     while let Some(arg) = args.next() {
         match arg.as_str() {
             "--admin" => admin = args.next(),
+            "--token-file" => match args.next() {
+                Some(path) => token_file = Some(path),
+                None => return usage("--token-file needs a path"),
+            },
             "--json" => json = true,
             _ if arg.starts_with('-') => return usage(&format!("unknown argument `{arg}`")),
             _ if command.is_none() => command = Some(arg),
@@ -39,7 +47,26 @@ pub(crate) fn main(args: impl Iterator<Item = String>) -> i32 {
         }
         _ => return usage(&format!("unknown command `{command}`")),
     };
-    let (status, body) = match request(&admin, method, &path) {
+    let token = match token_file {
+        Some(path) => match std::fs::read_to_string(&path) {
+            Ok(text) => Some(text.trim().to_owned()),
+            Err(e) => {
+                eprintln!("error: --token-file {path}: {e}");
+                return 1;
+            }
+        },
+        None => std::env::var("GRAY_ADMIN_TOKEN")
+            .ok()
+            .filter(|t| !t.is_empty()),
+    };
+    if token
+        .as_deref()
+        .is_some_and(|t| t.chars().any(|c| !c.is_ascii_graphic()))
+    {
+        eprintln!("error: the admin token has characters a header cannot carry");
+        return 1;
+    }
+    let (status, body) = match request(&admin, method, &path, token.as_deref()) {
         Ok(answer) => answer,
         Err(e) => {
             eprintln!("error: {method} http://{admin}{path}: {e}");
@@ -107,12 +134,18 @@ fn summary(v: &serde_json::Value) -> String {
 }
 
 /// One request, `Connection: close`; the status and the body.
-fn request(admin: &str, method: &str, path: &str) -> std::io::Result<(u16, String)> {
+fn request(
+    admin: &str,
+    method: &str,
+    path: &str,
+    token: Option<&str>,
+) -> std::io::Result<(u16, String)> {
     let mut stream = TcpStream::connect(admin)?;
     stream.set_read_timeout(Some(Duration::from_secs(30)))?;
+    let authorization = token.map_or(String::new(), |t| format!("Authorization: Bearer {t}\r\n"));
     write!(
         stream,
-        "{method} {path} HTTP/1.1\r\nHost: {admin}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+        "{method} {path} HTTP/1.1\r\nHost: {admin}\r\n{authorization}Content-Length: 0\r\nConnection: close\r\n\r\n"
     )?;
     let mut raw = Vec::new();
     stream.read_to_end(&mut raw)?;

@@ -91,6 +91,8 @@ pub(crate) async fn start(
             metrics,
             registry: registry.clone(),
             rollouts: rollouts.clone(),
+            history: Arc::default(),
+            access: config.admin_access.clone(),
         },
         Listening {
             stopped: &stopped,
@@ -496,6 +498,10 @@ async fn admin(
         .await
         .map_err(|e| format!("admin {admin_addr}: {e}"))?;
     let bound = listener.local_addr()?;
+    listening.tasks.push(tokio::spawn(admin::sample(
+        admin.clone(),
+        listening.stopped.clone(),
+    )));
     let router = admin::router(admin);
     let mut stopped = listening.stopped.clone();
     listening.tasks.push(tokio::spawn(async move {

@@ -67,7 +67,7 @@ fn a_good_config_exits_0_and_says_what_would_run() {
     assert_eq!(code, 0, "{out}{err}");
     for expected in [
         "the configuration is valid",
-        "listen 127.0.0.1:8080, admin 127.0.0.1:9901",
+        "listen 127.0.0.1:8080, admin 127.0.0.1:9901 (the page at /",
         "max_connections 100 (idle ones drop their buffers at once above 1000)",
         "client limits: request_body_timeout 30000 ms (min rate 500 bytes/s), send_timeout 60000 ms, max_in_flight 4096, per client off",
         "carriers: lane x-gray-lane, route x-gray-info",
@@ -86,6 +86,36 @@ fn a_good_config_exits_0_and_says_what_would_run() {
     ] {
         assert!(out.contains(expected), "`{expected}` in:\n{out}");
     }
+}
+
+#[test]
+fn an_admin_others_can_reach_without_a_token_is_warned_about() {
+    let dir = TempDir::new("check-admin");
+    let open = CONFIG.replace("admin = \"127.0.0.1:9901\"", "admin = \"0.0.0.0:9901\"");
+    let (code, out, err) = check(&write(&dir, &open, RULES, INSTANCES));
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("admin 0.0.0.0:9901 (the page at /"), "{out}");
+    assert!(
+        out.contains(
+            "warning: the admin address 0.0.0.0:9901 is not loopback and has no `admin_token`"
+        ),
+        "{out}"
+    );
+    // with a token, or on loopback, no warning
+    let guarded = open.replace(
+        "admin = \"0.0.0.0:9901\"",
+        "admin = \"0.0.0.0:9901\"\nadmin_token = \"a-long-enough-admin-token\"",
+    );
+    let (code, out, err) = check(&write(&dir, &guarded, RULES, INSTANCES));
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("a token for commands)"), "{out}");
+    assert!(!out.contains("warning: the admin address"), "{out}");
+    assert!(
+        !out.contains("a-long-enough-admin-token"),
+        "the token is never printed: {out}"
+    );
+    let (_, out, _) = check(&write(&dir, CONFIG, RULES, INSTANCES));
+    assert!(!out.contains("warning: the admin address"), "{out}");
 }
 
 #[test]

@@ -20,9 +20,13 @@
 //!   updates swap a `..data` symlink;
 //! - `child` (feature `process`): a child process's stdout read up to the line a test
 //!   waits for (where it listens), the rest drained;
+//! - `browser` (feature `browser`): Debian's headless Chromium driven over WebDriver
+//!   (chromedriver), for the gateway's admin page;
 //! - [`TempDir`] and [`WAIT`], the bound of every wait in the real-network tests.
 
 pub mod alloc;
+#[cfg(feature = "browser")]
+pub mod browser;
 #[cfg(feature = "process")]
 pub mod child;
 #[cfg(unix)]

@@ -17,6 +17,10 @@ use super::defaults;
 pub(super) struct File {
     pub(super) listen: Option<SocketAddr>,
     pub(super) admin: Option<SocketAddr>,
+    pub(super) admin_token: Option<String>,
+    pub(super) admin_token_file: Option<PathBuf>,
+    #[serde(default)]
+    pub(super) admin_token_for_reads: bool,
     #[serde(default)]
     pub(super) workers: usize,
     #[serde(default)]

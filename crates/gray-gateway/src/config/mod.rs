@@ -40,6 +40,7 @@
 //! # Ok::<(), gray_gateway::config::ConfigError>(())
 //! ```
 
+mod admin;
 mod defaults;
 mod file;
 mod mirror;
@@ -54,6 +55,7 @@ mod upstream;
 pub use self::model::EtcdSettings;
 pub(crate) use self::transport::system_tls;
 pub use self::{
+    admin::{AdminAccess, AdminToken},
     model::{
         ClientCerts, Config, Discovery, Limits, MirrorConfig, MirrorPriority, RolloutSettings,
         Rules, ServiceConfig, TlsSettings, TlsVersion,

@@ -28,6 +28,9 @@ pub struct Config {
     pub tls: Option<TlsSettings>,
     /// The admin endpoint's address, if any.
     pub admin: Option<SocketAddr>,
+    /// Who may use the admin address (`admin_token`, `admin_token_file`,
+    /// `admin_token_for_reads`).
+    pub admin_access: super::AdminAccess,
     /// Runtime worker threads (0: one per core; 1: tokio's current-thread scheduler).
     pub workers: usize,
     /// Clients whose own stain is honoured.

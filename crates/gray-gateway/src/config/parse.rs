@@ -195,6 +195,16 @@ impl Config {
             listen: raw.listen,
             tls,
             admin: raw.admin,
+            admin_access: admin::access(
+                &doc,
+                admin::AdminKeys {
+                    token: raw.admin_token.as_deref(),
+                    token_file: raw.admin_token_file.clone(),
+                    for_reads: raw.admin_token_for_reads,
+                    admin_is_set: raw.admin.is_some(),
+                },
+                &resolve,
+            )?,
             workers: raw.workers,
             trusted_clients,
             trusted_proxies,

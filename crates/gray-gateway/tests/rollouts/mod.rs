@@ -135,6 +135,16 @@ pub(crate) async fn files(
     (dir, gray, base)
 }
 
+/// Adds top-level `keys` to the `gateway.toml` [`files`] wrote in `dir` (after `admin`).
+pub(crate) fn add_top_level(dir: &TempDir, keys: &str) {
+    let path = dir.path().join("gateway.toml");
+    let text = std::fs::read_to_string(&path).unwrap().replace(
+        "admin = \"127.0.0.1:0\"\n",
+        &format!("admin = \"127.0.0.1:0\"\n{keys}"),
+    );
+    std::fs::write(&path, text).unwrap();
+}
+
 pub(crate) type HttpClient =
     Client<hyper_util::client::legacy::connect::HttpConnector, Empty<Bytes>>;
 
@@ -144,15 +154,35 @@ pub(crate) fn client() -> HttpClient {
 
 /// An admin request: the status and the JSON body.
 pub(crate) async fn admin(gateway: &impl Addrs, method: &str, path: &str) -> (u16, Value) {
-    let req = http::Request::builder()
+    let (status, _, body) = admin_with(gateway, method, path, &[]).await;
+    (status, body)
+}
+
+/// An admin request with `headers`: the status, the response's headers and the JSON body.
+pub(crate) async fn admin_with(
+    gateway: &impl Addrs,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+) -> (u16, http::HeaderMap, Value) {
+    let mut req = http::Request::builder()
         .method(method)
-        .uri(format!("http://{}{path}", gateway.admin()))
-        .body(Empty::new())
-        .unwrap();
-    let res = client().request(req).await.expect("the admin answers");
+        .uri(format!("http://{}{path}", gateway.admin()));
+    for (name, value) in headers {
+        req = req.header(*name, *value);
+    }
+    let res = client()
+        .request(req.body(Empty::new()).unwrap())
+        .await
+        .expect("the admin answers");
     let status = res.status().as_u16();
+    let head = res.headers().clone();
     let body = res.into_body().collect().await.unwrap().to_bytes();
-    (status, serde_json::from_slice(&body).unwrap_or(Value::Null))
+    (
+        status,
+        head,
+        serde_json::from_slice(&body).unwrap_or(Value::Null),
+    )
 }
 
 /// Polls `/rollouts/svc` until `done` holds, for at most `bound`.

@@ -1,64 +1,23 @@
-//! The admin endpoint: `/explain`, `/metrics`, `/healthz`.
-//!
-//! `POST /explain` with a JSON body describes a request as the gateway would see it:
-//!
-//! ```json
-//! {"path": "/orders/items", "client_ip": "10.1.2.3",
-//!  "headers": {"x-gray-lane": "gray", "x-forwarded-for": "203.0.113.9"},
-//!  "cookies": {"uid": "42"}}
-//! ```
-//!
-//! and answers which rule fires (and the generation of the rule set that decided), which
-//! lane and pins result, and, for each service, the decision its live balancer would make
-//! now: the subsets walked and the candidate instances with their availability (`ready`,
-//! `unready`, `ejected` after connection errors), exactly what a request would meet. It
-//! also shows how fresh discovery is (`discovery`: the source, whether it is reachable, the
-//! seconds since the last contact, the etcd revision and cluster ID, the last error) and
-//! the state of the rules (`rules`: generation, rejected versions, last error).
-//!
-//! `GET /metrics` is in the [`metrics`](crate::metrics) module's format. `/rollouts` is
-//! the rollouts' API (see the [crate docs](crate#rollouts)). `GET /mirrors` shows each
-//! service's mirror: its lane, its copies in flight, and its latest mismatches (method,
-//! path, both statuses, both latencies and where the answers differ).
+//! `POST /explain`: where a request would go, and why.
+
 use std::{
     convert::Infallible,
     net::{IpAddr, SocketAddr},
-    sync::Arc,
 };
 
 use axum::{
-    Router,
     body::Bytes,
     extract::State,
     http::StatusCode,
     response::{IntoResponse, Response},
-    routing::{get, post},
 };
 use gray_core::Stain;
-use gray_discovery::Registry;
-use gray_tower::edge::{EdgeDecision, EdgeLayer, LiveRules, PeerAddr};
+use gray_tower::edge::{EdgeDecision, PeerAddr};
 use http::{HeaderName, HeaderValue, Request};
 use serde::Deserialize;
 use tower::{Layer, ServiceExt, service_fn};
 
-use crate::{metrics::Metrics, proxy::Routes};
-
-/// What the admin endpoint needs.
-#[derive(Debug, Clone)]
-pub(crate) struct Admin {
-    /// The routing table (for the instance lists and policies).
-    pub(crate) routes: Arc<Routes>,
-    /// The staining rules in force.
-    pub(crate) rules: LiveRules,
-    /// The edge layer the proxy runs, to explain its decisions.
-    pub(crate) edge: EdgeLayer,
-    /// The counters.
-    pub(crate) metrics: Arc<Metrics>,
-    /// Discovery, for its freshness.
-    pub(crate) registry: Registry,
-    /// The rollouts (`/rollouts`).
-    pub(crate) rollouts: crate::rollout::Rollouts,
-}
+use super::Admin;
 
 #[derive(Debug, Default, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -69,51 +28,6 @@ struct ExplainRequest {
     cookies: std::collections::BTreeMap<String, String>,
 }
 
-/// `GET /mirrors`: each service's mirror, with its latest mismatches.
-async fn mirrors(State(admin): State<Admin>) -> axum::Json<serde_json::Value> {
-    let mirrors: serde_json::Map<String, serde_json::Value> = admin
-        .routes
-        .services
-        .iter()
-        .filter_map(|(name, upstream)| {
-            let mirror = upstream.mirror.as_ref()?;
-            Some((
-                name.to_string(),
-                serde_json::json!({
-                    "lane": mirror.lane().as_str(),
-                    "in_flight": mirror.in_flight(),
-                    "recent_mismatches": mirror.recent(),
-                    "judge": mirror.judgement(),
-                }),
-            ))
-        })
-        .collect();
-    axum::Json(serde_json::Value::Object(mirrors))
-}
-
-/// The admin router.
-pub(crate) fn router(admin: Admin) -> Router {
-    let rollouts = crate::rollout::router(admin.rollouts.clone());
-    Router::new()
-        .route("/healthz", get(|| async { "ok\n" }))
-        .route("/metrics", get(metrics))
-        .route("/explain", post(explain))
-        .route("/mirrors", get(mirrors))
-        .with_state(admin)
-        .merge(rollouts)
-}
-
-async fn metrics(State(admin): State<Admin>) -> Response {
-    (
-        [(
-            http::header::CONTENT_TYPE,
-            "application/openmetrics-text; version=1.0.0; charset=utf-8",
-        )],
-        admin.metrics.render(),
-    )
-        .into_response()
-}
-
 fn bad_request(message: String) -> Response {
     (
         StatusCode::BAD_REQUEST,
@@ -122,7 +36,7 @@ fn bad_request(message: String) -> Response {
         .into_response()
 }
 
-async fn explain(State(admin): State<Admin>, body: Bytes) -> Response {
+pub(super) async fn explain(State(admin): State<Admin>, body: Bytes) -> Response {
     let ask: ExplainRequest = if body.is_empty() {
         ExplainRequest::default()
     } else {
