@@ -159,6 +159,18 @@ async fn the_page_shows_a_rollout_and_aborts_it_only_with_the_token() {
     );
     // with the token typed in once, the abort goes through
     enter_token(&browser).await;
+    // a pause first, said in words
+    command(&browser, "pause").await;
+    browser
+        .wait_for("#rollout-svc .phase[data-phase=\"paused\"]", WITHIN)
+        .await;
+    browser
+        .wait_until(
+            "return document.querySelector('#rollout-svc .facts').textContent.includes('paused: by an operator');",
+            WITHIN,
+            "the page says who paused it",
+        )
+        .await;
     command(&browser, "abort").await;
     browser
         .wait_for("#rollout-svc .phase[data-phase=\"rolled_back\"]", WITHIN)

@@ -203,11 +203,17 @@ function reasonText(t) {
   }
 }
 
+// `pause_reason` is `{"kind": "manual"}`, or `{"kind": "gate", "step": 2}`, …
 function pauseText(p) {
   if (!p) return null;
-  if (typeof p === "string") return { manual: "by an operator", stale: "no evidence", no_data: "no gray traffic", outage: "shared outage" }[p] || p;
-  if (p.gate) return `the next step (${p.gate.step + 1}) is gated`;
-  return JSON.stringify(p);
+  switch (p.kind) {
+    case "manual": return "by an operator";
+    case "gate": return `the next step (${p.step + 1}) is gated: a resume enters it`;
+    case "stale": return "no evidence; goes on by itself when evidence comes back";
+    case "no_data": return "no gray traffic; goes on by itself when gray serves again";
+    case "outage": return "a shared outage; goes on by itself when baseline recovers";
+    default: return JSON.stringify(p);
+  }
 }
 
 const COMMANDS = [
