@@ -2,7 +2,7 @@
 //! [`RolloutStore`], and [`FileStore`], one gateway's local files (etcd, shared by several
 //! gateways: `rollout::etcd::EtcdStore`, feature `etcd`).
 //!
-//! The gateway's controller (`src/rollout/controller.rs`) decides who looks and who transitions; a store
+//! The gateway's controller (`src/rollout/controller/`) decides who looks and who transitions; a store
 //! only keeps and fences. With several gateways (etcd, issue 20 item 6) a store also
 //! carries every gateway's cumulative [`Report`] to the leader, says whether this gateway
 //! leads, and how fresh its contact with the shared store is, for the rule that a gateway

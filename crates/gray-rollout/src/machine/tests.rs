@@ -1,7 +1,9 @@
 use std::time::Duration;
 
 use super::*;
-use crate::evidence::{Arm, EpochCounts, Observation, Outcome, Pair, PerStream, Recorder, Report};
+use crate::evidence::{
+    Arm, EpochCounts, Observation, Outcome, Pair, PerStream, Recorder, Report, Stream,
+};
 use crate::kill::KillSwitch;
 
 const S: fn(u64) -> Duration = Duration::from_secs;

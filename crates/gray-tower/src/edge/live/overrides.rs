@@ -2,10 +2,11 @@
 //! every version of the rules, including the versions loaded later.
 //!
 //! An override applies a weight; it decides none. In the gateway, the rollout's controller
-//! is its one writer (`weight_in_force` in `gray-gateway/src/rollout/controller.rs`, from
-//! the state machine's weight), and the sticky rule reads the percentage per request
-//! (`gray_rules::sticky`). Whoever else calls [`LiveRules::override_percent`] on a rule a
-//! rollout drives overrides the rollout until its next transition.
+//! is its one writer (`weight_in_force` in
+//! `gray-gateway/src/rollout/controller/in_force.rs`, from the state machine's weight),
+//! and the sticky rule reads the percentage per request (`gray_rules::sticky`). Whoever
+//! else calls [`LiveRules::override_percent`] on a rule a rollout drives overrides the
+//! rollout until its next transition.
 
 use std::collections::BTreeMap;
 
