@@ -12,7 +12,11 @@
 //!
 //! Settings (environment): `MIRROR_CONNS` (connections, a comma-separated list; default
 //! `1,64`), `MIRROR_SECS` (the measured seconds of each scenario in each round; default 5),
-//! `MIRROR_ROUNDS` (default 3), `MIRROR_BASE_DELAY_MS` (baseline's delay; default 1).
+//! `MIRROR_ROUNDS` (default 3), `MIRROR_BASE_DELAY_MS` (baseline's delay; default 1; 0
+//! answers at once, and the users' throughput is then bound by the machine's CPU, not by
+//! the instances' timers), `MIRROR_SHADOW_DELAY_MS` (the slow shadow's; default 10 ×
+//! baseline's),
+//! `MIRROR_NGINX` (`0`: the gateway's rows only).
 //!
 //! The instances and the gateways run in child processes (this binary, `--instance MS`,
 //! `--dead` and `--gateway DIR`; each gateway with `workers = 1`, on the runtime the
@@ -22,8 +26,9 @@
 //! proxy process of its own, started once, and the rounds interleave the scenarios (their
 //! order rotated from round to round); the table shows the median over the rounds, the
 //! ratios as median (min–max). It is printed and written to `/tmp/mirror-bench.md`. The
-//! gateway is the library in this binary, built with the bench profile and the system's
-//! allocator (the shipped binary: `dist`, mimalloc).
+//! gateway is the library in this binary, built with the bench profile, on the allocator
+//! its binary ships with (mimalloc: the system's allocator takes a lock when a thread frees
+//! what another allocated, as the copies' thread does with what the users' thread made).
 //!
 //! A request counts in the latencies when it starts within the measured window (the last
 //! ones are awaited past it), in the throughput when it ends within it. *copies/req* is
@@ -59,6 +64,10 @@ use tokio::{
     io::{AsyncReadExt, AsyncWriteExt},
     net::{TcpListener, TcpStream},
 };
+
+/// The gateway's binary's allocator.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 /// What both instances answer to `GET /item`.
 const ITEM: &str = r#"{"id":7,"items":[1,2,3]}"#;
@@ -110,9 +119,154 @@ fn current_thread() -> tokio::runtime::Runtime {
         .unwrap()
 }
 
-/// An instance: prints its address, then answers `GET /item` with [`ITEM`] after `delay`,
-/// and `GET /seen` with how many `/item` it answered and how many connections it accepted.
+/// Where the bench's processes run: with two CPUs or more (and `taskset`, and
+/// `MIRROR_PIN` not `0`), each proxy (the gateway's process, both its threads; nginx) on
+/// CPU 0, and the load, the instances and the shadows on CPU 1, as `cargo xtask
+/// bench-gateway` places them: the proxy's CPU is then its own, and the rounds do not
+/// switch between placements the scheduler happened to choose (unpinned, the same
+/// scenario's rounds differed by half in CPU per request).
+#[derive(Debug, Clone, Copy)]
+struct Placement {
+    pinned: bool,
+    /// The shadows at the lowest priority (`chrt --idle`).
+    idle_shadow: bool,
+}
+
+impl Placement {
+    const PROXY_CPU: &str = "0";
+    const LOAD_CPU: &str = "1";
+
+    fn new() -> Self {
+        let cpus = std::thread::available_parallelism().map_or(1, usize::from);
+        let taskset = Command::new("taskset")
+            .arg("-V")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success());
+        let wanted = std::env::var("MIRROR_PIN").as_deref() != Ok("0");
+        let chrt = Command::new("chrt")
+            .arg("--help")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success());
+        Placement {
+            pinned: wanted && cpus >= 2 && taskset,
+            idle_shadow: chrt && std::env::var("MIRROR_SHADOW_PRIORITY").as_deref() != Ok("normal"),
+        }
+    }
+
+    /// `program` to run on the proxies' CPU (`proxy`) or the load's.
+    fn command(self, program: &std::ffi::OsStr, proxy: bool) -> Command {
+        if !self.pinned {
+            return Command::new(program);
+        }
+        let mut command = Command::new("taskset");
+        command
+            .arg("-c")
+            .arg(if proxy {
+                Self::PROXY_CPU
+            } else {
+                Self::LOAD_CPU
+            })
+            .arg(program);
+        command
+    }
+
+    /// This process (the load) on the load's CPU; its threads made from now on inherit it.
+    fn pin_self(self) {
+        if self.pinned {
+            let _ = Command::new("taskset")
+                .args(["-p", "-c", Self::LOAD_CPU, &std::process::id().to_string()])
+                .stdout(Stdio::null())
+                .status();
+        }
+    }
+}
+
+/// Precise delays for an instance's answers: a thread of their own that sleeps until the
+/// earliest deadline (the kernel's high-resolution timers) and completes each delay when
+/// it is due. tokio's timers tick once a millisecond: every answer due within a tick goes
+/// out at its end, together, so that the latencies fall into steps of a millisecond whose
+/// phase against the load shifts from round to round, and a round's p99 jumps by more
+/// than the 5 % the mirror's goal is about.
+#[derive(Clone)]
+struct Delays {
+    queue: Arc<(
+        std::sync::Mutex<std::collections::BinaryHeap<Due>>,
+        std::sync::Condvar,
+    )>,
+}
+
+/// A delay waiting in [`Delays`]: its deadline, and the sender that completes it.
+struct Due(std::time::Instant, tokio::sync::oneshot::Sender<()>);
+
+impl PartialEq for Due {
+    fn eq(&self, other: &Self) -> bool {
+        self.0 == other.0
+    }
+}
+impl Eq for Due {}
+impl PartialOrd for Due {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+impl Ord for Due {
+    /// The earliest first out of the (max-)heap.
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        other.0.cmp(&self.0)
+    }
+}
+
+impl Delays {
+    fn start() -> Self {
+        let delays = Delays {
+            queue: Arc::default(),
+        };
+        let queue = delays.queue.clone();
+        std::thread::spawn(move || {
+            let (heap, woken) = &*queue;
+            let mut heap = heap.lock().unwrap();
+            loop {
+                let now = std::time::Instant::now();
+                while heap.peek().is_some_and(|due| due.0 <= now) {
+                    if let Some(Due(_, done)) = heap.pop() {
+                        let _ = done.send(());
+                    }
+                }
+                heap = match heap.peek().map(|due| due.0 - now) {
+                    Some(until) => woken.wait_timeout(heap, until).unwrap().0,
+                    None => woken.wait(heap).unwrap(),
+                };
+            }
+        });
+        delays
+    }
+
+    /// Until `delay` from now.
+    async fn after(&self, delay: Duration) {
+        let (done, wait) = tokio::sync::oneshot::channel();
+        let due = std::time::Instant::now() + delay;
+        {
+            let (heap, woken) = &*self.queue;
+            let mut heap = heap.lock().unwrap();
+            let earliest = heap.peek().is_none_or(|first| due < first.0);
+            heap.push(Due(due, done));
+            if earliest {
+                woken.notify_one();
+            }
+        }
+        let _ = wait.await;
+    }
+}
+
+/// An instance: prints its address, then answers `GET /item` with [`ITEM`] after `delay`
+/// (a precise one: [`Delays`]), and `GET /seen` with how many `/item` it answered and how
+/// many connections it accepted.
 async fn instance(delay: Duration) {
+    let delays = Delays::start();
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     println!("{}", listener.local_addr().unwrap());
     let seen = Arc::new(AtomicU64::new(0));
@@ -122,12 +276,16 @@ async fn instance(delay: Duration) {
         let _ = tcp.set_nodelay(true);
         accepted.fetch_add(1, Ordering::Relaxed);
         let (seen, accepted, warned) = (seen.clone(), accepted.clone(), warned.clone());
+        let delays = delays.clone();
         let service = hyper::service::service_fn(move |request: Request<hyper::body::Incoming>| {
             let (seen, accepted, warned) = (seen.clone(), accepted.clone(), warned.clone());
+            let delays = delays.clone();
             async move {
                 match request.uri().path() {
                     "/item" => {
-                        tokio::time::sleep(delay).await;
+                        if !delay.is_zero() {
+                            delays.after(delay).await;
+                        }
                         seen.fetch_add(1, Ordering::Relaxed);
                         Response::builder()
                             .header(header::CONTENT_TYPE, "application/json")
@@ -231,8 +389,8 @@ fn kill(signal: &str, pid: &str) {
 
 /// The processes of the bench, killed when dropped (also on a panic); then the
 /// directories of their configurations are removed.
-#[derive(Default)]
 struct Children {
+    placement: Placement,
     children: Vec<Child>,
     /// nginx's masters: told to stop (`SIGTERM`, its fast shutdown: the master stops its
     /// worker, then exits). Killed, a master would leave its worker running, and a worker
@@ -273,9 +431,28 @@ impl Drop for Children {
 }
 
 impl Children {
-    /// This binary as a child process with `args`: the address it printed, and its pid.
-    fn spawn(&mut self, args: &[&str]) -> (SocketAddr, u32) {
-        let mut child = Command::new(std::env::current_exe().unwrap())
+    fn new(placement: Placement) -> Self {
+        Children {
+            placement,
+            children: Vec::new(),
+            nginx: Vec::new(),
+            _dirs: Vec::new(),
+        }
+    }
+
+    /// This binary as a child process with `args`, a proxy's when `proxy`: the address it
+    /// printed, and its pid.
+    fn spawn(&mut self, args: &[&str], proxy: bool) -> (SocketAddr, u32) {
+        let command = self
+            .placement
+            .command(std::env::current_exe().unwrap().as_os_str(), proxy);
+        self.start(command, args)
+    }
+
+    /// `command` (this binary, maybe behind `taskset` and `chrt`) with `args`: the address
+    /// it printed, and its pid.
+    fn start(&mut self, mut command: Command, args: &[&str]) -> (SocketAddr, u32) {
+        let mut child = command
             .args(args)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
@@ -291,6 +468,26 @@ impl Children {
             .parse()
             .unwrap_or_else(|_| panic!("{args:?}: an address, not {line:?}"));
         (addr, pid)
+    }
+
+    /// A shadow (this binary with `args`), on the load's CPU: at the lowest priority
+    /// (`chrt --idle`: it gets only the CPU the load and baseline leave) unless
+    /// `MIRROR_SHADOW_PRIORITY=normal`, standing for the other host a shadow runs on. At
+    /// the load's priority on a machine as small as two cores, a shadow's CPU comes out of
+    /// the load generator's and baseline's, and the users' throughput falls for that alone.
+    fn spawn_shadow(&mut self, args: &[&str]) -> (SocketAddr, u32) {
+        let command = match self.placement.idle_shadow {
+            true => {
+                let mut idle = self.placement.command("chrt".as_ref(), false);
+                idle.args(["--idle", "0"])
+                    .arg(std::env::current_exe().unwrap());
+                idle
+            }
+            false => self
+                .placement
+                .command(std::env::current_exe().unwrap().as_os_str(), false),
+        };
+        self.start(command, args)
     }
 
     /// A gateway whose `svc` has the instances `base` and `shadow` (labelled gray), with
@@ -319,7 +516,7 @@ impl Children {
             ),
         )
         .unwrap();
-        let started = self.spawn(&["--gateway", dir.path().to_str().unwrap()]);
+        let started = self.spawn(&["--gateway", dir.path().to_str().unwrap()], true);
         self._dirs.push(dir);
         started
     }
@@ -371,7 +568,9 @@ impl Children {
         let path = dir.path().join("nginx.conf");
         std::fs::write(&path, conf).unwrap();
         let stderr = std::fs::File::create(dir.path().join("stderr.log")).unwrap();
-        let child = Command::new("nginx")
+        let child = self
+            .placement
+            .command("nginx".as_ref(), true)
             .args([
                 "-p",
                 dir.path().to_str().unwrap(),
@@ -415,18 +614,27 @@ impl Children {
 
 /// The CPU time of the process `pid`: the time its threads ran, in nanoseconds (the first
 /// field of each `/proc/{pid}/task/*/schedstat`; `/proc/{pid}/stat` counts in 10 ms ticks,
-/// too coarse for the few requests of one connection).
-fn cpu_of(pid: u32) -> Duration {
+/// too coarse for the few requests of one connection); and of those, its threads named
+/// `gray-mirror` (the gateway's copies' thread).
+fn cpu_of(pid: u32) -> (Duration, Duration) {
     let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
-        return Duration::ZERO;
+        return (Duration::ZERO, Duration::ZERO);
     };
-    let nanos: u64 = tasks
-        .filter_map(|task| {
-            let stat = std::fs::read_to_string(task.ok()?.path().join("schedstat")).ok()?;
-            stat.split_whitespace().next()?.parse::<u64>().ok()
-        })
-        .sum();
-    Duration::from_nanos(nanos)
+    let (mut all, mut copies) = (0, 0);
+    for task in tasks.filter_map(Result::ok) {
+        let Some(nanos) = std::fs::read_to_string(task.path().join("schedstat"))
+            .ok()
+            .and_then(|stat| stat.split_whitespace().next()?.parse::<u64>().ok())
+        else {
+            continue;
+        };
+        all += nanos;
+        let name = std::fs::read_to_string(task.path().join("comm")).unwrap_or_default();
+        if name.trim() == "gray-mirror" {
+            copies += nanos;
+        }
+    }
+    (Duration::from_nanos(all), Duration::from_nanos(copies))
 }
 
 /// A kept-alive HTTP/1.1 connection to `addr`.
@@ -481,8 +689,13 @@ struct Sample {
     /// None when no request started within the window ended.
     p50: Option<Duration>,
     p99: Option<Duration>,
+    /// p90 and p99.9, for the round's line.
+    p90: Option<Duration>,
+    p999: Option<Duration>,
     /// The proxy's CPU per request, in µs.
     cpu: f64,
+    /// Of which the gateway's copies' thread's.
+    copies_cpu: f64,
     /// The shadow's CPU per request, in µs.
     shadow_cpu: f64,
     /// What reached the shadow per user request.
@@ -578,7 +791,7 @@ async fn load(target: &Target, conns: usize, secs: Duration) -> Sample {
     let cpu = || {
         (
             cpu_of(target.pid),
-            shadow_pid.map(cpu_of).unwrap_or_default(),
+            shadow_pid.map(|pid| cpu_of(pid).0).unwrap_or_default(),
         )
     };
     tokio::time::sleep_until(from).await;
@@ -607,16 +820,20 @@ async fn load(target: &Target, conns: usize, secs: Duration) -> Sample {
         None => (0, 0),
     };
     all.latencies.sort();
-    let at = |q: usize| {
+    let at_per_mille = |q: usize| {
         let n = all.latencies.len();
-        (n > 0).then(|| all.latencies[(n * q / 100).min(n - 1)])
+        (n > 0).then(|| all.latencies[(n * q / 1000).min(n - 1)])
     };
+    let at = |q: usize| at_per_mille(q * 10);
     let per_request = |d: Duration| d.as_secs_f64() * 1e6 / all.completed.max(1) as f64;
     Sample {
         rps: all.completed as f64 / secs.as_secs_f64(),
         p50: at(50),
         p99: at(99),
-        cpu: per_request(cpu_after.0.saturating_sub(cpu_before.0)),
+        p90: at(90),
+        p999: at_per_mille(999),
+        cpu: per_request(cpu_after.0.0.saturating_sub(cpu_before.0.0)),
+        copies_cpu: per_request(cpu_after.0.1.saturating_sub(cpu_before.0.1)),
         shadow_cpu: per_request(cpu_after.1.saturating_sub(cpu_before.1)),
         copies: copies as f64 / all.total.max(1) as f64,
         shadow_connections,
@@ -759,10 +976,13 @@ fn main() {
     };
     let secs = Duration::from_secs_f64(secs);
     let delay_ms = env_f64("MIRROR_BASE_DELAY_MS", 1.0);
+    let shadow_delay_ms = env_f64("MIRROR_SHADOW_DELAY_MS", delay_ms * 10.0);
+    let with_nginx = std::env::var("MIRROR_NGINX").as_deref() != Ok("0");
     let nginx_version = Command::new("nginx")
         .arg("-v")
         .output()
         .ok()
+        .filter(|_| with_nginx)
         .filter(|o| o.status.success())
         .map(|o| {
             String::from_utf8_lossy(&o.stderr)
@@ -771,11 +991,13 @@ fn main() {
         });
     let began = Instant::now();
 
+    let placement = Placement::new();
+    placement.pin_self();
     // Dropped last: killed also when what follows panics.
-    let mut children = Children::default();
-    let (base, _) = children.spawn(&["--instance", &delay_ms.to_string()]);
-    let slow = children.spawn(&["--instance", &(delay_ms * 10.0).to_string()]);
-    let dead = children.spawn(&["--dead"]);
+    let mut children = Children::new(placement);
+    let (base, _) = children.spawn(&["--instance", &delay_ms.to_string()], false);
+    let slow = children.spawn_shadow(&["--instance", &shadow_delay_ms.to_string()]);
+    let dead = children.spawn_shadow(&["--dead"]);
     let shadow_of = |scenario| match scenario {
         Scenario::Off => None,
         Scenario::Slow => Some(slow),
@@ -808,7 +1030,7 @@ fn main() {
             });
         }
     } else {
-        eprintln!("nginx is not on the PATH: its rows are skipped");
+        eprintln!("nginx is not on the PATH (or MIRROR_NGINX=0): its rows are skipped");
     }
 
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -848,14 +1070,17 @@ fn main() {
                         let sample = load(t, conns, secs).await;
                         eprintln!(
                             "  {conns:>3} conns  {:<7} {:<11}  {:>6.0} req/s  p50 {:>7} ms  \
-                             p99 {:>7} ms  CPU {:>5} µs/req  shadow: {} copies/req, CPU {} µs/req, \
+                             p90 {:>7} p99 {:>7} p99.9 {:>7} ms  CPU {:>5} µs/req (copies' thread {:>5})  shadow: {} copies/req, CPU {} µs/req, \
                              {} connections  errors {}  reconnects {}",
                             t.proxy.name(),
                             t.scenario.name(),
                             sample.rps,
                             fig(ms(sample.p50)),
+                            fig(ms(sample.p90)),
                             fig(ms(sample.p99)),
+                            fig(ms(sample.p999)),
                             fig(sample.cpu),
+                            fig(sample.copies_cpu),
                             fig(sample.copies),
                             fig(sample.shadow_cpu),
                             sample.shadow_connections,
@@ -886,16 +1111,25 @@ fn main() {
          round(s) of {} s each; medians over the rounds; ratios to the same proxy's \
          no-mirror scenario of the same round, as median (min–max); *within 5 %*: both \
          median ratios within 5 % of 1; CPU per request of the proxy (the gateway's \
-         process, nginx's worker) and of the shadow; copies/req: what reached the shadow \
-         per user request.\n\n\
-         | conns | proxy | mirror | req/s | p50 ms | p99 ms | req/s ÷ no mirror | p99 ÷ no mirror | within 5 % | CPU µs/req | shadow CPU µs/req | copies/req |\n\
-         |---:|---|---|---:|---:|---:|---:|---:|:---:|---:|---:|---:|\n",
+         process, nginx's worker), of the gateway's copies' thread within it, and of the \
+         shadow; copies/req: what reached the shadow per user request; {}.\n\n\
+         | conns | proxy | mirror | req/s | p50 ms | p99 ms | req/s ÷ no mirror | p99 ÷ no mirror | within 5 % | CPU µs/req | of which copies' thread | shadow CPU µs/req | copies/req |\n\
+         |---:|---|---|---:|---:|---:|---:|---:|:---:|---:|---:|---:|---:|\n",
         fig(delay_ms),
-        fig(delay_ms * 10.0),
+        fig(shadow_delay_ms),
         nginx_version
             .as_deref()
             .unwrap_or("nginx (not on the PATH)"),
         fig(secs.as_secs_f64()),
+        match (placement.pinned, placement.idle_shadow) {
+            (true, true) =>
+                "each proxy on CPU 0, the load, the instances and the shadows on CPU 1, the shadows at the lowest priority (standing for another host)",
+            (true, false) =>
+                "each proxy on CPU 0, the load, the instances and the shadows on CPU 1, the shadows at the load's priority",
+            (false, true) =>
+                "unpinned, the shadows at the lowest priority (standing for another host)",
+            (false, false) => "unpinned, the shadows at the load's priority",
+        },
     );
     let mut errors = Vec::new();
     for &conns in &conns_set {
@@ -926,13 +1160,17 @@ fn main() {
             };
             let _ = writeln!(
                 table,
-                "| {conns} | {} | {} | {} | {} | {} | {rps_ratio} | {p99_ratio} | {within} | {} | {shadow_cpu} | {copies} |",
+                "| {conns} | {} | {} | {} | {} | {} | {rps_ratio} | {p99_ratio} | {within} | {} | {} | {shadow_cpu} | {copies} |",
                 t.proxy.name(),
                 t.scenario.name(),
                 fig(column(&|s| s.rps)),
                 fig(column(&|s| ms(s.p50))),
                 fig(column(&|s| ms(s.p99))),
                 fig(column(&|s| s.cpu)),
+                match t.proxy {
+                    Proxy::Gateway => fig(column(&|s| s.copies_cpu)),
+                    Proxy::Nginx => "—".to_owned(),
+                },
             );
             let failed: usize = runs.iter().map(|s| s.errors).sum();
             if failed > 0 {
@@ -954,7 +1192,7 @@ fn main() {
         }
     }
     if nginx_version.is_none() {
-        table += "\nnginx was not on the PATH: its rows are skipped.\n";
+        table += "\nnginx was not on the PATH (or MIRROR_NGINX=0): its rows are skipped.\n";
     }
     for e in &errors {
         let _ = writeln!(table, "\n{e}");
