@@ -87,9 +87,11 @@ async fn gateway(
     gateway_over(dir, &[base], gray, NORMAL, service).await
 }
 
-/// Copies at the gateway's own priority: these tests count what the judge saw, on a
-/// machine other tests keep busy (the default, the lowest priority, is the benchmark's).
-const NORMAL: &str = "mirror_priority = \"normal\"";
+/// Copies at the gateway's own priority, and never shed: these tests count what the
+/// judge saw, on a machine other tests keep busy, with the load, the instances and the
+/// gateway on one runtime (the defaults, the lowest priority and shedding above 75 %
+/// busy, are the benchmark's; shedding has a test of its own).
+const NORMAL: &str = "mirror_priority = \"normal\"\nmirror_max_busy = 1";
 
 /// [`gateway`] over several baseline instances, `base-1`, `base-2`…, with the top-level
 /// keys `top`.
@@ -425,12 +427,12 @@ async fn a_shadow_that_never_answers_or_none_at_all_costs_the_users_nothing() {
     let dir = TempDir::new("mirror-dead");
     let base_seen = Seen::default();
     let base = instance(base_seen.clone(), same).await;
-    // The copies at the default, lowest priority.
+    // The copies at the default, lowest priority (never shed: that has a test of its own).
     let gw = gateway_over(
         &dir,
         &[base.addr()],
         Some(hole),
-        "",
+        "mirror_max_busy = 1",
         "mirror = { lane = \"gray\", max_in_flight = 2, timeout_ms = 60000 }",
     )
     .await;
@@ -476,6 +478,93 @@ async fn a_shadow_that_never_answers_or_none_at_all_costs_the_users_nothing() {
         "a copy never reaches baseline: {base_seen:?}"
     );
     assert!(base_seen.iter().all(|s| s.2.is_none()));
+    gw.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn copies_are_shed_while_the_gateway_is_busy_and_made_again_once_it_is_not() {
+    // A limit any steady load passes: eight clients back to back keep the runtime's workers
+    // busy, and copies stop once the sampler has seen it; users are answered all along.
+    let dir = TempDir::new("mirror-shed");
+    let (base_seen, gray_seen) = (Seen::default(), Seen::default());
+    let base = instance(base_seen.clone(), same).await;
+    let gray = instance(gray_seen.clone(), same).await;
+    let gw = gateway_over(
+        &dir,
+        &[base.addr()],
+        Some(gray.addr()),
+        "mirror_priority = \"normal\"\nmirror_max_busy = 0.1",
+        "mirror = { lane = \"gray\" }",
+    )
+    .await;
+    let admin = gw.admin_addr().unwrap();
+    let url = format!("http://{}/svc/item", gw.addr());
+    let shed = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let loads: Vec<_> = (0..8)
+        .map(|_| {
+            let (client, url, shed) = (reqwest_client(), url.clone(), shed.clone());
+            tokio::spawn(async move {
+                let mut answered = 0u32;
+                while !shed.load(Ordering::SeqCst) {
+                    let response = client.get(&url).send().await.unwrap();
+                    assert_eq!(response.status(), 200);
+                    assert_eq!(response.headers()["x-gray-instance"], "base-1");
+                    answered += 1;
+                }
+                answered
+            })
+        })
+        .collect();
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        let metrics = admin_text(admin, "/metrics").await;
+        if mirrored(&metrics, "dropped_busy") > 0 {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no copy shed under load within {WAIT:?}:\n{metrics}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    shed.store(true, Ordering::SeqCst);
+    let mut answered = 0;
+    for load in loads {
+        answered += load.await.unwrap();
+    }
+    let metrics = admin_text(admin, "/metrics").await;
+    let (sent, dropped) = (
+        mirrored(&metrics, "sent"),
+        mirrored(&metrics, "dropped_busy"),
+    );
+    assert!(dropped > 0 && sent < u64::from(answered), "{metrics}");
+
+    // Idle again: one request now and then is copied again.
+    let client = reqwest_client();
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        let response = client.get(&url).send().await.unwrap();
+        assert_eq!(response.status(), 200);
+        let metrics = admin_text(admin, "/metrics").await;
+        if mirrored(&metrics, "sent") > sent {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no copy made again within {WAIT:?} of the load's end:\n{metrics}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    // What was sent reached gray, marked; baseline saw every user's request, unmarked.
+    let metrics = settled(
+        admin,
+        &["matched", "mismatched", "failed", "unjudged"],
+        sent + 1,
+    )
+    .await;
+    let copies = gray_seen.all().iter().filter(|s| s.2.is_some()).count() as u64;
+    assert_eq!(copies, mirrored(&metrics, "sent"), "{metrics}");
+    assert!(base_seen.all().iter().all(|s| s.2.is_none()));
     gw.shutdown().await;
 }
 

@@ -224,6 +224,11 @@ pub async fn check(path: &Path) -> Result<String, BoxError> {
                 m.timeout.as_millis(),
                 m.max_compare_bytes,
             );
+            let _ = writeln!(
+                out,
+                "    copies shed while the gateway's worker threads want the CPU over {} % of their time (mirror_max_busy)",
+                config.mirror_max_busy * 100.0,
+            );
             if m.methods.iter().any(|m| !m.is_safe()) {
                 let _ = writeln!(
                     out,

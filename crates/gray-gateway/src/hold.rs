@@ -132,9 +132,21 @@ impl HeldBody {
         }
     }
 
+    /// The whole body, when it is all here already: its first frame was its only one (or
+    /// it had none).
+    pub(crate) fn whole(&self) -> Option<Bytes> {
+        if !self.rest.as_ref().is_none_or(Body::is_end_stream) {
+            return None;
+        }
+        match &self.first {
+            None => Some(Bytes::new()),
+            Some(frame) => frame.data_ref().cloned(),
+        }
+    }
+
     /// This body, teed for a mirror's comparison by `tee`.
-    pub(crate) fn with_tee(mut self, tee: Option<AnswerTee>) -> Self {
-        self.tee = tee.map(Box::new);
+    pub(crate) fn with_tee(mut self, tee: Option<Box<AnswerTee>>) -> Self {
+        self.tee = tee;
         // A body that ended is not polled.
         if self.is_end_stream()
             && let Some(tee) = self.tee.as_mut()

@@ -260,8 +260,9 @@ fn upstreams(
     // The mirrors' copies have connections of their own, and a thread.
     let copy_endpoints = endpoints(config).with_max_idle_total(mirror_idle(config));
     let copies = match config.services.iter().any(|s| s.mirror.is_some()) {
-        true => Some(Arc::new(crate::mirror::Copies::start(
+        true => Some(Arc::new(crate::mirror::CopyThread::start(
             config.mirror_priority,
+            config.mirror_max_busy,
         )?)),
         false => None,
     };

@@ -432,6 +432,10 @@ fn a_mirror_is_printed_and_unsafe_methods_are_warned_of() {
         out.contains("mirror: 50 % of baseline's GET, HEAD to lane `gray` (no fallback), bodies up to 65536 bytes, 256 in flight, 5000 ms each, answers compared up to 1048576 bytes"),
         "{out}"
     );
+    assert!(
+        out.contains("copies shed while the gateway's worker threads want the CPU over 75 % of their time (mirror_max_busy)"),
+        "{out}"
+    );
     assert!(!out.contains("warning:"), "{out}");
     let path = write(
         &dir,

@@ -162,7 +162,7 @@ impl MirrorMiddleware {
         if let Some(stain) = gray_core::task::outbound(extensions, self.copier.carriers()) {
             view.extensions_mut().insert(stain);
         }
-        let copy = match self.copier.offer(&mut view) {
+        let mut copy = match self.copier.offer(&mut view) {
             Ok(copy) => copy,
             Err(declined) => {
                 self.counters.declined(declined);

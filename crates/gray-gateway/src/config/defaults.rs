@@ -70,6 +70,12 @@ pub(crate) fn http2_max_pending_accept_reset_streams() -> usize {
 pub(crate) fn http2_max_local_error_reset_streams() -> usize {
     1024
 }
+/// Copies are made while the users' threads want the CPU at most this share of their time
+/// (`mirror_max_busy`).
+pub(crate) fn mirror_max_busy() -> f64 {
+    0.75
+}
+
 pub(crate) fn metrics_max_lanes() -> usize {
     32
 }

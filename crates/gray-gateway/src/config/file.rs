@@ -102,6 +102,8 @@ pub(super) struct File {
     pub(super) seed003_headers: bool,
     #[serde(default)]
     pub(super) mirror_priority: super::MirrorPriority,
+    #[serde(default = "defaults::mirror_max_busy")]
+    pub(super) mirror_max_busy: f64,
     #[serde(default)]
     pub(super) services: BTreeMap<String, WithPolicy<ServiceKeys>>,
     pub(super) rollouts: Option<Rollouts>,

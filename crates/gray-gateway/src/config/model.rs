@@ -64,6 +64,9 @@ pub struct Config {
     pub seed003_headers: bool,
     /// The scheduling priority of the mirrors' copies' thread (`mirror_priority`).
     pub mirror_priority: MirrorPriority,
+    /// Copies are made only while the threads serving the users want the CPU at most this
+    /// share of their time (`mirror_max_busy`, in (0, 1]; 1: always).
+    pub mirror_max_busy: f64,
     /// The routed services, sorted by name.
     pub services: Vec<ServiceConfig>,
     /// What the services' rollouts share (`[rollouts]`).

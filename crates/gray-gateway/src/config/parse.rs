@@ -83,6 +83,15 @@ impl Config {
                 ),
             ));
         }
+        if !(raw.mirror_max_busy > 0.0 && raw.mirror_max_busy <= 1.0) {
+            return Err(err(
+                "mirror_max_busy",
+                &format_args!(
+                    "expected a share of the time above 0 and at most 1 (1: copies are never shed), found {}",
+                    raw.mirror_max_busy
+                ),
+            ));
+        }
         if raw.upstream_buffer_bytes < MIN_HEADER_BYTES {
             return Err(err(
                 "upstream_buffer_bytes",
@@ -252,6 +261,7 @@ impl Config {
             metrics_max_lanes: raw.metrics_max_lanes,
             seed003_headers: raw.seed003_headers,
             mirror_priority: raw.mirror_priority,
+            mirror_max_busy: raw.mirror_max_busy,
             services,
             rollouts: rollout_settings(&doc, raw.rollouts.unwrap_or_default(), base, &resolve)?,
         })

@@ -490,3 +490,19 @@ fn the_copies_priority_is_low_unless_said() {
         .unwrap_err();
     assert_eq!(e.field(), Some("mirror_priority"), "{e}");
 }
+
+#[test]
+fn copies_are_shed_above_three_quarters_busy_unless_said() {
+    let cfg = parse("listen = \"127.0.0.1:0\"\n[services.orders]\n").unwrap();
+    assert!((cfg.mirror_max_busy - 0.75).abs() < 1e-9);
+    let cfg = parse("listen = \"127.0.0.1:0\"\nmirror_max_busy = 1\n[services.orders]\n").unwrap();
+    assert!((cfg.mirror_max_busy - 1.0).abs() < 1e-9);
+    for bad in ["0", "-0.5", "1.5", "nan"] {
+        let e = parse(&format!(
+            "listen = \"127.0.0.1:0\"\nmirror_max_busy = {bad}\n[services.orders]\n"
+        ))
+        .unwrap_err();
+        assert_eq!(e.field(), Some("mirror_max_busy"), "{bad}: {e}");
+        assert!(e.to_string().contains("at most 1"), "{e}");
+    }
+}

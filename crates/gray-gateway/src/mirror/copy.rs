@@ -1,10 +1,11 @@
-//! A copy's task: it waits for the request's body (when it has one), sends the copy to
-//! its lane, reads the answer up to the bytes compared, waits for the user's answer and
-//! compares the two; for a request drawn for a control, it then sends the same request to
-//! a second baseline instance (not the one that answered the user) and compares that
-//! answer too. Both comparisons go to the mirror's judge. Everything it does is bounded by
-//! the mirror's `timeout_ms`, from the moment the copy was offered; it holds its place
-//! under `max_in_flight` until it ends.
+//! A copy's task, on the copies' thread: it waits for the request's body (when it has
+//! one), sends the copy to its lane, reads the answer up to the bytes compared, waits for
+//! the user's answer (when its body was still on its way at the hand-over) and compares
+//! the two; for a request drawn for a control, it then sends the same request to a second
+//! baseline instance (not the one that answered the user) and compares that answer too.
+//! Both comparisons go to the mirror's judge. Everything it does is bounded by the
+//! mirror's `timeout_ms`, from the moment the copy was handed over; it holds its place
+//! under `max_in_flight` from the moment it was offered until it ends.
 
 use std::{sync::Arc, time::Duration};
 
@@ -14,26 +15,43 @@ use gray_policy::Unroutable;
 use gray_rollout::{Arm, shadow::Comparison};
 use http::Request;
 use http_body_util::{BodyExt, Full};
-use tokio::{sync::oneshot, time::Instant};
+use tokio::time::Instant;
 use tower::{BoxError, Service};
 
-use super::{Catch, Copy, Mirror, Mismatch, UserAnswer, compare, compare::Answer, describe};
+use super::{
+    Catch, Copy, Mirror, Mismatch, compare,
+    compare::Answer,
+    describe,
+    primary::{User, UserAnswer},
+};
 use crate::upstream::X_GRAY_INSTANCE;
 
 /// How many picks a control gets to find a baseline instance other than the user's.
 const CONTROL_PICKS: usize = 3;
 
-/// Runs `copy` of a request of `mirror` (and its control, with `control`) and judges the
-/// answers against the user's, from `primary`.
-pub(super) async fn run(
-    mirror: Arc<Mirror>,
-    copy: Copy,
-    control: bool,
-    primary: oneshot::Receiver<UserAnswer>,
-) {
+/// A copy handed to the copies' thread.
+#[derive(Debug)]
+pub(super) struct Job {
+    pub(super) mirror: Arc<Mirror>,
+    pub(super) copy: Copy,
+    /// Whether it has a control (the same request to a second baseline instance).
+    pub(super) control: bool,
+    /// What it gets of the answer the user got.
+    pub(super) user: User,
+}
+
+/// Runs a copy of a request of `mirror` (and its control, with `control`) and judges the
+/// answers against the user's.
+pub(super) async fn run(job: Job) {
+    let Job {
+        mirror,
+        mut copy,
+        control,
+        user,
+    } = job;
     let outcome = |outcome: &'static str| mirror.series.count(outcome);
     let deadline = Instant::now() + mirror.config.timeout;
-    let method = copy.head().method().clone();
+    let method = copy.method().clone();
     let path = copy.head().uri().path().to_owned();
     // Over the cap, abandoned by the client, or not finished in time: no copy.
     let Ok(Some((req, _place))) = tokio::time::timeout_at(deadline, copy.into_request()).await
@@ -63,9 +81,15 @@ pub(super) async fn run(
         }
     };
     mirror.series.duration.observe(latency.as_secs_f64());
-    let Ok(Ok(user)) = tokio::time::timeout_at(deadline, primary).await else {
-        // The user's answer was the gateway's own, or did not finish in time.
-        return outcome("unjudged");
+    let user = match user {
+        User::Answered(user) => user,
+        User::Later(later) => match tokio::time::timeout_at(deadline, later).await {
+            Ok(Ok(user)) => user,
+            // The user's answer did not finish, or not in time.
+            _ => return outcome("unjudged"),
+        },
+        // The user's answer was the gateway's own.
+        User::Unanswered => return outcome("unjudged"),
     };
     let differences = compare::compare(&user.answer, &answer, &mirror.ignore);
     let copy = Comparison::new(

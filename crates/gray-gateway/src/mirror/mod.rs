@@ -6,12 +6,13 @@
 //! by default), it is not an upgrade, the `percent` draw takes it and fewer than
 //! `max_in_flight` copies are in flight. Then:
 //!
-//! - **The user's request never waits for its copy.** The copy is sent by a task of its
-//!   own ([`copy`]), on a thread of its own at a lower priority ([`runtime`]), through a
-//!   balancer of its own over the same instances (its own
-//!   connections, passive health and in-flight counts) with the service's policy and no
-//!   fallback: a copy never reaches baseline, and with no instance of its lane it is
-//!   dropped (`no_instance`).
+//! - **The user's request never waits for its copy.** The copy is held until the user's
+//!   answer has a head, then handed over, with that answer when its body came with it
+//!   ([`primary`]), and sent by a task of its own ([`copy`]), on a thread of its own at a
+//!   lower priority ([`runtime`]), through a balancer of its own over the same instances
+//!   (its own connections, passive health and in-flight counts) with the service's
+//!   policy and no fallback: a copy never reaches baseline, and with no instance of its
+//!   lane it is dropped (`no_instance`).
 //! - **A body is teed while it streams to baseline** ([`tee`]), kept by reference up to
 //!   `max_body_bytes`; past that the copy is dropped (`dropped_body`) and the body goes on
 //!   untouched. A body whose length says it is over the cap is not teed at all (the tee
@@ -32,7 +33,9 @@
 
 mod compare;
 mod copy;
+mod primary;
 mod runtime;
+mod shed;
 
 use std::{
     sync::{
@@ -51,14 +54,16 @@ use gray_discovery::{
     http::{Connector, HttpEndpoint, HttpEndpoints},
 };
 use gray_policy::{Fallback, OnUnready};
-use http::{HeaderMap, Request, StatusCode};
+use http::Request;
 use http_body::Body;
 use http_body_util::Full;
-use tokio::sync::oneshot;
 use tower::discover::Change;
 
-use self::compare::{Answer, Difference, Ignore};
-pub(crate) use self::runtime::Copies;
+use self::compare::{Difference, Ignore};
+pub(crate) use self::{
+    primary::{AnswerTee, Primary},
+    runtime::CopyThread,
+};
 use crate::{
     config::{MirrorConfig, ServiceConfig},
     metrics::{Metrics, MirrorSeries},
@@ -90,7 +95,7 @@ pub(crate) struct Mirror {
     /// The judge, and when it last looked (copies' tasks only: never the request path).
     judge: Mutex<Judging>,
     /// Where the copies run.
-    copies: Arc<Copies>,
+    copies: Arc<CopyThread>,
     /// Whether it copies now: off outside a rollout's shadow phase, for a rollout with one.
     enabled: AtomicBool,
 }
@@ -129,68 +134,13 @@ pub(crate) struct Mismatch {
     pub(crate) differences: Vec<String>,
 }
 
-/// What the proxy holds for a request that was copied: the way to hand the copy the
-/// answer the user got.
-#[derive(Debug)]
-pub(crate) struct Primary {
-    to: oneshot::Sender<UserAnswer>,
-    started: Instant,
-    cap: usize,
-}
-
-/// The user's answer, as its copy gets it.
-#[derive(Debug)]
-struct UserAnswer {
-    answer: Answer,
-    /// From routing to the response head.
-    latency: Duration,
-}
-
-/// A response body's tee for the comparison (in [`HeldBody`](crate::hold::HeldBody)).
-#[derive(Debug)]
-pub(crate) struct AnswerTee {
-    head: Option<(StatusCode, HeaderMap, Duration)>,
-    catch: Catch,
-    to: Option<oneshot::Sender<UserAnswer>>,
-}
-
-impl Primary {
-    /// The user's answer's head arrived: its body is to be teed.
-    pub(crate) fn answered(self, status: StatusCode, headers: &HeaderMap) -> AnswerTee {
-        AnswerTee {
-            head: Some((status, headers.clone(), self.started.elapsed())),
-            catch: Catch::new(self.cap),
-            to: Some(self.to),
-        }
-    }
-}
-
-impl AnswerTee {
-    /// A chunk of the body went to the user.
-    pub(crate) fn feed(&mut self, data: &Bytes) {
-        self.catch.feed(data);
-    }
-
-    /// The body ended: the copy gets the answer.
-    pub(crate) fn end(&mut self) {
-        if let (Some(to), Some((status, headers, latency))) = (self.to.take(), self.head.take()) {
-            let answer = Answer {
-                status,
-                headers,
-                body: self.catch.whole(),
-            };
-            let _ = to.send(UserAnswer { answer, latency });
-        }
-    }
-}
-
 /// What [`Mirror::offer`] gives the proxy for a copied request.
 #[derive(Debug)]
 pub(crate) struct Offered {
     /// To tee the request's body with (none when it has none).
     pub(crate) tee: Option<Tee>,
-    /// To hand the copy the user's answer with.
-    pub(crate) primary: Primary,
+    /// The copy, held until the user's answer is known.
+    pub(crate) primary: Box<Primary>,
 }
 
 impl Mirror {
@@ -203,7 +153,7 @@ impl Mirror {
         endpoints: &MirrorEndpoints,
         carriers: &[CarrierConfig],
         metrics: &Metrics,
-        copies: &Arc<Copies>,
+        copies: &Arc<CopyThread>,
     ) -> Result<Arc<Mirror>, gray_rollout::sequential::InvalidTest> {
         let service: Arc<str> = config.name.as_str().into();
         let transport = &config.transport;
@@ -239,7 +189,8 @@ impl Mirror {
             .with_methods(mirror.methods.iter().cloned())
             .with_max_body_bytes(mirror.max_body_bytes)
             .with_max_in_flight(mirror.max_in_flight)
-            .with_carriers(CarrierConfig::carriers(carriers));
+            .with_carriers(CarrierConfig::carriers(carriers))
+            .with_shed(copies.shed.clone());
         // `alpha` is checked with the configuration (in (0, 1)): this does not fail.
         let judge = Judge::new(mirror.alpha)?.with_noise_min(mirror.noise_min);
         let now = Instant::now();
@@ -262,9 +213,9 @@ impl Mirror {
         }))
     }
 
-    /// Copies `req` when it is to be copied (see the [module docs](self)), spawning its
-    /// copy's task. `req` is as it goes to baseline (its path rewritten, its stain in its
-    /// extensions).
+    /// Copies `req` when it is to be copied (see the [module docs](self)): the copy, which
+    /// goes to the copies' thread once the user's answer has a head ([`Primary`]). `req`
+    /// is as it goes to baseline (its path rewritten, its stain in its extensions).
     pub(crate) fn offer<B: Body>(self: &Arc<Self>, req: &mut Request<B>) -> Option<Offered> {
         if !self.enabled.load(Ordering::Relaxed) {
             return None;
@@ -282,19 +233,12 @@ impl Mirror {
         };
         let tee = copy.take_tee();
         // A control only for a method safe to send twice to baseline.
-        let control = copy.head().method().is_safe()
+        let control = copy.method().is_safe()
             && self.control_threshold > 0
             && (gray_core::rand::random_u64() >> 32) < self.control_threshold;
-        let (to, primary) = oneshot::channel();
-        self.copies
-            .spawn(copy::run(self.clone(), copy, control, primary));
         Some(Offered {
             tee,
-            primary: Primary {
-                to,
-                started: Instant::now(),
-                cap: self.config.max_compare_bytes,
-            },
+            primary: Primary::new(self.clone(), copy, control),
         })
     }
 

@@ -64,6 +64,7 @@
 //! # }
 //! ```
 
+mod shed;
 mod tee;
 
 use std::{
@@ -85,7 +86,10 @@ use tokio::sync::oneshot;
 use tower_layer::Layer;
 use tower_service::Service;
 
-pub use self::tee::{Catch, Caught, Tee, Teed};
+pub use self::{
+    shed::Shed,
+    tee::{Catch, Caught, Tee, Teed},
+};
 
 /// The header that marks a copy (`x-gray-mirror: 1`).
 pub const X_GRAY_MIRROR: HeaderName = HeaderName::from_static("x-gray-mirror");
@@ -101,8 +105,10 @@ pub struct Copier {
     methods: Vec<Method>,
     max_body_bytes: usize,
     max_in_flight: usize,
-    carriers: Carriers,
+    carriers: Arc<Carriers>,
     in_flight: Arc<AtomicUsize>,
+    /// Declines every copy while on.
+    shed: Option<Shed>,
 }
 
 /// Why [`Copier::offer`] made no copy.
@@ -111,7 +117,7 @@ pub struct Copier {
 pub enum Declined {
     /// The request is not one to copy: not baseline's, a method not listed, or not drawn.
     NotCopied,
-    /// `max_in_flight` copies are in flight.
+    /// `max_in_flight` copies are in flight, or copies are shed ([`Shed`]).
     Busy,
     /// Its body's length is over `max_body_bytes`.
     Body,
@@ -123,6 +129,10 @@ pub enum Declined {
 #[derive(Debug)]
 pub struct Copy {
     head: Request<()>,
+    /// The lane's stain, put on `head` the first time it is asked for.
+    lane: Stain,
+    carriers: Arc<Carriers>,
+    stained: bool,
     tee: Option<Tee>,
     body: Option<oneshot::Receiver<Caught>>,
     place: Place,
@@ -148,32 +158,45 @@ impl Copy {
     /// The copy's stain: the lane's (with the request's inherited baggage).
     #[must_use]
     pub fn lane_stain(&self) -> Stain {
-        self.head
-            .extensions()
-            .get::<Stain>()
-            .cloned()
-            .unwrap_or_default()
+        self.lane.clone()
+    }
+
+    /// The copied request's method.
+    #[must_use]
+    pub fn method(&self) -> &Method {
+        self.head.method()
     }
 
     /// The copy's head: the request's method, target, version and headers, the lane's
-    /// stain on every carrier, in its extensions, and [`X_GRAY_MIRROR`].
-    #[must_use]
-    pub fn head(&self) -> &Request<()> {
+    /// stain on every carrier, in its extensions, and [`X_GRAY_MIRROR`]. The stain is put
+    /// on the first time the head is asked for, not when the copy is made: where the copy
+    /// is sent from a task of its own, that work is off the request's path.
+    pub fn head(&mut self) -> &Request<()> {
+        if !self.stained {
+            self.stained = true;
+            self.carriers.inject(&self.lane, self.head.headers_mut());
+            self.head
+                .headers_mut()
+                .insert(X_GRAY_MIRROR, HeaderValue::from_static("1"));
+            self.head.extensions_mut().insert(self.lane.clone());
+        }
         &self.head
     }
 
     /// The copy, once the request's body is whole (at once for a request without one),
     /// with its place; `None` when the body went over `max_body_bytes`, failed or was
     /// dropped unfinished (bound the wait with a timeout of your own).
-    pub async fn into_request(self) -> Option<(Request<Full<Bytes>>, Place)> {
-        let body = match self.body {
+    pub async fn into_request(mut self) -> Option<(Request<Full<Bytes>>, Place)> {
+        let body = match self.body.take() {
             None => Bytes::new(),
             Some(caught) => match caught.await {
                 Ok(Caught::Whole(body)) => body,
                 _ => return None,
             },
         };
-        Some((self.head.map(|()| Full::new(body)), self.place))
+        self.head();
+        let Copy { head, place, .. } = self;
+        Some((head.map(|()| Full::new(body)), place))
     }
 }
 
@@ -188,8 +211,9 @@ impl Copier {
             methods: vec![Method::GET, Method::HEAD],
             max_body_bytes: 64 * 1024,
             max_in_flight: 256,
-            carriers: Carriers::default(),
+            carriers: Arc::default(),
             in_flight: Arc::default(),
+            shed: None,
         }
     }
 
@@ -231,7 +255,14 @@ impl Copier {
     /// (default [`Carriers::default`]); use the ones your other layers use.
     #[must_use]
     pub fn with_carriers(mut self, carriers: Carriers) -> Self {
-        self.carriers = carriers;
+        self.carriers = Arc::new(carriers);
+        self
+    }
+
+    /// Copies are declined ([`Declined::Busy`]) while `shed` is on.
+    #[must_use]
+    pub fn with_shed(mut self, shed: Shed) -> Self {
+        self.shed = Some(shed);
         self
     }
 
@@ -273,6 +304,9 @@ impl Copier {
         if teed && req.body().size_hint().lower() > self.max_body_bytes as u64 {
             return Err(Declined::Body);
         }
+        if self.shed.as_ref().is_some_and(Shed::is_on) {
+            return Err(Declined::Busy);
+        }
         if self.in_flight.fetch_add(1, Ordering::AcqRel) >= self.max_in_flight {
             self.in_flight.fetch_sub(1, Ordering::AcqRel);
             return Err(Declined::Busy);
@@ -285,10 +319,6 @@ impl Copier {
         *head.uri_mut() = req.uri().clone();
         *head.version_mut() = req.version();
         *head.headers_mut() = req.headers().clone();
-        self.carriers.inject(&lane, head.headers_mut());
-        head.headers_mut()
-            .insert(X_GRAY_MIRROR, HeaderValue::from_static("1"));
-        head.extensions_mut().insert(lane);
         let (tee, body) = if teed {
             let (tee, caught) = Tee::new(self.max_body_bytes);
             (Some(tee), Some(caught))
@@ -297,6 +327,9 @@ impl Copier {
         };
         Ok(Copy {
             head,
+            lane,
+            carriers: self.carriers.clone(),
+            stained: false,
             tee,
             body,
             place,
