@@ -1,6 +1,7 @@
 //! ARCHITECTURE.md's table of the library crates' dependencies on each other is what
-//! `cargo metadata` says, the README's crate table lists every crate under `crates/`, and
-//! the rules engine's dependencies stay where the table puts them.
+//! `cargo metadata` says, the README's crate table lists every crate under `crates/`, the
+//! rules engine's dependencies stay where the table puts them, and no source file of a
+//! library crate grows past 600 lines of code (its tests apart).
 
 use std::{
     collections::{BTreeMap, BTreeSet},
@@ -220,4 +221,53 @@ fn only_gray_rules_compiles_the_rules_engine() {
             );
         }
     }
+}
+
+/// The most lines a library crate's source file may have before its tests: one concern
+/// per file (a file past it is a module folder waiting to happen).
+const MAX_LINES: usize = 600;
+
+/// Every `.rs` file under `dir`.
+fn sources(dir: &Path, found: &mut Vec<std::path::PathBuf>) {
+    for entry in std::fs::read_dir(dir).expect("readable") {
+        let path = entry.expect("readable").path();
+        if path.is_dir() {
+            sources(&path, found);
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            found.push(path);
+        }
+    }
+}
+
+#[test]
+fn no_library_source_file_is_over_600_lines_before_its_tests() {
+    let mut files = Vec::new();
+    for krate in crates_folder() {
+        sources(&workspace().join("crates").join(&krate).join("src"), &mut files);
+    }
+    assert!(files.len() > 100, "the crates' sources: {files:?}");
+    let mut over = Vec::new();
+    for file in files {
+        // A module of tests only (`mod tests;` in its own file) is all tests.
+        if file.file_name().is_some_and(|n| n == "tests.rs") {
+            continue;
+        }
+        let text = std::fs::read_to_string(&file).expect("readable");
+        let code = text
+            .lines()
+            .take_while(|line| !line.starts_with("#[cfg(test)]"))
+            .count();
+        if code > MAX_LINES {
+            over.push(format!(
+                "{} ({code} lines before its tests)",
+                file.strip_prefix(workspace()).unwrap_or(&file).display()
+            ));
+        }
+    }
+    assert!(
+        over.is_empty(),
+        "one concern per file: split these into a module folder (at most {MAX_LINES} lines \
+         each before the tests):\n{}",
+        over.join("\n")
+    );
 }
