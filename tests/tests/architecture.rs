@@ -243,7 +243,10 @@ fn sources(dir: &Path, found: &mut Vec<std::path::PathBuf>) {
 fn no_library_source_file_is_over_600_lines_before_its_tests() {
     let mut files = Vec::new();
     for krate in crates_folder() {
-        sources(&workspace().join("crates").join(&krate).join("src"), &mut files);
+        sources(
+            &workspace().join("crates").join(&krate).join("src"),
+            &mut files,
+        );
     }
     assert!(files.len() > 100, "the crates' sources: {files:?}");
     let mut over = Vec::new();
