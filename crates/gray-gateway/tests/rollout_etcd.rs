@@ -19,7 +19,9 @@ use std::{
 use gray_test_support::{WAIT, etcd::Etcd};
 use rollouts::{
     Addrs, admin, client,
-    etcd::{LEADER, Process, history, load_both, setup, two, two_under_load, written_once},
+    etcd::{
+        LEADER, Process, history, load_both, setup, started, two, two_under_load, written_once,
+    },
     load, settled, stop_load, wait_for, wait_until_seen,
 };
 use serde_json::Value;
@@ -543,7 +545,7 @@ async fn one_user_failing_every_request_over_three_gateways_is_one_bad_user() {
         "",
     )
     .await;
-    let gateways = started(&s, 3).await;
+    let gateways = started(&s.dir, "svc", 3).await;
     admin(&gateways[1], "POST", "/rollouts/svc").await;
     for g in &gateways {
         wait_for(g, WAIT, |v| v["weight"] == 1.0).await;
@@ -637,7 +639,7 @@ async fn a_step_under_steady_traffic_writes_a_few_revisions_a_minute() {
     )
     .await;
     default_cadence(&s);
-    let gateways = started(&s, 3).await;
+    let gateways = started(&s.dir, "svc", 3).await;
     admin(&gateways[0], "POST", "/rollouts/svc").await;
     let (stop, seen, tasks) = load_all(&gateways, 400);
     for part in &seen {
@@ -691,17 +693,6 @@ fn default_cadence(s: &rollouts::etcd::Setup) {
     std::fs::write(&config, text.replace(rollouts::FAST_WRITES, "")).unwrap();
 }
 
-/// `n` gateway processes, the first one leading.
-async fn started(s: &rollouts::etcd::Setup, n: usize) -> Vec<Process> {
-    let first = Process::start(&s.dir).await;
-    wait_for(&first, WAIT, |v| v["leader"] == true).await;
-    let mut gateways = vec![first];
-    for _ in 1..n {
-        gateways.push(Process::start(&s.dir).await);
-    }
-    gateways
-}
-
 /// `users` sticky users through every gateway, one request at a time on each.
 fn load_all(
     gateways: &[Process],
@@ -733,7 +724,7 @@ async fn fault_to_weight_0(tag: &str, n: usize, runs: usize) -> Vec<Duration> {
     )
     .await;
     default_cadence(&s);
-    let gateways = started(&s, n).await;
+    let gateways = started(&s.dir, "svc", n).await;
     let (stop, seen, tasks) = load_all(&gateways, 400);
     let mut times = Vec::new();
     for run in 0..runs {
@@ -899,7 +890,7 @@ async fn a_corrupt_stored_state_is_refused_naming_its_key() {
         "",
     )
     .await;
-    let a = started(&s, 1).await.remove(0);
+    let a = started(&s.dir, "svc", 1).await.remove(0);
     admin(&a, "POST", "/rollouts/svc").await;
     let good = s
         .etcd
@@ -1100,7 +1091,7 @@ async fn a_leader_stopped_gracefully_saves_its_evidence_on_the_way_out() {
     )
     .await;
     default_cadence(&s);
-    let a = started(&s, 1).await.remove(0);
+    let a = started(&s.dir, "svc", 1).await.remove(0);
     admin(&a, "POST", "/rollouts/svc").await;
     // two bursts: the first look after the start saves (its turn comes at once), the
     // second burst is taken in by looks that do not save (15 s apart)
@@ -1154,7 +1145,7 @@ async fn skewed_pair(
         let text = text.replace("steps = [10, 50, 100]", "steps = [20, 50, 100]");
         std::fs::write(other.path().join(file), text).unwrap();
     }
-    let a = started(&s, 1).await.remove(0);
+    let a = started(&s.dir, "svc", 1).await.remove(0);
     let b = Process::start(&other).await;
     (s, other, a, b)
 }

@@ -11,7 +11,8 @@ use serde_json::Value;
 
 pub(crate) use super::process::Process;
 use super::{
-    RULES, Seen, Upstream, admin, load, settled, stop_load, upstream, wait_for, wait_until_seen,
+    RULES, Seen, Upstream, admin, load, settled, stop_load, upstream, wait_for_rollout,
+    wait_until_seen,
 };
 
 pub(crate) const STATE: &str = "/gray/rollouts/svc/state";
@@ -45,13 +46,9 @@ pub(crate) async fn setup(tag: &str, rollout: &str, settings: &str) -> Setup {
     std::fs::write(
         dir.path().join("gateway.toml"),
         format!(
-            "listen = \"127.0.0.1:0\"\nadmin = \"127.0.0.1:0\"\nrules = \"rules.toml\"\n\n\
-             [etcd]\nendpoints = [\"{}\"]\nprefix = \"/gray\"\nconnect_timeout_ms = 1000\n\
-             request_timeout_ms = 1000\nprogress_deadline_ms = 1500\n\n\
-             [rollouts]\ninterval_ms = 100\n{FAST}lease_ttl_ms = 2000\n{settings}\n\
+            "listen = \"127.0.0.1:0\"\nadmin = \"127.0.0.1:0\"\nrules = \"rules.toml\"\n\n{}\
              [services.svc]\npreset = \"seed-000\"\n\n[services.svc.rollout]\nrule = \"canary\"\n{rollout}",
-            etcd.endpoint(),
-            FAST = super::FAST_WRITES,
+            tables(&etcd, settings),
         ),
     )
     .unwrap();
@@ -63,20 +60,52 @@ pub(crate) async fn setup(tag: &str, rollout: &str, settings: &str) -> Setup {
     }
 }
 
+/// The `[etcd]` table of the tests' gateways (on `etcd`, prefix `/gray`, short timeouts)
+/// and their `[rollouts]` table: looks every 100 ms, [`FAST_WRITES`](super::FAST_WRITES),
+/// a 2 s lease, and the keys `settings`.
+pub(crate) fn tables(etcd: &Etcd, settings: &str) -> String {
+    format!(
+        "[etcd]\nendpoints = [\"{}\"]\nprefix = \"/gray\"\nconnect_timeout_ms = 1000\n\
+         request_timeout_ms = 1000\nprogress_deadline_ms = 1500\n\n\
+         [rollouts]\ninterval_ms = 100\n{FAST}lease_ttl_ms = 2000\n{settings}\n",
+        etcd.endpoint(),
+        FAST = super::FAST_WRITES,
+    )
+}
+
+/// Starts `n` gateway processes on `dir`'s `gateway.toml`, the first one leading the
+/// rollout of `service`.
+pub(crate) async fn started(dir: &TempDir, service: &str, n: usize) -> Vec<Process> {
+    let first = Process::start(dir).await;
+    wait_for_rollout(&first, service, WAIT, |v| v["leader"] == true).await;
+    let mut gateways = vec![first];
+    for _ in 1..n {
+        gateways.push(Process::start(dir).await);
+    }
+    gateways
+}
+
 /// Starts two gateway processes, the first one leading.
 pub(crate) async fn two(s: &Setup) -> (Process, Process) {
-    let a = Process::start(&s.dir).await;
-    wait_for(&a, WAIT, |v| v["leader"] == true).await;
-    let b = Process::start(&s.dir).await;
-    (a, b)
+    let mut gateways = started(&s.dir, "svc", 2).await.into_iter();
+    (gateways.next().unwrap(), gateways.next().unwrap())
 }
 
 /// Every state written to `svc`'s state key, oldest first, read from etcd's history.
 pub(crate) async fn history(etcd: &Etcd) -> Vec<(i64, State)> {
+    history_of(etcd, "svc").await
+}
+
+/// Every state written to `service`'s state key, oldest first, read from etcd's history.
+pub(crate) async fn history_of(etcd: &Etcd, service: &str) -> Vec<(i64, State)> {
+    let key = format!("/gray/rollouts/{service}/state");
     let mut client = etcd.client().await;
-    let last = client.get(STATE, None).await.unwrap().kvs()[0].mod_revision();
+    let last = client.get(key.as_str(), None).await.unwrap().kvs()[0].mod_revision();
     let mut stream = client
-        .watch(STATE, Some(WatchOptions::new().with_start_revision(1)))
+        .watch(
+            key.as_str(),
+            Some(WatchOptions::new().with_start_revision(1)),
+        )
         .await
         .unwrap();
     let mut states = Vec::new();

@@ -44,7 +44,8 @@ impl Addrs for Gateway {
 
 /// One upstream instance: fails `fail_per_mille` of its requests (every request whose
 /// count modulo 1000 is below it), with `fail_testers`, every request with `x-tester`,
-/// and every request of the user `fail_user` (`x-user`), if set.
+/// and every request of the user `fail_user` (`x-user`), if set. It answers with its name
+/// (`x-served-by` too), or with the JSON `json(n)` of its `n`th request when set.
 #[derive(Clone)]
 pub(crate) struct Upstream {
     pub(crate) name: &'static str,
@@ -52,6 +53,7 @@ pub(crate) struct Upstream {
     pub(crate) fail_testers: Arc<AtomicBool>,
     pub(crate) fail_user: Arc<Mutex<Option<String>>>,
     pub(crate) count: Arc<AtomicU64>,
+    pub(crate) json: Option<fn(u64) -> String>,
 }
 
 pub(crate) async fn answer(State(up): State<Upstream>, headers: HeaderMap) -> impl IntoResponse {
@@ -64,20 +66,33 @@ pub(crate) async fn answer(State(up): State<Upstream>, headers: HeaderMap) -> im
                 .is_some_and(|v| v.as_bytes() == user.as_bytes())
         });
     let status = if fail { 500 } else { 200 };
+    let (body, kind) = match up.json {
+        Some(json) => (json(n), "application/json"),
+        None => (up.name.to_owned(), "text/plain; charset=utf-8"),
+    };
     (
         http::StatusCode::from_u16(status).unwrap(),
-        [("x-served-by", up.name)],
-        up.name,
+        [("x-served-by", up.name), ("content-type", kind)],
+        body,
     )
 }
 
 pub(crate) async fn upstream(name: &'static str) -> (SocketAddr, Upstream) {
+    upstream_answering(name, None).await
+}
+
+/// [`upstream`], answering the JSON `json(n)` to its `n`th request when given.
+pub(crate) async fn upstream_answering(
+    name: &'static str,
+    json: Option<fn(u64) -> String>,
+) -> (SocketAddr, Upstream) {
     let up = Upstream {
         name,
         fail_per_mille: Arc::default(),
         fail_testers: Arc::default(),
         fail_user: Arc::default(),
         count: Arc::default(),
+        json,
     };
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
@@ -189,11 +204,22 @@ pub(crate) async fn admin_with(
 pub(crate) async fn wait_for(
     gateway: &impl Addrs,
     bound: Duration,
+    done: impl FnMut(&Value) -> bool,
+) -> Value {
+    wait_for_rollout(gateway, "svc", bound, done).await
+}
+
+/// Polls `/rollouts/{service}` until `done` holds, for at most `bound`.
+pub(crate) async fn wait_for_rollout(
+    gateway: &impl Addrs,
+    service: &str,
+    bound: Duration,
     mut done: impl FnMut(&Value) -> bool,
 ) -> Value {
     let deadline = Instant::now() + bound;
+    let path = format!("/rollouts/{service}");
     loop {
-        let (_, view) = admin(gateway, "GET", "/rollouts/svc").await;
+        let (_, view) = admin(gateway, "GET", &path).await;
         if done(&view) {
             return view;
         }
@@ -229,37 +255,69 @@ pub(crate) fn load(
     tester: bool,
     stop: Arc<AtomicBool>,
 ) -> (Arc<Seen>, Vec<tokio::task::JoinHandle<()>>) {
-    let seen = Arc::new(Seen::default());
-    let addr = gateway.proxy();
-    let tasks = (0..concurrency)
-        .map(|c| {
-            let (seen, stop, client) = (seen.clone(), stop.clone(), client());
-            tokio::spawn(async move {
-                let mut user = c;
-                while !stop.load(Ordering::Relaxed) {
-                    user = (user + concurrency) % users;
-                    let mut req = http::Request::get(format!("http://{addr}/svc/x"))
-                        .header("x-user", format!("u{user}"));
-                    if tester {
-                        req = req.header("x-tester", "1");
+    let to = Spread {
+        proxies: vec![gateway.proxy()],
+        path: "/svc/x",
+        tester,
+    };
+    to.load(users, concurrency, stop)
+}
+
+/// Where a load goes: request after request to the next of `proxies` (round robin over
+/// every request of every client, as an L4 balancer in front of the gateways spreads one
+/// user's requests; a proxy listed twice takes twice the share), at `path`; `tester`:
+/// with `x-tester`.
+pub(crate) struct Spread {
+    pub(crate) proxies: Vec<SocketAddr>,
+    pub(crate) path: &'static str,
+    pub(crate) tester: bool,
+}
+
+impl Spread {
+    /// Users `0..users` (`x-user: u{i}`), `concurrency` requests at a time, until `stop`:
+    /// what the load saw (who served each request, by `x-served-by`).
+    pub(crate) fn load(
+        self,
+        users: u32,
+        concurrency: u32,
+        stop: Arc<AtomicBool>,
+    ) -> (Arc<Seen>, Vec<tokio::task::JoinHandle<()>>) {
+        let seen = Arc::new(Seen::default());
+        let to = Arc::new(self);
+        let next = Arc::new(AtomicU64::new(0));
+        let tasks = (0..concurrency)
+            .map(|c| {
+                let (seen, stop, client) = (seen.clone(), stop.clone(), client());
+                let (to, next) = (to.clone(), next.clone());
+                tokio::spawn(async move {
+                    let mut user = c;
+                    while !stop.load(Ordering::Relaxed) {
+                        user = (user + concurrency) % users;
+                        let i = next.fetch_add(1, Ordering::Relaxed) as usize;
+                        let addr = to.proxies[i % to.proxies.len()];
+                        let mut req = http::Request::get(format!("http://{addr}{}", to.path))
+                            .header("x-user", format!("u{user}"));
+                        if to.tester {
+                            req = req.header("x-tester", "1");
+                        }
+                        let Ok(res) = client.request(req.body(Empty::new()).unwrap()).await else {
+                            continue;
+                        };
+                        let by = res
+                            .headers()
+                            .get("x-served-by")
+                            .and_then(|v| v.to_str().ok())
+                            .unwrap_or("-")
+                            .to_owned();
+                        let status = res.status().as_u16();
+                        let _ = res.into_body().collect().await;
+                        seen.0.lock().unwrap().push((user, status, by));
                     }
-                    let Ok(res) = client.request(req.body(Empty::new()).unwrap()).await else {
-                        continue;
-                    };
-                    let by = res
-                        .headers()
-                        .get("x-served-by")
-                        .and_then(|v| v.to_str().ok())
-                        .unwrap_or("-")
-                        .to_owned();
-                    let status = res.status().as_u16();
-                    let _ = res.into_body().collect().await;
-                    seen.0.lock().unwrap().push((user, status, by));
-                }
+                })
             })
-        })
-        .collect();
-    (seen, tasks)
+            .collect();
+        (seen, tasks)
+    }
 }
 
 pub(crate) async fn stop_load(stop: &AtomicBool, tasks: Vec<tokio::task::JoinHandle<()>>) {
@@ -309,4 +367,16 @@ pub(crate) async fn text(gateway: &impl Addrs, path: &str) -> String {
         .unwrap();
     let res = client().request(req).await.unwrap();
     String::from_utf8(res.into_body().collect().await.unwrap().to_bytes().to_vec()).unwrap()
+}
+
+/// The sum of the series of the counter `name` (in Prometheus' text, `metrics`) whose
+/// labels include every one of `labels` (`key="value"`).
+pub(crate) fn counter(metrics: &str, name: &str, labels: &[&str]) -> u64 {
+    metrics
+        .lines()
+        .filter_map(|line| line.strip_prefix(name)?.strip_prefix('{'))
+        .filter_map(|line| line.rsplit_once("} "))
+        .filter(|(series, _)| labels.iter().all(|l| series.split(',').any(|s| s == *l)))
+        .map(|(_, value)| value.trim().parse::<u64>().expect("a whole count"))
+        .sum()
 }
