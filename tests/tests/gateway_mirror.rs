@@ -687,6 +687,18 @@ async fn a_gray_differing_only_in_the_noise_matches_and_does_not_alarm() {
     let delta = |outcome| mirrored(&after, outcome) - mirrored(&before, outcome);
     assert_eq!(delta("mismatched"), 0, "{after}");
     assert!(delta("matched") > 0, "{after}");
+    // `control_percent = 100`: every copy judged had its control, on the baseline
+    // instance that did not answer the user (a control that kept landing on the user's
+    // instance would be skipped), whichever of the two the users' balancer preferred.
+    let judged = mirrored(&after, "matched") + mirrored(&after, "mismatched");
+    let controls: u64 = ["control_matched", "control_mismatched", "control_failed"]
+        .iter()
+        .map(|o| mirrored(&after, o))
+        .sum();
+    assert!(
+        controls * 100 >= judged * 95,
+        "{controls} controls for {judged} copies judged:\n{after}"
+    );
     gw.shutdown().await;
 }
 

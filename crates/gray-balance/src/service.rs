@@ -321,6 +321,56 @@ impl<K, S> Balance<K, S> {
         self.pick_except(stain, &Tried::NONE)
     }
 
+    /// [`pick`](Self::pick), as if the endpoint of key `not` were ejected: another
+    /// endpoint for the same stain, when there is one (a mirror's control goes to a second
+    /// baseline instance, never the one that answered the user). A `not` the balancer does
+    /// not know excludes nothing.
+    ///
+    /// ```
+    /// use std::{convert::Infallible, sync::Arc};
+    /// use gray_balance::BalanceLayer;
+    /// use gray_core::{Labelled, Labels, Stain};
+    /// use gray_policy::Policy;
+    /// use tower::discover::Change;
+    ///
+    /// #[derive(Clone)]
+    /// struct Instance(Arc<Labels>);
+    ///
+    /// impl Labelled for Instance {
+    ///     fn labels(&self) -> &Labels { &self.0 }
+    /// }
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// let changes = futures_util::stream::iter(["base-1", "base-2"].map(|key| {
+    ///     Ok::<_, Infallible>(Change::Insert(key, Instance(Arc::default())))
+    /// }));
+    /// let balance = BalanceLayer::new("orders", Policy::default()).build(changes);
+    /// while balance.len() < 2 {
+    ///     tokio::task::yield_now().await;
+    /// }
+    /// let baseline = Stain::baseline();
+    /// for _ in 0..10 {
+    ///     let other = balance.pick_other(Some(&baseline), "base-1").unwrap();
+    ///     assert_eq!(*other.key(), "base-2");
+    ///     other.succeeded();
+    /// }
+    /// # }
+    /// ```
+    pub fn pick_other<Q>(&self, stain: Option<&Stain>, not: &Q) -> Result<Picked<K, S>, Unroutable>
+    where
+        K: fmt::Debug + Send + Sync + std::borrow::Borrow<Q>,
+        S: Send + Sync,
+        Q: PartialEq + ?Sized,
+    {
+        let mut tried = Tried::NONE;
+        let snapshot = self.inner.snapshot.load();
+        if let Some(slot) = snapshot.slots().find(|slot| slot.entry.key.borrow() == not) {
+            tried.push(slot.entry.meter.id());
+        }
+        self.pick_except(stain, &tried)
+    }
+
     /// [`pick`](Self::pick), as if the endpoints in `tried` were ejected.
     pub(crate) fn pick_except(
         &self,

@@ -26,9 +26,6 @@ use super::{
 };
 use crate::upstream::X_GRAY_INSTANCE;
 
-/// How many picks a control gets to find a baseline instance other than the user's.
-const CONTROL_PICKS: usize = 3;
-
 /// A copy handed to the copies' thread.
 #[derive(Debug)]
 pub(super) struct Job {
@@ -204,15 +201,20 @@ impl Mirror {
         control: Request<Full<Bytes>>,
         user: &UserAnswer,
     ) -> Option<Result<(Answer, Duration), BoxError>> {
+        // Without the instance that answered the user, no control: it could be the same.
         let served = user
             .answer
             .headers
             .get(X_GRAY_INSTANCE)
-            .and_then(|v| v.to_str().ok());
-        let baseline = Stain::baseline();
-        let picked = (0..CONTROL_PICKS)
-            .filter_map(|_| self.balancer.pick(Some(&baseline)).ok())
-            .find(|picked| Some(picked.key().as_str()) != served)?;
+            .and_then(|v| v.to_str().ok())?;
+        // Picked as if the user's instance were ejected: among the others, as the balancer
+        // picks (a pick that skipped the user's instance by drawing again would keep
+        // finding it where the balancer prefers it, and make few controls).
+        let picked = self
+            .balancer
+            .pick_other(Some(&Stain::baseline()), served)
+            .ok()
+            .filter(|picked| picked.key().as_str() != served)?;
         let mut endpoint = picked.endpoint().clone();
         let sent = send(&mut endpoint, control, self.config.max_compare_bytes).await;
         match &sent {

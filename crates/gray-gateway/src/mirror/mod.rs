@@ -264,8 +264,7 @@ impl Mirror {
 
     /// Gives a `copy`'s comparison, with its `control`'s when it has one, to the judge:
     /// their differences outside the noise (a pair is counted by the test, a lone copy
-    /// only judged). Ends the judge's batch when a second has passed since the last; logs
-    /// the alarm once.
+    /// only judged). Ends the judge's batch when it is due ([`look_if_due`](Self::look_if_due)).
     fn judge(&self, copy: &Comparison, control: Option<&Comparison>) -> (Judged, Option<Judged>) {
         let mut judging = self.judge.lock().unwrap_or_else(|p| p.into_inner());
         let judged = match control {
@@ -275,28 +274,37 @@ impl Mirror {
             }
             None => (judging.judge.observe(copy), None),
         };
-        let now = Instant::now();
-        if now.duration_since(judging.last_look) >= LOOK_EVERY {
-            judging.last_look = now;
-            let before = judging.judge.alarm();
-            let at = now.duration_since(judging.epoch);
-            if let (None, Some(stream)) = (before, judging.judge.look(at)) {
-                let summary = judging.judge.summary();
-                self.series.alarm.set(1);
-                tracing::warn!(
-                    service = %self.service,
-                    lane = %self.config.lane,
-                    stream,
-                    mismatch_log_m = summary.mismatch_log_m,
-                    slow_log_m = summary.slow_log_m,
-                    alarm_at = summary.alarm_at,
-                    copies = summary.copies,
-                    controls = summary.controls,
-                    "the mirror's judge alarmed: the lane answers differently from baseline beyond the noise"
-                );
-            }
-        }
+        self.look_if_due(&mut judging);
         judged
+    }
+
+    /// Ends the judge's batch when a second has passed since the last; logs the alarm
+    /// once. Called with each comparison, and with each report the rollout reads (so that
+    /// the last pairs before the copies stop, or those of a gateway with little traffic,
+    /// are counted too).
+    fn look_if_due(&self, judging: &mut Judging) {
+        let now = Instant::now();
+        if now.duration_since(judging.last_look) < LOOK_EVERY {
+            return;
+        }
+        judging.last_look = now;
+        let before = judging.judge.alarm();
+        let at = now.duration_since(judging.epoch);
+        if let (None, Some(stream)) = (before, judging.judge.look(at)) {
+            let summary = judging.judge.summary();
+            self.series.alarm.set(1);
+            tracing::warn!(
+                service = %self.service,
+                lane = %self.config.lane,
+                stream,
+                mismatch_log_m = summary.mismatch_log_m,
+                slow_log_m = summary.slow_log_m,
+                alarm_at = summary.alarm_at,
+                copies = summary.copies,
+                controls = summary.controls,
+                "the mirror's judge alarmed: the lane answers differently from baseline beyond the noise"
+            );
+        }
     }
 
     /// Copies on or off (a rollout's shadow phase).
@@ -307,11 +315,9 @@ impl Mirror {
     /// What the judge counted of the comparisons it fed its test, for the rollout's
     /// reports.
     pub(crate) fn counts(&self) -> gray_rollout::shadow::ShadowCounts {
-        self.judge
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .judge
-            .counts()
+        let mut judging = self.judge.lock().unwrap_or_else(|p| p.into_inner());
+        self.look_if_due(&mut judging);
+        judging.judge.counts()
     }
 
     /// What the judge has seen.
