@@ -82,7 +82,9 @@ use prometheus_client::{
 
 pub use endpoint::EndpointMetrics;
 pub(crate) use mirror::MirrorSeries;
-pub(crate) use scrape::{Freshness, RetryCounts, gauge};
+#[cfg(feature = "tls")]
+pub(crate) use scrape::gauge;
+pub(crate) use scrape::{Freshness, RetryCounts};
 pub(crate) use upgrade::UpgradeSeries;
 
 use endpoint::{InstanceKey, InstanceSeries};
