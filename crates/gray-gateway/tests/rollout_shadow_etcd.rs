@@ -410,7 +410,10 @@ async fn a_gray_differing_only_in_the_timestamp_goes_on_to_its_first_step_on_eve
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_followers_counts_end_a_shadow_phase_the_leaders_alone_could_not() {
-    let min_requests = 400;
+    // Each follower judges about 5/11 of the pairs, and counts them a second at a time:
+    // 400 were one follower's first second (the other's not counted yet), 1,000 need
+    // both followers' seconds.
+    let min_requests = 1_000;
     let mut f = fleet("shadow-etcd-followers", right, 2_000, min_requests).await;
     // one request in eleven through the leader, five through each follower
     let [a, b, c] = f.proxies().try_into().unwrap();

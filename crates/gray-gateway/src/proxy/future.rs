@@ -34,10 +34,13 @@ pin_project_lite::pin_project! {
 pin_project_lite::pin_project! {
     #[project = StateProj]
     pub(super) enum State {
-        Ready { response: Option<Response<Body>> },
+        // The gateway's own answer, boxed as the call is (see `Upstream`): it is rare.
+        Ready { response: Option<Box<Response<Body>>> },
         Upstream {
-            #[pin]
-            call: BalancerCall,
+            // Boxed: the future moves by value through the layers before hyper pins it,
+            // and the balancer's call (512 bytes, the request inside) would be copied at
+            // each move; one allocation costs less (docs/performance.md).
+            call: Pin<Box<BalancerCall>>,
             // Set once the response head arrived.
             hold: Option<Hold>,
             routes: Arc<Routes>,
@@ -69,7 +72,7 @@ impl ProxyFuture {
     pub(super) fn ready(response: Response<Body>) -> Self {
         ProxyFuture {
             state: State::Ready {
-                response: Some(response),
+                response: Some(Box::new(response)),
             },
         }
     }
@@ -91,12 +94,9 @@ impl Future for ProxyFuture {
         let mut state = self.project().state;
         let response = match state.as_mut().project() {
             StateProj::Ready { response } => {
-                return Poll::Ready(Ok(response.take().unwrap_or_else(|| {
-                    json(
-                        StatusCode::INTERNAL_SERVER_ERROR,
-                        serde_json::json!({"error": "response polled after completion"}),
-                    )
-                })));
+                return Poll::Ready(Ok(response
+                    .take()
+                    .map_or_else(polled_after_completion, |response| *response)));
             }
             StateProj::Upstream {
                 call,
@@ -123,7 +123,7 @@ impl Future for ProxyFuture {
                     let Served {
                         mut response,
                         tally,
-                    } = match std::task::ready!(call.poll(cx)) {
+                    } = match std::task::ready!(call.as_mut().poll(cx)) {
                         Ok(served) => served,
                         Err(error) => {
                             let (status, res) =

@@ -223,7 +223,7 @@ impl Service<Request<Incoming>> for Proxy {
         // with no instance that fits fails at once (503).
         ProxyFuture {
             state: State::Upstream {
-                call: upstream.balancer.clone().call(req.map(|body| {
+                call: Box::pin(upstream.balancer.clone().call(req.map(|body| {
                     let limits = &routes.limits;
                     let paced = Paced::new(
                         body,
@@ -231,7 +231,7 @@ impl Service<Request<Incoming>> for Proxy {
                         limits.request_body_min_rate,
                     );
                     Teed::new(paced, tee)
-                })),
+                }))),
                 hold: None,
                 routes: self.routes.clone(),
                 service: upstream.name.clone(),
