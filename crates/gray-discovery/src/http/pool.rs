@@ -62,10 +62,12 @@ impl<IO: Read + Write + Unpin, B: Body + 'static> Pool<IO, B> {
         now: Instant,
     ) -> Vec<Box<Conn<IO, B>>> {
         let timeout = self.settings.idle_timeout;
-        let fresh = idle
-            .iter()
-            .position(|c| now.saturating_duration_since(c.idle_since) <= timeout)
-            .unwrap_or(idle.len());
+        let is_fresh = |c: &Conn<IO, B>| now.saturating_duration_since(c.idle_since) <= timeout;
+        // The oldest is fresh (busy traffic): nothing to take.
+        if idle.front().is_none_or(|c| is_fresh(c)) {
+            return Vec::new();
+        }
+        let fresh = idle.iter().position(|c| is_fresh(c)).unwrap_or(idle.len());
         idle.drain(..fresh).collect()
     }
 

@@ -136,6 +136,14 @@ pub trait RolloutStore: Send + Sync + std::fmt::Debug + 'static {
         let _ = service;
     }
 
+    /// This gateway's configuration of `service`'s rollout does not fit the stored state
+    /// (a skew): a store with an election gives up its leadership of the rollout at once,
+    /// and does not take it until a look completes again ([`looked`](Self::looked)). The
+    /// default does nothing.
+    fn unfit(&self, service: &str) {
+        let _ = service;
+    }
+
     /// Lets go of what this gateway holds in the store (etcd: revokes its lease, so that
     /// its leader keys and reports go at once and another gateway leads); called by
     /// [`Gateway::shutdown`](crate::Gateway::shutdown). The default does nothing.

@@ -107,6 +107,8 @@ impl Controller {
         self.acknowledge_state(state);
         // the weight first, then the skew: whoever sees the skew sees the weight in force
         self.put_in_force(state);
+        // then the store: it gives up this gateway's leadership, and takes none
+        self.store.unfit(&self.service);
         self.lock_view().config_skew = Some(Skew {
             version: stored.version,
             reason,

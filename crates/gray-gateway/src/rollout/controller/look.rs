@@ -23,9 +23,10 @@ impl Controller {
         use futures_util::FutureExt;
         let look = std::panic::AssertUnwindSafe(self.look()).catch_unwind();
         match tokio::time::timeout(self.look_bound, look).await {
-            // a skewed gateway does not confirm its looks: the store's election moves
-            // to a gateway whose configuration fits (etcd: within a lease TTL)
-            Ok(Ok(())) if self.lock_unfit().is_some() => {}
+            // a skewed gateway does not confirm its looks, and says why: the store's
+            // election moves to a gateway whose configuration fits (etcd: at this
+            // gateway's next campaign, within a third of a lease TTL)
+            Ok(Ok(())) if self.lock_unfit().is_some() => self.store.unfit(&self.service),
             Ok(Ok(())) => self.store.looked(&self.service),
             Ok(Err(panic)) => {
                 let detail = panic

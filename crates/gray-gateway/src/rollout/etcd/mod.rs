@@ -298,11 +298,15 @@ impl RolloutStore for EtcdStore {
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
                 .get(service)
-                .is_some_and(|s| s.tenure.is_some())
+                .is_some_and(|s| s.tenure.is_some() && !s.unfit)
     }
 
     fn looked(&self, service: &str) {
         self.inner.looked(service);
+    }
+
+    fn unfit(&self, service: &str) {
+        self.inner.unfit(service);
     }
 
     fn watch(&self, service: &str) -> watch::Receiver<Option<Stored>> {

@@ -42,9 +42,21 @@ pub(super) struct Service {
     /// When the controller last completed a look (from joining, so that a new controller
     /// has a lease TTL to complete its first).
     pub(super) looked: Instant,
+    /// The controller's configuration does not fit the stored state: not led from here
+    /// until a look completes again.
+    pub(super) unfit: bool,
     state: watch::Sender<Option<Stored>>,
     pub(super) status: StatusHandle,
     pub(super) follow: JoinHandle<()>,
+}
+
+/// Why a gateway does not lead a rollout it takes part in.
+#[derive(Debug, Clone, Copy)]
+enum Resign {
+    /// Its controller has not completed a look for a lease TTL.
+    Stuck,
+    /// Its configuration does not fit the stored state.
+    Unfit,
 }
 
 /// A store error naming what failed.
@@ -205,18 +217,27 @@ impl Session {
     /// from here (its leader key, if this gateway holds it, is given up).
     async fn campaign(&self) {
         let ttl = Duration::from_secs(u64::try_from(self.ttl_secs).unwrap_or(60));
-        let services: Vec<(String, bool)> = self
+        let services: Vec<(String, Option<Resign>)> = self
             .services
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .iter()
-            .map(|(name, s)| (name.clone(), s.looked.elapsed() > ttl))
+            .map(|(name, s)| {
+                let why = if s.unfit {
+                    Some(Resign::Unfit)
+                } else if s.looked.elapsed() > ttl {
+                    Some(Resign::Stuck)
+                } else {
+                    None
+                };
+                (name.clone(), why)
+            })
             .collect();
         let (lease, _) = self.lease();
-        for (service, stuck) in services {
+        for (service, resign) in services {
             let key = self.key(&service, "leader");
-            if stuck {
-                self.resign(&service, &key, lease, ttl).await;
+            if let Some(why) = resign {
+                self.resign(&service, &key, lease, ttl, why).await;
                 continue;
             }
             let txn = Txn::new()
@@ -259,7 +280,7 @@ impl Session {
 
     /// Gives up `service`'s leader key if this gateway holds it (a transaction on its value
     /// and lease, so that another gateway's key is never deleted).
-    async fn resign(&self, service: &str, key: &str, lease: i64, ttl: Duration) {
+    async fn resign(&self, service: &str, key: &str, lease: i64, ttl: Duration, why: Resign) {
         let held = self
             .services
             .lock()
@@ -269,7 +290,14 @@ impl Session {
         if held.is_none() {
             return;
         }
-        tracing::error!(target: "gray::rollout", %service, id = %self.id, ?ttl, "rollouts: this gateway's controller has not completed a look for a lease TTL: it gives up leading");
+        match why {
+            Resign::Stuck => {
+                tracing::error!(target: "gray::rollout", %service, id = %self.id, ?ttl, "rollouts: this gateway's controller has not completed a look for a lease TTL: it gives up leading");
+            }
+            Resign::Unfit => {
+                tracing::warn!(target: "gray::rollout", %service, id = %self.id, "rollouts: this gateway's configuration does not fit the stored state: it gives up leading");
+            }
+        }
         let txn = Txn::new()
             .when([
                 Compare::value(key, CompareOp::Equal, self.id.as_str()),
@@ -286,13 +314,22 @@ impl Session {
 
     /// Notes that `service`'s controller completed a look.
     pub(super) fn looked(&self, service: &str) {
-        if let Some(s) = self
-            .services
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get_mut(service)
-        {
+        self.update(service, |s| {
             s.looked = Instant::now();
+            s.unfit = false;
+        });
+    }
+
+    /// Notes that `service`'s controller does not fit the stored state: it gives up
+    /// leading at the next campaign, and does not campaign until it looks again.
+    pub(super) fn unfit(&self, service: &str) {
+        self.update(service, |s| s.unfit = true);
+    }
+
+    fn update(&self, service: &str, change: impl FnOnce(&mut Service)) {
+        let mut services = self.services.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(s) = services.get_mut(service) {
+            change(s);
         }
     }
 
@@ -313,6 +350,7 @@ impl Session {
             Service {
                 tenure: None,
                 looked: Instant::now(),
+                unfit: false,
                 state,
                 status,
                 follow,
