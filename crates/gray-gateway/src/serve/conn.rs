@@ -164,8 +164,16 @@ where
                 ahead.extend_from_slice(&unread);
                 ahead.extend_from_slice(&parts.read_buf);
                 let client = Prefixed::new(inner, ahead.freeze());
-                crate::upgrade::tunnel::run(*tunnel, client, TokioIo::new(upstream), &mut member)
-                    .await;
+                // Boxed: this task's future is as large as its largest state, and every
+                // connection, parked ones too, would carry a tunnel's room.
+                let upstream = TokioIo::new(upstream);
+                Box::pin(crate::upgrade::tunnel::run(
+                    *tunnel,
+                    client,
+                    upstream,
+                    &mut member,
+                ))
+                .await;
             }
             return Ok(());
         }
