@@ -275,9 +275,67 @@ name_type!(
 /// bound. Clones of a `Names` share what they learn.
 #[derive(Debug, Clone)]
 pub struct Names {
-    lanes: HashMap<Box<str>, Lane>,
-    versions: HashMap<Box<str>, Version>,
+    lanes: Known<Lane>,
+    versions: Known<Version>,
     learned: Arc<Learned>,
+}
+
+/// How many names of a kind are looked up by comparing them one by one; those beyond
+/// are hashed. A deployment has a few lanes: comparing a short name with each costs less
+/// than hashing it once (about 100 instructions with `std`'s SipHash), and the hashed
+/// rest keeps a lookup bounded whatever names clients send.
+const COMPARED: usize = 8;
+
+/// Names of one kind, found by comparison among the first [`COMPARED`], by hash beyond.
+#[derive(Debug, Clone)]
+struct Known<T> {
+    few: Vec<(Box<str>, T)>,
+    more: HashMap<Box<str>, T>,
+}
+
+// === impl Known ===
+
+impl<T> Default for Known<T> {
+    fn default() -> Self {
+        Known {
+            few: Vec::new(),
+            more: HashMap::new(),
+        }
+    }
+}
+
+impl<T> Known<T> {
+    fn get(&self, name: &str) -> Option<&T> {
+        if let Some((_, found)) = self.few.iter().find(|(known, _)| **known == *name) {
+            return Some(found);
+        }
+        if self.more.is_empty() {
+            return None;
+        }
+        self.more.get(name)
+    }
+
+    fn len(&self) -> usize {
+        self.few.len() + self.more.len()
+    }
+
+    /// Adds `name`, or replaces what it named.
+    fn insert(&mut self, name: Box<str>, value: T) {
+        if let Some((_, known)) = self.few.iter_mut().find(|(known, _)| *known == name) {
+            *known = value;
+        } else if self.few.len() < COMPARED {
+            self.few.push((name, value));
+        } else {
+            self.more.insert(name, value);
+        }
+    }
+
+    /// Adds `name` unless it is known.
+    fn insert_new(&mut self, name: &str, value: impl FnOnce() -> T) {
+        if self.get(name).is_none() {
+            self.insert(name.into(), value());
+        }
+    }
 }
 
 /// How many names an interner learns by default (lanes and versions counted apart).
@@ -286,8 +344,8 @@ pub const DEFAULT_LEARNED_NAMES: usize = 1024;
 #[derive(Debug)]
 struct Learned {
     cap: usize,
-    lanes: ArcSwap<HashMap<Box<str>, Lane>>,
-    versions: ArcSwap<HashMap<Box<str>, Version>>,
+    lanes: ArcSwap<Known<Lane>>,
+    versions: ArcSwap<Known<Version>>,
 }
 
 // === impl Learned ===
@@ -305,8 +363,8 @@ impl Learned {
 /// Looks `bytes` up in the fixed map, then in the learned one; builds and (under the cap)
 /// learns it otherwise.
 fn intern<T: Clone>(
-    fixed: &HashMap<Box<str>, T>,
-    learned: &ArcSwap<HashMap<Box<str>, T>>,
+    fixed: &Known<T>,
+    learned: &ArcSwap<Known<T>>,
     cap: usize,
     bytes: &[u8],
     build: impl FnOnce(&[u8]) -> Result<T, InvalidName>,
@@ -322,12 +380,12 @@ fn intern<T: Clone>(
     }
     let built = build(bytes)?;
     if cap > 0 && learned.load().len() < cap {
-        learned.rcu(|map| {
-            let mut map = HashMap::clone(map);
-            if map.len() < cap {
-                map.entry(s.into()).or_insert_with(|| built.clone());
+        learned.rcu(|known| {
+            let mut known = Known::clone(known);
+            if known.len() < cap {
+                known.insert_new(s, || built.clone());
             }
-            map
+            known
         });
     }
     Ok(built)
@@ -346,8 +404,8 @@ impl Names {
     #[must_use]
     pub fn new() -> Self {
         Names {
-            lanes: HashMap::new(),
-            versions: HashMap::new(),
+            lanes: Known::default(),
+            versions: Known::default(),
             learned: Arc::new(Learned::new(DEFAULT_LEARNED_NAMES)),
         }
     }
@@ -498,6 +556,37 @@ mod tests {
         let lane: Lane = serde_json::from_str("\"Canary\"").unwrap();
         assert_eq!(lane, "canary");
         assert!(names.lane(&[b'A'; 65]).is_err());
+    }
+
+    #[test]
+    fn many_names_are_found_compared_and_hashed() {
+        // More names than are compared one by one: the rest are found by hash.
+        let fixed: Vec<Lane> = (0..3 * COMPARED)
+            .map(|i| Lane::new(&format!("fixed-{i}")).unwrap())
+            .collect();
+        let names = Names::new().with_lanes(fixed.clone());
+        for lane in &fixed {
+            let found = names.lane(lane.as_str().to_uppercase().as_bytes()).unwrap();
+            assert!(Arc::ptr_eq(&(found.0).0, &(lane.0).0), "{lane}");
+        }
+        // Learned ones too, each learned once.
+        let learned: Vec<Lane> = (0..3 * COMPARED)
+            .map(|i| names.lane(format!("learned-{i}").as_bytes()).unwrap())
+            .collect();
+        for lane in &learned {
+            let again = names.lane(lane.as_str().as_bytes()).unwrap();
+            assert!(Arc::ptr_eq(&(again.0).0, &(lane.0).0), "{lane}");
+        }
+        assert_eq!(names.learned.lanes.load().len(), 3 * COMPARED);
+        // Adding a known name again replaces it, in either part.
+        let mut names = names;
+        for i in [0, 2 * COMPARED] {
+            let lane = Lane::new(&format!("fixed-{i}")).unwrap();
+            names.insert_lane(lane.clone());
+            let found = names.lane(lane.as_str().as_bytes()).unwrap();
+            assert!(Arc::ptr_eq(&(found.0).0, &(lane.0).0));
+            assert_eq!(names.lanes.len(), 3 * COMPARED);
+        }
     }
 
     #[test]

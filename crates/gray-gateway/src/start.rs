@@ -382,8 +382,10 @@ fn routes(
 
 /// The edge: every check a request goes through before routing, and its stain.
 fn edge(config: &Config, rules: &LiveRules) -> Result<EdgeLayer, BoxError> {
+    // The lanes and versions the rules name decode without a lookup of learned names.
+    let names = rules.load().rules().names().clone();
     let edge = EdgeLayer::new(rules.clone())
-        .with_carriers(CarrierConfig::carriers(&config.carriers))
+        .with_carriers(CarrierConfig::carriers(&config.carriers).with_names(names))
         // No client makes its request look like a mirror's copy.
         .with_strip(
             config

@@ -94,7 +94,7 @@ where
             body_released: Arc::new(AtomicBool::new(true)),
             body_frames: Arc::new(AtomicU64::new(0)),
             ended: false,
-            idle_since: Instant::now(),
+            idle_since: super::pool::now(),
             idle_for: Duration::ZERO,
             pool: None,
             timer: None,
@@ -249,6 +249,11 @@ impl<C: MakeIo<IO>, IO: TargetIo, B: SendBody> Target<C, IO, B> {
             request.headers_mut().insert(HOST, self.host.clone());
         }
         async move {
+            // The time the deadline was set from, when there is one: one clock read.
+            let now = match deadline {
+                Some((at, after)) => (at - after).into_std(),
+                None => super::pool::now(),
+            };
             // Set once the request was sent on an idle connection that the instance had
             // closed: it goes again, once, on a new connection.
             let mut stale = false;
@@ -256,7 +261,7 @@ impl<C: MakeIo<IO>, IO: TargetIo, B: SendBody> Target<C, IO, B> {
                 // An idle connection that is still open, else a new one.
                 let mut fresh = false;
                 let mut conn = loop {
-                    let idle = if stale { None } else { self.pool.take() };
+                    let idle = if stale { None } else { self.pool.take(now) };
                     match idle {
                         Some(mut conn) => {
                             if conn.usable() {

@@ -71,10 +71,10 @@ impl<IO: Read + Write + Unpin, B: Body + 'static> Pool<IO, B> {
         idle.drain(..fresh).collect()
     }
 
-    /// The most recently released connection that is still fresh, if any; the expired
-    /// ones are closed on the way (outside the lock).
-    pub(super) fn take(&self) -> Option<Box<Conn<IO, B>>> {
-        let now = Instant::now();
+    /// The most recently released connection that is still fresh at `now` (on tokio's
+    /// clock, as [`now`]), if any; the expired ones are closed on the way (outside the
+    /// lock).
+    pub(super) fn take(&self, now: Instant) -> Option<Box<Conn<IO, B>>> {
         let mut idle = self.lock();
         let expired = self.expired(&mut idle, now);
         let conn = idle.pop_back().map(|mut conn| {
@@ -104,7 +104,7 @@ impl<IO: Read + Write + Unpin, B: Body + 'static> Pool<IO, B> {
         let Some(mut conn) = self.connects.offer(conn, self) else {
             return;
         };
-        let now = Instant::now();
+        let now = now();
         conn.idle_since = now;
         let mut idle = self.lock();
         let expired = self.expired(&mut idle, now);
@@ -116,6 +116,12 @@ impl<IO: Read + Write + Unpin, B: Body + 'static> Pool<IO, B> {
         drop(idle);
         drop(expired);
     }
+}
+
+/// The pool's clock: tokio's (paused time works in tests), as the deadline of the
+/// request that takes a connection, whose clock read the take shares.
+pub(super) fn now() -> Instant {
+    tokio::time::Instant::now().into_std()
 }
 
 impl<IO: Read + Write + Unpin, B: Body + 'static> Drop for Pool<IO, B> {
@@ -204,9 +210,9 @@ mod tests {
         let (a_id, b_id) = (id(&a), id(&b));
         pool.put(a);
         pool.put(b);
-        assert_eq!(pool.take().map(|c| id(&c)), Some(b_id));
-        assert_eq!(pool.take().map(|c| id(&c)), Some(a_id));
-        assert!(pool.take().is_none());
+        assert_eq!(pool.take(super::now()).map(|c| id(&c)), Some(b_id));
+        assert_eq!(pool.take(super::now()).map(|c| id(&c)), Some(a_id));
+        assert!(pool.take(super::now()).is_none());
     }
 
     #[tokio::test]
@@ -220,12 +226,15 @@ mod tests {
         // The older one idled past the timeout: closed as soon as a request takes the
         // fresh one, though the fresh one is taken first (oldest first, by age).
         pool.lock()[0].idle_since = Instant::now() - Duration::from_secs(91);
-        assert_eq!(pool.take().map(|c| id(&c)), Some(fresh_id));
+        assert_eq!(pool.take(super::now()).map(|c| id(&c)), Some(fresh_id));
         assert!(
             pool.lock().is_empty(),
             "the expired connection is still held"
         );
-        assert!(pool.take().is_none(), "the expired connection was reused");
+        assert!(
+            pool.take(super::now()).is_none(),
+            "the expired connection was reused"
+        );
     }
 
     #[tokio::test]
@@ -259,7 +268,7 @@ mod tests {
         // the fourth released connection found the budget spent: closed
         assert_eq!((a.lock().len(), b.lock().len()), (2, 1));
         assert_eq!(settings.idle_total.idle(), 3);
-        let taken = b.take().expect("b's idle connection");
+        let taken = b.take(super::now()).expect("b's idle connection");
         assert_eq!(settings.idle_total.idle(), 2);
         drop(taken);
         drop(a);
@@ -280,6 +289,6 @@ mod tests {
         // The instance answered before the body was sent whole: nobody would send the rest.
         c.body_released.store(false, Ordering::Release);
         pool.put(c);
-        assert!(pool.take().is_none());
+        assert!(pool.take(super::now()).is_none());
     }
 }

@@ -40,7 +40,7 @@ pin_project_lite::pin_project! {
             // Boxed: the future moves by value through the layers before hyper pins it,
             // and the balancer's call (512 bytes, the request inside) would be copied at
             // each move; one allocation costs less (docs/performance.md).
-            call: Pin<Box<BalancerCall>>,
+            call: Pin<Box<Call>>,
             // Set once the response head arrived.
             hold: Option<Hold>,
             routes: Arc<Routes>,
@@ -51,14 +51,22 @@ pin_project_lite::pin_project! {
             timing: Timing,
             // Leaves the in-flight counts with the future.
             flight: Flight,
-            // The first poll was seen (and yielded, when others were in flight: see
-            // `ProxyFuture::poll`).
-            yielded: bool,
             // An upgrade request (WebSocket).
             upgrading: Option<Box<Upgrading>>,
             // A request copied for the service's mirror: its copy gets the answer.
             primary: Option<Box<Primary>>,
         },
+    }
+}
+
+pin_project_lite::pin_project! {
+    /// What a request's box holds: the balancer's call, then, when the answer waits for
+    /// the next pass of the scheduler (see `ProxyFuture::poll`), the answer, written in
+    /// the call's place: no allocation, and memory the call has just warmed.
+    #[project = CallProj]
+    pub(super) enum Call {
+        Sending { #[pin] call: BalancerCall },
+        Answered { response: Option<Response<Body>> },
     }
 }
 
@@ -81,15 +89,15 @@ impl ProxyFuture {
 impl Future for ProxyFuture {
     type Output = Result<Response<Body>, std::convert::Infallible>;
 
-    /// While other requests are in flight, sending to the upstream waits for one pass of
-    /// the scheduler (a wake of the task by itself puts it at the back of the run queue):
-    /// the requests that became ready together then go out together, so that the
-    /// upstreams are woken once for several (nginx gets the same from its event loop,
-    /// hyper-util's client from its connection tasks). A request alone in flight has
-    /// nothing to wait for: it is sent at once, which saves the pass a client sending one
-    /// request after another would pay for nothing. The answer is never held back: a
-    /// second pass before answering cost 1.1 k instructions per request at 64 connections
-    /// and saved no CPU (docs/performance.md). See the gateway docs, *Routing*.
+    /// A request is sent to its instance in the poll that routed it. Its answer, while
+    /// other requests are in flight, is handed to hyper one pass of the scheduler after
+    /// it arrived (a wake of the task by itself puts it at the back of the run queue):
+    /// the answers that arrived together are then written together, so that a client
+    /// busy with several connections (a load balancer, a pooled client) is woken once for
+    /// several rather than once each. An answer alone in flight has nothing to wait for:
+    /// it is written at once, which saves the pass a client sending one request after
+    /// another would pay for nothing. Waiting before sending instead saved less CPU per
+    /// request at 64 connections (docs/performance.md). See the gateway docs, *Routing*.
     fn poll(self: Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> Poll<Self::Output> {
         let mut state = self.project().state;
         let response = match state.as_mut().project() {
@@ -107,23 +115,24 @@ impl Future for ProxyFuture {
                 grpc,
                 timing,
                 flight,
-                yielded,
                 upgrading,
                 primary,
             } => {
-                if !*yielded {
-                    *yielded = true;
-                    if flight.others_in_flight() {
-                        cx.waker().wake_by_ref();
-                        return Poll::Pending;
+                let sending = match call.as_mut().project() {
+                    CallProj::Sending { call } => call,
+                    // Answered in the previous pass (below).
+                    CallProj::Answered { response } => {
+                        let response = response.take().unwrap_or_else(polled_after_completion);
+                        state.set(State::Ready { response: None });
+                        return Poll::Ready(Ok(response));
                     }
-                }
+                };
                 let mut finished = None;
                 if hold.is_none() {
                     let Served {
                         mut response,
                         tally,
-                    } = match std::task::ready!(call.as_mut().poll(cx)) {
+                    } = match std::task::ready!(sending.poll(cx)) {
                         Ok(served) => served,
                         Err(error) => {
                             let (status, res) =
@@ -183,7 +192,7 @@ impl Future for ProxyFuture {
                         None => *hold = Some(Hold::new(response, tally, routes.head_hold)),
                     }
                 }
-                match finished {
+                let response = match finished {
                     Some(response) => response,
                     // Held: polled at once, so that its timer is armed.
                     None => {
@@ -203,7 +212,16 @@ impl Future for ProxyFuture {
                             None => polled_after_completion(),
                         }
                     }
+                };
+                if flight.others_in_flight() {
+                    // Answered in the next pass, with the others that arrive in this one.
+                    call.as_mut().set(Call::Answered {
+                        response: Some(response),
+                    });
+                    cx.waker().wake_by_ref();
+                    return Poll::Pending;
                 }
+                response
             }
         };
         state.set(State::Ready { response: None });

@@ -47,7 +47,7 @@ pub(crate) use self::{
 };
 use self::{
     answers::{refuse, reply},
-    future::State,
+    future::{Call, State},
     upgrade::upgrade,
 };
 
@@ -223,15 +223,17 @@ impl Service<Request<Incoming>> for Proxy {
         // with no instance that fits fails at once (503).
         ProxyFuture {
             state: State::Upstream {
-                call: Box::pin(upstream.balancer.clone().call(req.map(|body| {
-                    let limits = &routes.limits;
-                    let paced = Paced::new(
-                        body,
-                        limits.request_body_timeout,
-                        limits.request_body_min_rate,
-                    );
-                    Teed::new(paced, tee)
-                }))),
+                call: Box::pin(Call::Sending {
+                    call: upstream.balancer.clone().call(req.map(|body| {
+                        let limits = &routes.limits;
+                        let paced = Paced::new(
+                            body,
+                            limits.request_body_timeout,
+                            limits.request_body_min_rate,
+                        );
+                        Teed::new(paced, tee)
+                    })),
+                }),
                 hold: None,
                 routes: self.routes.clone(),
                 service: upstream.name.clone(),
@@ -239,7 +241,6 @@ impl Service<Request<Incoming>> for Proxy {
                 grpc,
                 timing,
                 flight,
-                yielded: false,
                 upgrading,
                 primary,
             },
