@@ -562,7 +562,7 @@ mod tests {
     fn many_names_are_found_compared_and_hashed() {
         // More names than are compared one by one: the rest are found by hash.
         let fixed: Vec<Lane> = (0..3 * COMPARED)
-            .map(|i| Lane::new(&format!("fixed-{i}")).unwrap())
+            .map(|i| Lane::new(format!("fixed-{i}")).unwrap())
             .collect();
         let names = Names::new().with_lanes(fixed.clone());
         for lane in &fixed {
@@ -581,7 +581,7 @@ mod tests {
         // Adding a known name again replaces it, in either part.
         let mut names = names;
         for i in [0, 2 * COMPARED] {
-            let lane = Lane::new(&format!("fixed-{i}")).unwrap();
+            let lane = Lane::new(format!("fixed-{i}")).unwrap();
             names.insert_lane(lane.clone());
             let found = names.lane(lane.as_str().as_bytes()).unwrap();
             assert!(Arc::ptr_eq(&(found.0).0, &(lane.0).0));
