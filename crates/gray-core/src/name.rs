@@ -306,13 +306,11 @@ impl<T> Default for Known<T> {
 
 impl<T> Known<T> {
     fn get(&self, name: &str) -> Option<&T> {
-        if let Some((_, found)) = self.few.iter().find(|(known, _)| **known == *name) {
-            return Some(found);
+        match self.few.iter().find(|(known, _)| **known == *name) {
+            Some((_, found)) => Some(found),
+            // An empty map answers without hashing.
+            None => self.more.get(name),
         }
-        if self.more.is_empty() {
-            return None;
-        }
-        self.more.get(name)
     }
 
     fn len(&self) -> usize {
